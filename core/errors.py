@@ -1,0 +1,25 @@
+"""Exception types raised at the engine's boundary.
+
+Every error a user can cause has its own type and a message that says what was wrong and what to do, so the
+CLI can print it as one line and API callers can catch exactly what they expect.
+"""
+
+
+class MinisglError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+
+class InvalidParamsError(MinisglError, ValueError):
+    """A sampling parameter or an engine option is out of range."""
+
+
+class ModelLoadError(MinisglError):
+    """A model could not be found, read or converted."""
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The checkpoint's architecture is not one the engine implements."""
+
+
+class WorkerError(MinisglError, RuntimeError):
+    """A tensor-parallel worker died or stopped answering."""

@@ -1,0 +1,42 @@
+"""Grouped-query self-attention: fused QKV projection, optional per-head QK-norm, RoPE, paged attention."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from core.distributed.info import get_tp_info
+from core.engine.context import get_context
+from core.layers.linear import RowParallelLinear, ShardedLinear, local_kv_heads, qkv_blocks
+from core.layers.norm import RMSNorm
+from core.layers.rope import RotaryEmbedding
+from core.models.config import ModelConfig
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rope: RotaryEmbedding) -> None:
+        super().__init__()
+        self.layer_id = layer_id
+        self.head_dim = cfg.head_dim
+        self.num_heads = cfg.num_heads // get_tp_info().size
+        self.num_kv_heads = local_kv_heads(cfg.num_kv_heads)[0]
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = ShardedLinear(cfg.hidden_size, qkv_blocks(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim),
+                                      bias=cfg.qkv_bias)
+        self.o_proj = RowParallelLinear(cfg.num_heads * cfg.head_dim, cfg.hidden_size)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.rope = rope
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        ctx = get_context()
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rope(positions, q, k)
+        out = ctx.backend.forward(q, k, v, self.layer_id, ctx.batch)
+        return self.o_proj(out.reshape(-1, self.q_size))

@@ -1,0 +1,56 @@
+"""Token embedding and the LM head, both split over the vocabulary under tensor parallelism."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.distributed.comm import all_gather_last_dim, all_reduce
+from core.distributed.info import get_tp_info
+
+
+class VocabParallelEmbedding(nn.Module):
+    def __init__(self, vocab_size: int, dim: int) -> None:
+        super().__init__()
+        tp = get_tp_info()
+        self.vocab_size = vocab_size
+        self.part = -(-vocab_size // tp.size)  # ceil: the last rank's slice may be padded
+        self.start = tp.rank * self.part
+        self.tp_size = tp.size
+        self.weight = nn.Parameter(torch.zeros(self.part, dim), requires_grad=False)
+
+    def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
+        rows = tensor[self.start:self.start + self.part]
+        self.weight.data[: rows.shape[0]].copy_(rows)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.tp_size == 1:
+            return F.embedding(ids, self.weight)
+        local = ids - self.start
+        mask = (local >= 0) & (local < self.part)
+        out = F.embedding(local.clamp(0, self.part - 1), self.weight) * mask.unsqueeze(-1).to(self.weight.dtype)
+        return all_reduce(out)
+
+
+class LMHead(nn.Module):
+    """Projects hidden states to logits; shares the embedding's weight when the model ties them."""
+
+    def __init__(self, vocab_size: int, dim: int, tied_to: VocabParallelEmbedding | None) -> None:
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.tied_to = tied_to
+        if tied_to is None:
+            self.inner = VocabParallelEmbedding(vocab_size, dim)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.inner.weight if self.tied_to is None else self.tied_to.weight
+
+    def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
+        if self.tied_to is None:
+            self.inner.load(tensor, shard, kind)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = all_gather_last_dim(F.linear(hidden, self.weight))
+        return logits[..., : self.vocab_size]

@@ -1,0 +1,3 @@
+from core.llm.llm import LLM
+
+__all__ = ["LLM"]

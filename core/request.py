@@ -1,0 +1,128 @@
+"""What a request is while the scheduler owns it, and what a batch of them is for one forward step.
+
+The lengths follow one convention throughout the engine:
+
+* ``cached_len``: tokens whose KV is already in the pool (a prefix-cache hit, or earlier steps);
+* ``device_len``: tokens the device knows (prompt so far plus generated tokens fed back);
+* ``extend_len = device_len - cached_len``: tokens this step computes;
+* ``max_device_len = prompt_len + max_tokens``: the request stops once it holds that many tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from core.errors import InvalidParamsError
+
+Phase = Literal["prefill", "decode"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one request is sampled and when it stops. Validated at construction.
+
+    ``temperature == 0`` (the default) is greedy. ``top_k == -1`` keeps every token. ``seed`` makes sampling
+    reproducible for this request alone, whatever else is in the batch.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_k: int = -1
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise InvalidParamsError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool) \
+                or not self.temperature >= 0:
+            raise InvalidParamsError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k == 0 or self.top_k < -1:
+            raise InvalidParamsError(f"top_k must be -1 (off) or an integer >= 1, got {self.top_k!r}")
+        if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not 0 < self.top_p <= 1:
+            raise InvalidParamsError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise InvalidParamsError(f"seed must be an integer or None, got {self.seed!r}")
+        if not isinstance(self.ignore_eos, bool):
+            raise InvalidParamsError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+@dataclass(eq=False)
+class Req:
+    """A request admitted by the scheduler. Identity (not value) equality: it lives in sets."""
+
+    uid: int
+    input_ids: list[int]  # prompt followed by every token generated so far (host copy)
+    prompt_len: int
+    table_idx: int
+    cached_len: int
+    device_len: int
+    max_device_len: int
+    params: SamplingParams
+    sample_seed: int  # the seed actually used: params.seed, or one drawn for this request
+    pages: list[int] = field(default_factory=list)  # KV pages held, in position order
+    cache_handle: object = None  # what the prefix cache locked for this request (None for the naive cache)
+    output_ids: list[int] = field(default_factory=list)
+
+    @property
+    def extend_len(self) -> int:
+        return self.device_len - self.cached_len
+
+    @property
+    def remain_len(self) -> int:
+        """Tokens of KV this request may still need beyond what it holds now."""
+        return self.max_device_len - self.device_len
+
+    @property
+    def can_decode(self) -> bool:
+        """True while a generated token would still be fed back (more tokens are allowed after it)."""
+        return self.device_len < self.max_device_len
+
+    @property
+    def is_chunked(self) -> bool:
+        """A prefill that has not yet reached the end of its prompt produces no token this step."""
+        return self.device_len < self.prompt_len
+
+    def complete_step(self) -> None:
+        """After a forward pass: the computed tokens are cached; a sampled token (if any) extends the request."""
+        self.cached_len = self.device_len
+        if not self.is_chunked:
+            self.device_len += 1
+
+
+@dataclass
+class Batch:
+    """The requests of one forward step, all in the same phase, plus the tensors prepared for it."""
+
+    reqs: list[Req]
+    phase: Phase
+    # filled by the scheduler's prepare step
+    positions: torch.Tensor | None = None
+    input_ids: torch.Tensor | None = None
+    out_loc: torch.Tensor | None = None  # KV slot written by each input token
+    attn_metadata: object = None
+    padded_size: int = 0  # rows after CUDA-graph padding (0: no padding)
+
+    @property
+    def size(self) -> int:
+        return len(self.reqs)
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.phase == "prefill"
+
+    @property
+    def is_decode(self) -> bool:
+        return self.phase == "decode"
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.extend_len for r in self.reqs)

@@ -1,0 +1,43 @@
+"""DecodeManager: the set of requests that generate one token per decode step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from core.request import Batch, Req
+
+
+def pages_for(tokens: int, page_size: int) -> int:
+    return -(-tokens // page_size)
+
+
+@dataclass
+class DecodeManager:
+    page_size: int
+    running: set[Req] = field(default_factory=set)
+
+    def add(self, reqs: Iterable[Req]) -> None:
+        """After a forward pass: merge this step's requests in and drop those that can no longer generate."""
+        self.running = {r for r in self.running.union(reqs) if r.can_decode and not r.is_chunked}
+
+    def remove(self, req: Req) -> None:
+        self.running.discard(req)
+
+    def find(self, uid: int) -> Req | None:
+        return next((r for r in self.running if r.uid == uid), None)
+
+    @property
+    def reserved_pages(self) -> int:
+        """Pages the running requests may still claim before they finish: admission keeps these free."""
+        return sum(pages_for(r.max_device_len, self.page_size) - len(r.pages) for r in self.running)
+
+    @property
+    def runnable(self) -> bool:
+        return bool(self.running)
+
+    def schedule_next_batch(self) -> Batch | None:
+        if not self.running:
+            return None
+        # sorted by uid: a set's order differs between processes, and every tensor-parallel rank must agree
+        return Batch(reqs=sorted(self.running, key=lambda r: r.uid), phase="decode")
