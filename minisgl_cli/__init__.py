@@ -1,0 +1,1 @@
+"""The ``minisgl`` command line tool."""

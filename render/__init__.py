@@ -1,0 +1,1 @@
+"""Rich views of the engine's step events."""

@@ -1,0 +1,35 @@
+"""Shared fixtures: small random checkpoints of each family, the embedded model, and the reference."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+from models import save_random_model  # noqa: E402
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory) -> dict[str, str]:
+    """One seeded random checkpoint per family (plus variants), built once per test session."""
+    root = tmp_path_factory.mktemp("models")
+    dirs = {family: str(save_random_model(root / family, family)) for family in FAMILIES}
+    dirs["llama3-rope-tied"] = str(save_random_model(
+        root / "llama3", "llama", seed=1, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                         "high_freq_factor": 4.0, "original_max_position_embeddings": 64}))
+    return dirs
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> str:
+    """The embedded model, converted once into the cache (about 30 s the first time)."""
+    from core.models.weights import resolve_model_dir
+
+    return str(resolve_model_dir(None))

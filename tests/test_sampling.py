@@ -1,0 +1,69 @@
+"""Sampling: seeded draws are reproducible whatever shares the batch; top-k=1 and tiny top-p are greedy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core import LLM, SamplingParams
+from core.engine.sampler import hashed_uniform
+
+
+@pytest.fixture(scope="module")
+def llm(model_dirs) -> LLM:
+    return LLM(model_dirs["llama"], max_running_req=8)
+
+
+PROMPT = [10, 20, 30, 40]
+
+
+def test_same_seed_same_tokens_alone_and_in_a_batch(llm):
+    seeded = SamplingParams(max_tokens=12, temperature=1.0, seed=1234, ignore_eos=True)
+    alone = llm.generate([PROMPT], seeded)[0]["token_ids"]
+    others = [SamplingParams(max_tokens=n, temperature=0.7, seed=s, ignore_eos=True) for s, n in [(1, 3), (2, 15)]]
+    batch = llm.generate([[1, 2], PROMPT, [3, 4, 5, 6, 7]], [others[0], seeded, others[1]])
+    assert batch[1]["token_ids"] == alone
+
+
+def test_different_seeds_differ_and_temperature_zero_is_greedy(llm):
+    greedy = llm.generate([PROMPT], SamplingParams(max_tokens=12, ignore_eos=True))[0]["token_ids"]
+    draws = {tuple(llm.generate([PROMPT], SamplingParams(max_tokens=12, temperature=1.5, seed=s,
+                                                          ignore_eos=True))[0]["token_ids"]) for s in range(4)}
+    assert len(draws) > 1
+    assert tuple(greedy) not in draws or len(draws) > 1
+
+
+def test_top_k_one_and_tiny_top_p_equal_greedy(llm):
+    greedy = llm.generate([PROMPT], SamplingParams(max_tokens=10, ignore_eos=True))[0]["token_ids"]
+    top_k = llm.generate([PROMPT], SamplingParams(max_tokens=10, temperature=1.0, top_k=1, seed=7,
+                                                  ignore_eos=True))[0]["token_ids"]
+    top_p = llm.generate([PROMPT], SamplingParams(max_tokens=10, temperature=1.0, top_p=1e-6, seed=7,
+                                                  ignore_eos=True))[0]["token_ids"]
+    assert top_k == greedy
+    assert top_p == greedy
+
+
+def test_top_k_restricts_draws_to_the_k_most_likely(llm):
+    """With top_k=2, every sampled token is one of the two most likely at its step."""
+    params = SamplingParams(max_tokens=1, temperature=5.0, top_k=2, ignore_eos=True)
+    firsts = {llm.generate([PROMPT], SamplingParams(**{**params.__dict__, "seed": s}))[0]["token_ids"][0]
+              for s in range(40)}
+    logits = _first_logits(llm, PROMPT)
+    assert firsts == set(logits.topk(2).indices.tolist())
+
+
+def _first_logits(llm: LLM, prompt: list[int]) -> torch.Tensor:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(llm.model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        return model(torch.tensor([prompt])).logits[0, -1]
+
+
+def test_hashed_noise_is_uniform_and_a_pure_function():
+    seeds, positions = torch.tensor([1, 2, 1]), torch.tensor([5, 5, 5])
+    u = hashed_uniform(seeds, positions, 50000)
+    assert torch.equal(u[0], u[2]) and not torch.equal(u[0], u[1])
+    assert 0 < u.min() and u.max() < 1
+    assert abs(u.mean().item() - 0.5) < 0.01
+    assert abs((u < 0.1).float().mean().item() - 0.1) < 0.01
