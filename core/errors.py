@@ -23,3 +23,9 @@ class UnsupportedModelError(ModelLoadError):
 
 class WorkerError(MinisglError, RuntimeError):
     """A tensor-parallel worker died or stopped answering."""
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an underlying library's message: ours are shown on one line."""
+    text = str(exc).strip().splitlines()
+    return text[0].rstrip(":") if text else type(exc).__name__

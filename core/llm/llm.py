@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from core.config import EngineConfig
-from core.errors import InvalidParamsError, ModelLoadError
+from core.errors import InvalidParamsError, ModelLoadError, one_line
 from core.models.weights import resolve_model_dir
 from core.request import SamplingParams
 from core.scheduler.scheduler import Reply, Scheduler
@@ -34,7 +34,7 @@ def load_tokenizer(model_dir: Path) -> Any:
     try:
         return AutoTokenizer.from_pretrained(model_dir)
     except Exception as exc:
-        raise ModelLoadError(f"cannot load the tokenizer from {model_dir}: {exc}") from exc
+        raise ModelLoadError(f"cannot load the tokenizer from {model_dir}: {one_line(exc)}") from exc
 
 
 class LLM(Scheduler):

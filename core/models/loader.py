@@ -16,7 +16,7 @@ from typing import Iterator
 import torch
 from safetensors import safe_open
 
-from core.errors import ModelLoadError
+from core.errors import ModelLoadError, one_line
 from core.models.config import ModelConfig
 from core.models.decoder import CausalLM
 
@@ -36,7 +36,7 @@ def read_model_config(model_dir: Path) -> ModelConfig:
     try:
         hf = AutoConfig.from_pretrained(model_dir)
     except Exception as exc:
-        raise ModelLoadError(f"cannot read {model_dir / 'config.json'}: {exc}") from exc
+        raise ModelLoadError(f"cannot read {model_dir / 'config.json'}: {one_line(exc)}") from exc
     return ModelConfig.from_hf(hf, eos_token_ids=_eos_token_ids(model_dir, hf))
 
 
@@ -91,7 +91,7 @@ def _checkpoint_tensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
         except ModelLoadError:
             raise
         except Exception as exc:
-            raise ModelLoadError(f"cannot read weights file {file}: {exc} (truncated or corrupt?)") from exc
+            raise ModelLoadError(f"cannot read weights file {file}: {one_line(exc)} (truncated or corrupt?)") from exc
 
 
 def _load_one(model: CausalLM, params: dict[str, torch.nn.Parameter], name: str, tensor: torch.Tensor) -> set[str]:

