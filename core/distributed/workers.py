@@ -113,10 +113,14 @@ class TPGroup:
                                    args=(rank, self.size, port, self.backend, _rank_config(config, rank, self.backend),
                                          model_dir, self.timeout_s, os.getpid(), self._errors))
                        for rank in range(1, self.size)]
-        for proc in self._procs:
-            proc.start()
         self._watchdog = threading.Thread(target=self._watch, name="minisgl-tp-watchdog", daemon=True)
-        self._watchdog.start()
+        try:
+            for proc in self._procs:
+                proc.start()
+            self._watchdog.start()
+        except BaseException:  # e.g. Ctrl-C while starting: take down whatever did start
+            self.close(force=True)
+            raise
         with self.guard():
             self._control = _init_groups(0, self.size, port, self.backend, self.timeout_s)
 
@@ -158,12 +162,14 @@ class TPGroup:
                 _broadcast(Command(stop=True), self._control)
             except Exception:  # noqa: BLE001 - a worker already gone; the terminate below covers it
                 polite = False
+        started = [proc for proc in self._procs if proc.pid is not None]
         deadline = time.monotonic() + (_STOP_JOIN_S if polite else 0.0)
-        for proc in self._procs:
+        for proc in started:
             proc.join(max(0.0, deadline - time.monotonic()))
-        for proc in self._procs:
+        for proc in started:
             _stop_process(proc)
-        self._watchdog.join()
+        if self._watchdog.is_alive():
+            self._watchdog.join()
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
@@ -197,6 +203,8 @@ class TPGroup:
             for proc in self._procs:
                 if proc.is_alive():
                     proc.kill()
+            if self.backend == "nccl":
+                _abort_nccl()
             return
 
     def _describe_exit(self, rank: int, code: int | None) -> str:
@@ -210,9 +218,11 @@ class TPGroup:
 
     def _explain(self, exc: BaseException) -> str | None:
         """Why a step failed, when a worker is to blame; None when the error is rank 0's own."""
+        if isinstance(exc, (KeyboardInterrupt, MinisglError)):
+            return None
         if self._failure is not None:
             return self._failure
-        if isinstance(exc, (KeyboardInterrupt, MinisglError)) or not isinstance(exc, RuntimeError):
+        if not isinstance(exc, RuntimeError):
             return None
         text = str(exc).lower()
         if "timed out" in text or "timeout" in text:
@@ -260,6 +270,17 @@ def _broadcast(command: Command, control: dist.ProcessGroup) -> Command:
     box = [command]
     dist.broadcast_object_list(box, src=0, group=control)
     return box[0]
+
+
+def _abort_nccl() -> None:
+    """Unlike gloo, NCCL does not notice a vanished peer: abort the communicators so rank 0's pending
+    collective fails now instead of at the timeout (an experimental torch API, hence best effort)."""
+    try:
+        from torch.distributed.distributed_c10d import _abort_process_group
+
+        _abort_process_group()
+    except Exception:  # noqa: BLE001 - without it, the collective timeout still ends the wait
+        pass
 
 
 def _stop_process(proc: mp.Process) -> None:
