@@ -19,3 +19,20 @@ def home_dir() -> Path:
 def overlap_scheduling_disabled() -> bool:
     """MINISGL_DISABLE_OVERLAP_SCHEDULING=1 forces the plain receive/forward/handle loop."""
     return _flag("MINISGL_DISABLE_OVERLAP_SCHEDULING")
+
+
+def tp_timeout_s() -> float:
+    """MINISGL_TP_TIMEOUT: seconds a tensor-parallel collective may wait for a silent rank (default 120).
+
+    A worker that dies is noticed at once through its process sentinel; this bounds the wait for one that hangs.
+    """
+    raw = os.environ.get("MINISGL_TP_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else 120.0
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        from core.errors import InvalidParamsError
+
+        raise InvalidParamsError(f"MINISGL_TP_TIMEOUT must be a number of seconds > 0, got {raw!r}")
+    return value

@@ -19,8 +19,9 @@ from core.engine.context import forward_context
 from core.engine.sampler import SampleArgs, Sampler
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
-from core.layers.linear import local_kv_heads
+from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.distributed.info import get_tp_info
+from core.layers.linear import local_kv_heads
 from core.models.config import ModelConfig
 from core.models.loader import load_model, read_model_config
 from core.request import Batch
@@ -56,6 +57,7 @@ class Engine:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = parse_dtype(config.dtype) or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.tp = get_tp_info()  # fixed for this engine's life; the layers were sliced for it
         self.model_config: ModelConfig = read_model_config(model_dir)
         cfg = self.model_config
         self.max_seq_len = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
@@ -83,7 +85,7 @@ class Engine:
         pages = int(budget_gb * (1 << 30)) // (per_token * self.page_size)
         # no need for more than every row filled to the longest sequence
         needed = config.max_running_req * (-(-self.max_seq_len // self.page_size))
-        pages = min(pages, needed)
+        pages = min_over_ranks(min(pages, needed), self.tp.size, self.device)  # free memory differs per GPU
         if pages < config.max_running_req:
             raise InvalidParamsError(f"a KV budget of {budget_gb} GiB gives only {pages} pages; it needs at least "
                                      f"{config.max_running_req} (one per request row)")
@@ -98,7 +100,7 @@ class Engine:
     def _make_backend(self) -> AttentionBackend:
         cfg = self.model_config
         name = self.config.attention or "torch"
-        args = (self.kv_pool, self.page_table, cfg.num_heads // get_tp_info().size, self.num_kv_heads, cfg.head_dim)
+        args = (self.kv_pool, self.page_table, cfg.num_heads // self.tp.size, self.num_kv_heads, cfg.head_dim)
         if name == "flashinfer":
             raise InvalidParamsError("the flashinfer attention backend is not available yet; use --attention torch")
         from core.attention.torch_backend import TorchAttentionBackend
@@ -108,7 +110,8 @@ class Engine:
     def forward_batch(self, batch: Batch, sample_args: SampleArgs, logits_indices: torch.Tensor) -> ForwardOutput:
         with forward_context(batch, self.attn_backend), torch.inference_mode():
             logits = self.model(batch.input_ids, batch.positions, logits_indices)
-            next_tokens = self.sampler.sample(logits, sample_args)
+            # ranks sample identically from identical gathered logits; the broadcast makes agreement certain
+            next_tokens = broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp.size)
         if self.device.type == "cuda":
             host = torch.empty(next_tokens.shape, dtype=next_tokens.dtype, pin_memory=True)
             host.copy_(next_tokens, non_blocking=True)

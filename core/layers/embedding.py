@@ -30,7 +30,7 @@ class VocabParallelEmbedding(nn.Module):
         local = ids - self.start
         mask = (local >= 0) & (local < self.part)
         out = F.embedding(local.clamp(0, self.part - 1), self.weight) * mask.unsqueeze(-1).to(self.weight.dtype)
-        return all_reduce(out)
+        return all_reduce(out, self.tp_size)
 
 
 class LMHead(nn.Module):
@@ -39,6 +39,7 @@ class LMHead(nn.Module):
     def __init__(self, vocab_size: int, dim: int, tied_to: VocabParallelEmbedding | None) -> None:
         super().__init__()
         self.vocab_size = vocab_size
+        self.tp_size = get_tp_info().size
         self.tied_to = tied_to
         if tied_to is None:
             self.inner = VocabParallelEmbedding(vocab_size, dim)
@@ -52,5 +53,5 @@ class LMHead(nn.Module):
             self.inner.load(tensor, shard, kind)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = all_gather_last_dim(F.linear(hidden, self.weight))
+        logits = all_gather_last_dim(F.linear(hidden, self.weight), self.tp_size)
         return logits[..., : self.vocab_size]

@@ -97,6 +97,7 @@ class RowParallelLinear(nn.Module):
         tp = get_tp_info()
         if in_features % tp.size:
             raise ValueError(f"input size {in_features} is not divisible by tp size {tp.size}")
+        self.tp_size = tp.size
         self.part = in_features // tp.size
         self.start = tp.rank * self.part
         self.weight = _param(out_features, self.part)
@@ -107,4 +108,4 @@ class RowParallelLinear(nn.Module):
         self.weight.data.copy_(tensor[:, self.start:self.start + self.part])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return all_reduce(F.linear(x, self.weight))
+        return all_reduce(F.linear(x, self.weight), self.tp_size)

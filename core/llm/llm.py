@@ -1,17 +1,24 @@
-"""The offline interface: give it prompts, get completions, no server and no processes.
+"""The offline interface: give it prompts, get completions, no server.
 
 LLM is a Scheduler whose IO is in memory: ``generate`` queues the prompts, runs the scheduler's loop until
 nothing is left, and collects the replies. Because it is the same loop a server would run, testing the
 offline interface tests the scheduling itself.
+
+With ``tp=N > 1`` the LLM is rank 0 of N tensor-parallel ranks: it starts the other N-1 as worker processes,
+sends each call's requests to them, and every rank runs this same loop (core/distributed/workers.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from core.config import EngineConfig
+from core.distributed.info import tp_scope
+from core.distributed.workers import start_group
 from core.errors import InvalidParamsError, ModelLoadError, one_line
 from core.models.weights import resolve_model_dir
 from core.request import SamplingParams
@@ -38,7 +45,13 @@ def load_tokenizer(model_dir: Path) -> Any:
 
 
 class LLM(Scheduler):
-    """``LLM(model=None | path, ...)``: None is the embedded SmolLM2-135M-Instruct."""
+    """``LLM(model=None | path, ...)``: None is the embedded SmolLM2-135M-Instruct.
+
+    ``tp=N`` splits the model over N ranks: N-1 worker processes on the CPU (gloo) or N GPUs (NCCL, rank r on
+    GPU r). Call ``close()`` (or use ``with LLM(...) as llm``) to stop them; they are also stopped when the LLM
+    is garbage-collected and at interpreter exit. A script that uses ``tp > 1`` needs the usual
+    ``if __name__ == "__main__":`` guard, since the workers are started with spawn.
+    """
 
     def __init__(self, model: str | None = None, *, cache: str = "naive", page_size: int = 1,
                  max_running_req: int = 32, num_pages: int | None = None, max_seq_len: int | None = None,
@@ -53,7 +66,11 @@ class LLM(Scheduler):
         model_dir = resolve_model_dir(model, log)
         self.model_dir = model_dir
         self.tokenizer = load_tokenizer(model_dir)
-        super().__init__(config, model_dir, log)
+        self._group = start_group(config, model_dir)
+        weakref.finalize(self, self._group.close)
+        with self._group.guard(), tp_scope(self._group.info):
+            super().__init__(self._group.config, model_dir, log)
+            self._group.wait_ready()
         self._next_uid = 0
         self._collected: dict[int, _Collected] = {}
         self._reply_callbacks: list[Callable[[Reply], None]] = []
@@ -92,10 +109,24 @@ class LLM(Scheduler):
         self._next_uid += len(prompts)
         for uid, ids in zip(uids, prompt_ids):
             self._collected[uid] = _Collected(ids)
-        for uid, ids, sp in zip(uids, prompt_ids, params):
-            self.submit(uid, ids, sp)
-        self.run_until_idle()
+        # rank 0 decides every seed, so all tensor-parallel ranks sample alike
+        requests = [(uid, ids, sp if sp.seed is not None else dataclasses.replace(sp, seed=self._rng.getrandbits(62)))
+                    for uid, ids, sp in zip(uids, prompt_ids, params)]
+        with self._group.guard():
+            for uid, ids, sp in self._group.share(requests, self.eos_token_ids):
+                self.submit(uid, ids, sp)
+            self.run_until_idle()
         return [self._result(uid) for uid in uids]
+
+    def close(self) -> None:
+        """Stop the tensor-parallel workers, if any. Further ``generate`` calls then raise WorkerError."""
+        self._group.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @staticmethod
     def _params_per_prompt(prompts: Sequence[Prompt], params: Any) -> list[SamplingParams]:

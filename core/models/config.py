@@ -49,6 +49,21 @@ class ModelConfig:
     rope_scaling: RopeScaling = field(default_factory=RopeScaling)
     eos_token_ids: tuple[int, ...] = ()
 
+    def tp_split_problem(self, size: int) -> str | None:
+        """Why this model cannot be split over ``size`` tensor-parallel ranks, or None if it can.
+
+        Attention heads and the MLP's intermediate size are divided evenly; KV heads too, unless there are
+        fewer of them than ranks, in which case each is replicated on ``size / num_kv_heads`` ranks.
+        """
+        if self.num_heads % size:
+            return f"the model's {self.num_heads} attention heads cannot be split over {size} ranks"
+        if self.intermediate_size % size:
+            return f"the model's MLP size {self.intermediate_size} cannot be split over {size} ranks"
+        kv = self.num_kv_heads
+        if (kv >= size and kv % size) or (kv < size and size % kv):
+            return f"the model's {kv} KV heads can be neither split nor replicated evenly over {size} ranks"
+        return None
+
     @classmethod
     def from_hf(cls, hf: Any, eos_token_ids: tuple[int, ...] = ()) -> "ModelConfig":
         """Build from a transformers config object (or anything with the same attributes)."""

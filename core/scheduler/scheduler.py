@@ -245,7 +245,8 @@ class Scheduler:
             step=self._step, phase=batch.phase, batch_size=batch.size, num_tokens=len(batch.positions),
             reqs=prepared.req_steps,
             kv_pages_used=prepared.pages_used, kv_pages_total=self.cache_manager.num_pages,
-            elapsed_s=elapsed, note=prepared.note, finished=tuple(finished), waiting=prepared.waiting)
+            elapsed_s=elapsed, tp_size=self.config.tp, note=prepared.note, finished=tuple(finished),
+            waiting=prepared.waiting)
         self._step += 1
         for fn in self.step_callbacks:
             fn(event)

@@ -1,0 +1,349 @@
+"""Tensor-parallel worker processes: started by the LLM, driven by rank 0, stopped on every way out.
+
+Rank 0 is the caller's own process: it tokenizes, decides every request's seed and returns the results.
+Ranks 1..N-1 are processes started here (torch.multiprocessing, spawn). Every rank builds the model with its
+own slice of the weights and runs the same scheduler loop on the same requests, so all ranks form the same
+batch at every step; only rank 0 reports anything.
+
+Two process groups:
+
+* the default group (NCCL on CUDA, gloo on the CPU) carries the layers' collectives. It has a timeout, so a
+  rank that hangs cannot hold the others forever;
+* a gloo control group carries rank 0's commands (requests to run, stop). Idle workers wait on it with no
+  practical deadline, since the caller may pause as long as it likes between two ``generate`` calls.
+
+A worker that dies is noticed at once: a watchdog thread in rank 0 waits on the workers' process sentinels and,
+when one exits unexpectedly, stops the others, so rank 0's pending collective fails within moments rather than
+at the timeout; rank 0 then raises WorkerError naming the rank. Workers ignore Ctrl-C (rank 0 shuts them down)
+and exit by themselves if their parent disappears.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import wait as wait_for_sentinels
+from pathlib import Path
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from core.config import EngineConfig
+from core.distributed.info import TPInfo, tp_scope
+from core.env import tp_timeout_s
+from core.errors import InvalidParamsError, MinisglError, WorkerError
+from core.request import SamplingParams
+
+_CONTROL_TIMEOUT = timedelta(days=30)  # idle workers wait for the next command this long
+_STOP_JOIN_S = 10.0  # a worker told to stop gets this long to exit before it is terminated
+_DEATH_NOTICE_S = 5.0  # after a failed collective, how long rank 0 waits for the watchdog to name a dead rank
+Request = tuple[int, list[int], SamplingParams]
+
+
+@dataclass(frozen=True)
+class Command:
+    """What rank 0 sends the workers: requests to queue and run (seeds already decided), or stop."""
+
+    requests: tuple[Request, ...] = ()
+    eos_token_ids: frozenset[int] = frozenset()
+    stop: bool = False
+
+
+class LocalGroup:
+    """The single-rank case: nothing to start, share or guard."""
+
+    info = TPInfo()
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        yield
+
+    def wait_ready(self) -> None:
+        pass
+
+    def share(self, requests: list[Request], eos_token_ids: frozenset[int]) -> list[Request]:
+        return requests
+
+    def close(self) -> None:
+        pass
+
+
+def start_group(config: EngineConfig, model_dir: Path) -> LocalGroup | TPGroup:
+    return TPGroup(config, model_dir) if config.tp > 1 else LocalGroup(config)
+
+
+class TPGroup:
+    """Rank 0's handle on the workers: start them, send them requests, notice their death, stop them."""
+
+    def __init__(self, config: EngineConfig, model_dir: Path) -> None:
+        if dist.is_initialized():
+            raise InvalidParamsError("a tensor-parallel LLM is already running in this process; close() it first")
+        from core.models.loader import read_model_config
+
+        problem = read_model_config(model_dir).tp_split_problem(config.tp)
+        if problem is not None:
+            raise InvalidParamsError(f"tp={config.tp}: {problem}; choose a tp size that divides them")
+        self.size = config.tp
+        self.info = TPInfo(0, self.size)
+        self.backend = _backend_for(config)
+        self.config = _rank_config(config, 0, self.backend)
+        self.timeout_s = tp_timeout_s()
+        self._failure: str | None = None
+        self._failed = threading.Event()
+        self._closing = False
+        self._closed = False
+        ctx = mp.get_context("spawn")
+        self._errors = ctx.SimpleQueue()
+        port = _free_port()
+        self._procs = [ctx.Process(target=_worker_main, name=f"minisgl-tp-rank{rank}", daemon=True,
+                                   args=(rank, self.size, port, self.backend, _rank_config(config, rank, self.backend),
+                                         model_dir, self.timeout_s, os.getpid(), self._errors))
+                       for rank in range(1, self.size)]
+        self._watchdog = threading.Thread(target=self._watch, name="minisgl-tp-watchdog", daemon=True)
+        try:
+            for proc in self._procs:
+                proc.start()
+            self._watchdog.start()
+        except BaseException:  # e.g. Ctrl-C while starting: take down whatever did start
+            self.close(force=True)
+            raise
+        with self.guard():
+            self._control = _init_groups(0, self.size, port, self.backend, self.timeout_s)
+
+    # ---- used by the LLM --------------------------------------------------------------------------------
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Run rank 0's side of a collective step; on any failure the workers are stopped, never left waiting.
+
+        A failure caused by a dead or silent worker becomes WorkerError; rank 0's own errors (a callback that
+        raised, Ctrl-C) pass through unchanged, after the shutdown.
+        """
+        self._check_usable()
+        try:
+            yield
+        except BaseException as exc:
+            problem = self._explain(exc)
+            self.close(force=True)
+            if problem is not None:
+                raise WorkerError(problem) from exc
+            raise
+
+    def wait_ready(self) -> None:
+        """Return once every rank has built its model (a worker that failed to has exited and is reported)."""
+        dist.all_gather_object([None] * self.size, "ready", group=self._control)
+
+    def share(self, requests: list[Request], eos_token_ids: frozenset[int]) -> list[Request]:
+        """Send this call's requests to every worker; rank 0 queues the same list itself."""
+        _broadcast(Command(tuple(requests), frozenset(eos_token_ids)), self._control)
+        return requests
+
+    def close(self, force: bool = False) -> None:
+        """Stop the workers (politely unless ``force`` or after a failure), then tear the groups down."""
+        if self._closed:
+            return
+        self._closed = self._closing = True
+        polite = not force and self._failure is None
+        if polite:
+            try:
+                _broadcast(Command(stop=True), self._control)
+            except Exception:  # noqa: BLE001 - a worker already gone; the terminate below covers it
+                polite = False
+        started = [proc for proc in self._procs if proc.pid is not None]
+        deadline = time.monotonic() + (_STOP_JOIN_S if polite else 0.0)
+        for proc in started:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in started:
+            _stop_process(proc)
+        if self._watchdog.is_alive():
+            self._watchdog.join()
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - the groups may be broken after a failure; nothing left to free
+                pass
+        self._errors.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs if p.pid is not None]
+
+    # ---- failure handling -------------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        if self._failure is not None:
+            raise WorkerError(f"{self._failure}; create a new LLM")
+        if self._closed:
+            raise WorkerError("the tensor-parallel workers were shut down (closed, or stopped after an error); "
+                              "create a new LLM")
+
+    def _watch(self) -> None:
+        """Wait on the workers' sentinels; on the first unexpected exit, record it and stop the rest."""
+        sentinels = {proc.sentinel: rank for rank, proc in enumerate(self._procs, start=1)}
+        while not self._closing:
+            ready = wait_for_sentinels(list(sentinels), timeout=0.5)
+            if not ready or self._closing:
+                continue
+            rank = sentinels[ready[0]]
+            self._procs[rank - 1].join(1.0)  # reap it, so its exit code is known
+            self._failure = self._describe_exit(rank, self._procs[rank - 1].exitcode)
+            self._failed.set()
+            for proc in self._procs:
+                if proc.is_alive():
+                    proc.kill()
+            if self.backend == "nccl":
+                _abort_nccl()
+            return
+
+    def _describe_exit(self, rank: int, code: int | None) -> str:
+        how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        reported = {}
+        while not self._errors.empty():
+            r, text = self._errors.get()
+            reported.setdefault(r, text)
+        detail = reported.get(rank)  # the others only saw their peer vanish
+        return f"tensor-parallel worker rank {rank} {how}" + (f" ({detail})" if detail else "")
+
+    def _explain(self, exc: BaseException) -> str | None:
+        """Why a step failed, when a worker is to blame; None when the error is rank 0's own."""
+        if isinstance(exc, (KeyboardInterrupt, MinisglError)):
+            return None
+        if self._failure is not None:
+            return self._failure
+        if not isinstance(exc, RuntimeError):
+            return None
+        text = str(exc).lower()
+        if "timed out" in text or "timeout" in text:
+            return (f"a tensor-parallel worker stopped answering within {self.timeout_s:g} s "
+                    f"(MINISGL_TP_TIMEOUT): {exc}")
+        if self._failed.wait(_DEATH_NOTICE_S):  # a peer's socket closed: the watchdog is about to name it
+            return self._failure
+        if isinstance(exc, dist.DistError):
+            return f"tensor-parallel communication failed: {exc}"
+        return None
+
+
+# ---- helpers shared by both sides ---------------------------------------------------------------------------
+def _backend_for(config: EngineConfig) -> str:
+    from core.engine.engine import pick_device
+
+    device = pick_device(config.device)
+    if device.type != "cuda":
+        return "gloo"
+    if torch.cuda.device_count() < config.tp:
+        raise InvalidParamsError(f"tp={config.tp} needs {config.tp} GPUs but {torch.cuda.device_count()} are visible")
+    return "nccl"
+
+
+def _rank_config(config: EngineConfig, rank: int, backend: str) -> EngineConfig:
+    """On CUDA, rank r runs on GPU r."""
+    return dataclasses.replace(config, device=f"cuda:{rank}") if backend == "nccl" else config
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_groups(rank: int, size: int, port: int, backend: str, timeout_s: float) -> dist.ProcessGroup:
+    """Join the default group (the layers' collectives) and return the gloo control group."""
+    kwargs = {"device_id": torch.device("cuda", rank)} if backend == "nccl" else {}
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
+                            timeout=timedelta(seconds=timeout_s), **kwargs)
+    return dist.new_group(backend="gloo", timeout=_CONTROL_TIMEOUT)
+
+
+def _broadcast(command: Command, control: dist.ProcessGroup) -> Command:
+    box = [command]
+    dist.broadcast_object_list(box, src=0, group=control)
+    return box[0]
+
+
+def _abort_nccl() -> None:
+    """Unlike gloo, NCCL does not notice a vanished peer: abort the communicators so rank 0's pending
+    collective fails now instead of at the timeout (an experimental torch API, hence best effort)."""
+    try:
+        from torch.distributed.distributed_c10d import _abort_process_group
+
+        _abort_process_group()
+    except Exception:  # noqa: BLE001 - without it, the collective timeout still ends the wait
+        pass
+
+
+def _stop_process(proc: mp.Process) -> None:
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(2.0)
+    if proc.is_alive():
+        proc.kill()
+    proc.join()
+
+
+# ---- the worker side ----------------------------------------------------------------------------------------
+def _worker_main(rank: int, size: int, port: int, backend: str, config: EngineConfig, model_dir: Path,
+                 timeout_s: float, parent_pid: int, errors: mp.SimpleQueue) -> None:
+    """Build this rank's slice of the model, then run the scheduler on each command until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; rank 0 decides
+    _exit_with_parent(parent_pid)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    else:  # the ranks share the CPU: don't oversubscribe it
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
+    try:
+        control = _init_groups(rank, size, port, backend, timeout_s)
+        with tp_scope(TPInfo(rank, size)):
+            scheduler = _follower(config, model_dir)
+        dist.all_gather_object([None] * size, "ready", group=control)
+        while True:
+            command = _broadcast(Command(), control)
+            if command.stop:
+                break
+            scheduler.eos_token_ids = command.eos_token_ids
+            for uid, input_ids, params in command.requests:
+                scheduler.submit(uid, input_ids, params)
+            scheduler.run_until_idle()
+        dist.destroy_process_group()
+    except BaseException as exc:  # noqa: BLE001 - report, then leave: rank 0 turns this into WorkerError
+        errors.put((rank, f"{type(exc).__name__}: {exc}"))
+        if not isinstance(exc, (RuntimeError, MinisglError)) or not str(exc):
+            traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # nothing left to tear down: skip the slow interpreter shutdown
+
+
+def _follower(config: EngineConfig, model_dir: Path):
+    """A scheduler whose replies go nowhere: rank 0 reports the results."""
+    from core.scheduler.scheduler import Scheduler
+
+    class Follower(Scheduler):
+        def send_result(self, replies: list) -> None:
+            pass
+
+    return Follower(config, model_dir)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """If rank 0's process disappears without stopping us (SIGKILL), leave instead of lingering."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="minisgl-parent-watch", daemon=True).start()
