@@ -10,30 +10,14 @@ import random
 
 import pytest
 
+from checks import assert_pages_accounted, greedy
 from core import LLM, SamplingParams
-from reference import hf_greedy
 
 MODEL = "llama"
-_REFERENCE: dict[tuple[str, tuple[int, ...]], list[int]] = {}
-
-
-def greedy(path: str, prompt: list[int], n: int) -> list[int]:
-    """Reference tokens, computed once per prompt for the longest length any test asks for."""
-    key = (path, tuple(prompt))
-    if key not in _REFERENCE or len(_REFERENCE[key]) < n:
-        _REFERENCE[key] = hf_greedy(path, prompt, max(n, 8))
-    return _REFERENCE[key][:n]
 
 
 def params(n: int) -> SamplingParams:
     return SamplingParams(max_tokens=n, ignore_eos=True)
-
-
-def assert_pages_accounted(llm: LLM) -> None:
-    stats = llm.stats()
-    assert stats["free_rows"] == stats["total_rows"]
-    assert stats["free_pages"] + stats["cached_pages"] == stats["total_pages"]
-    assert llm.cache_manager.unaccounted_pages() == ([], [])
 
 
 def record_steps(llm: LLM) -> list:
