@@ -48,6 +48,7 @@ class _Prepared:
     note: str
     waiting: int
     pages_used: int
+    pages_cached: int
 
 
 class Scheduler:
@@ -187,7 +188,7 @@ class Scheduler:
         write_cols = self._to_device([scratch if r.is_chunked else r.device_len for r in batch.reqs])
         req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in batch.reqs)
         return _Prepared(batch, self.engine.sampler.prepare(batch), self._to_device(last), write_rows, write_cols,
-                         req_steps, note, waiting, self.cache_manager.used_pages)
+                         req_steps, note, waiting, self.cache_manager.used_pages, self.cache_manager.cached_pages)
 
     def _forward(self, prepared: _Prepared) -> ForwardOutput:
         batch = prepared.batch
@@ -246,7 +247,8 @@ class Scheduler:
             step=self._step, phase=batch.phase, batch_size=batch.size, num_tokens=len(batch.positions),
             reqs=prepared.req_steps,
             kv_pages_used=prepared.pages_used, kv_pages_total=self.cache_manager.num_pages,
-            elapsed_s=elapsed, note=prepared.note, finished=tuple(finished), waiting=prepared.waiting)
+            elapsed_s=elapsed, note=prepared.note, finished=tuple(finished), waiting=prepared.waiting,
+            kv_pages_cached=prepared.pages_cached)
         self._step += 1
         for fn in self.step_callbacks:
             fn(event)
