@@ -28,7 +28,7 @@ class EngineConfig:
     """What the engine is built with. ``None`` means "choose for this machine" (resolved by the Engine)."""
 
     model: str | None = None
-    cache: str = "naive"
+    cache: str = "radix"  # "naive" recomputes every prompt; "radix" reuses shared prefixes
     page_size: int = 1
     max_running_req: int = 32
     num_pages: int | None = None  # explicit KV pool size; else sized from kv_cache_gb

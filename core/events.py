@@ -27,7 +27,7 @@ class StepEvent:
     batch_size: int
     num_tokens: int
     reqs: tuple[ReqStep, ...]
-    kv_pages_used: int
+    kv_pages_used: int  # not free: held by requests or by the prefix cache
     kv_pages_total: int
     elapsed_s: float
     tp_size: int = 1
@@ -36,6 +36,7 @@ class StepEvent:
     # uids that finished in this step, and the waiting queue length when the batch was formed
     finished: tuple[int, ...] = field(default=())
     waiting: int = 0
+    kv_pages_cached: int = 0  # of the used pages, those the prefix cache owns (shared, or kept for reuse)
 
     def to_dict(self) -> dict:
         return asdict(self)

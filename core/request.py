@@ -77,6 +77,11 @@ class Req:
         return self.device_len - self.cached_len
 
     @property
+    def max_kv_len(self) -> int:
+        """Positions that will ever hold KV: the last sampled token is returned, never fed back."""
+        return self.max_device_len - 1
+
+    @property
     def remain_len(self) -> int:
         """Tokens of KV this request may still need beyond what it holds now."""
         return self.max_device_len - self.device_len

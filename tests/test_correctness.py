@@ -35,17 +35,20 @@ def test_greedy_matches_transformers_with_queueing(model_dirs, family, page_size
     assert sum(1 for e in events if e.phase == "prefill") > 1  # later prompts were admitted as rows freed up
 
 
-def test_second_generate_gives_same_outputs_and_frees_everything(model_dirs):
-    llm = LLM(model_dirs["qwen3"], max_running_req=4, page_size=4)
+@pytest.mark.parametrize("cache", ["naive", "radix"])
+def test_second_generate_gives_same_outputs_and_frees_everything(model_dirs, cache):
+    llm = LLM(model_dirs["qwen3"], max_running_req=4, page_size=4, cache=cache)
     prompts, max_tokens = varied_prompts(6, seed=3)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
     first = llm.generate(prompts, params)
     stats = llm.stats()
     assert stats["free_rows"] == stats["total_rows"] == 4
-    assert stats["free_pages"] == stats["total_pages"]
+    assert stats["free_pages"] + stats["cached_pages"] == stats["total_pages"]
+    assert (stats["cached_pages"] > 0) == (cache == "radix")
     second = llm.generate(prompts, params)
     assert [r["token_ids"] for r in first] == [r["token_ids"] for r in second]
-    assert llm.stats() == stats
+    pages = ("free_rows", "total_rows", "free_pages", "cached_pages", "total_pages")
+    assert {k: llm.stats()[k] for k in pages} == {k: stats[k] for k in pages}
 
 
 def test_stops_at_eos_unless_ignored(model_dirs):

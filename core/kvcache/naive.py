@@ -24,6 +24,9 @@ class NaivePrefixCache:
     def owned_prefix_pages(self, handle: object) -> int:
         return 0
 
+    def owned_pages(self) -> list[int]:
+        return []
+
     def evict(self, num_pages: int) -> list[int]:
         return []
 

@@ -204,6 +204,16 @@ class RadixPrefixCache:
             raise TypeError(f"not a radix cache handle: {handle!r}")
         return handle
 
+    def owned_pages(self) -> list[int]:
+        """Every page the tree owns, for audits (walks the whole tree)."""
+        pages: list[int] = []
+        stack = list(self._root.children.values())
+        while stack:
+            node = stack.pop()
+            pages += node.pages
+            stack.extend(node.children.values())
+        return pages
+
     # ---- giving pages back ---------------------------------------------------------------------------------
     def evict(self, num_pages: int) -> list[int]:
         """Free unlocked leaves, least recently used first, until ``num_pages`` pages are freed or none are left.

@@ -53,7 +53,7 @@ class LLM(Scheduler):
     ``if __name__ == "__main__":`` guard, since the workers are started with spawn.
     """
 
-    def __init__(self, model: str | None = None, *, cache: str = "naive", page_size: int = 1,
+    def __init__(self, model: str | None = None, *, cache: str = "radix", page_size: int = 1,
                  max_running_req: int = 32, num_pages: int | None = None, max_seq_len: int | None = None,
                  max_extend_tokens: int = 8192, dtype: Any = None, device: str | None = None,
                  attention: str | None = None, kv_cache_gb: float | None = None,

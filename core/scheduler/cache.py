@@ -7,6 +7,7 @@ cache frees them all; the radix cache keeps full pages of known tokens for later
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -37,7 +38,9 @@ class CacheManager:
         self.page_table = page_table
         self.max_seq_len = page_table.shape[1]
         self._free_pages: list[int] = list(range(num_pages))
+        self.evicted_pages = 0  # cumulative: cached pages taken back to make room
         self.prefix_cache: PrefixCache = self._make_prefix_cache(cache_type)
+        self.reuses_prefixes = cache_type != "naive"
 
     def _make_prefix_cache(self, cache_type: str) -> PrefixCache:
         if cache_type == "radix":
@@ -59,6 +62,13 @@ class CacheManager:
     @property
     def cached_pages(self) -> int:
         return self.prefix_cache.cached_pages
+
+    def unaccounted_pages(self) -> tuple[list[int], list[int]]:
+        """With no request running every page is free or cached, exactly once: (lost, doubled) should be empty."""
+        seen = Counter(self._free_pages + self.prefix_cache.owned_pages())
+        doubled = sorted(page for page, count in seen.items() if count > 1)
+        lost = sorted(set(range(self.num_pages)) - seen.keys())
+        return lost, doubled
 
     @property
     def used_pages(self) -> int:
@@ -91,7 +101,9 @@ class CacheManager:
 
     def _take(self, n: int) -> list[int]:
         if n > len(self._free_pages):
-            self._free_pages.extend(self.prefix_cache.evict(n - len(self._free_pages)))
+            evicted = self.prefix_cache.evict(n - len(self._free_pages))
+            self.evicted_pages += len(evicted)
+            self._free_pages.extend(evicted)
         if n > len(self._free_pages):
             raise OutOfPagesError(f"needed {n} KV pages, only {len(self._free_pages)} free")
         taken, self._free_pages = self._free_pages[:n], self._free_pages[n:]
@@ -133,9 +145,10 @@ class CacheManager:
         tokens = req.input_ids[: req.cached_len]
         result = self.prefix_cache.insert(tokens, req.pages, req.cache_handle)
         self._free_pages.extend(result.duplicate_pages)
-        if result.duplicate_pages:
+        if result.duplicate_pages:  # an identical prefix was cached meanwhile: read the cache's copy from now on
             req.pages[: len(result.pages)] = result.pages
-            self._record(req, 0, len(result.pages))
+            if not finished:
+                self._record(req, 0, len(result.pages))
         self.prefix_cache.unlock(req.cache_handle)
         req.cache_handle = None
         if finished:

@@ -30,7 +30,7 @@ class DecodeManager:
     @property
     def reserved_pages(self) -> int:
         """Pages the running requests may still claim before they finish: admission keeps these free."""
-        return sum(pages_for(r.max_device_len, self.page_size) - len(r.pages) for r in self.running)
+        return sum(pages_for(r.max_kv_len, self.page_size) - len(r.pages) for r in self.running)
 
     @property
     def runnable(self) -> bool:

@@ -6,6 +6,10 @@ cache already holds and after the pages promised to the requests already decodin
 this step. Stopping at the first misfit rather than skipping it keeps the queue fair: nothing is jumped over.
 A prompt longer than the remaining budget is cut into chunks; the chunked request keeps its row and pages and
 stays at the head of the queue until its last chunk is done.
+
+With a prefix cache, one more reason to wait: a request that shares a long prefix, not yet cached, with a
+request already in this batch would compute that prefix a second time. It waits one step instead, by which
+time the first one's prompt is in the cache, and then prefills only what differs.
 """
 
 from __future__ import annotations
@@ -16,6 +20,14 @@ from core.request import Batch, Req, SamplingParams
 from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager, pages_for
 from core.scheduler.table import TableManager
+
+# shared tokens (beyond what is cached) worth waiting a step for, rather than computing them twice in one batch
+IN_BATCH_SHARED_TOKENS = 32
+
+
+def common_prefix_len(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 @dataclass(eq=False)
@@ -30,6 +42,11 @@ class PendingReq:
     def max_device_len(self) -> int:
         return len(self.input_ids) + self.params.max_tokens
 
+    @property
+    def max_kv_len(self) -> int:
+        """Positions that will ever hold KV (the last sampled token is never fed back)."""
+        return self.max_device_len - 1
+
 
 @dataclass
 class PrefillAdder:
@@ -39,6 +56,9 @@ class PrefillAdder:
     table: TableManager
     page_size: int
     token_pool_writes: list[tuple[int, int, list[int]]] = field(default_factory=list)
+    admitted_prompt_tokens: int = 0  # prompts of requests admitted this step, and the part of them found cached
+    admitted_cached_tokens: int = 0
+    batch_prompts: list[list[int]] = field(default_factory=list)  # prompts of the requests in this batch so far
 
     def try_add(self, pending: PendingReq) -> Req | None:
         if self.token_budget <= 0:
@@ -50,6 +70,7 @@ class PrefillAdder:
         req.device_len = req.cached_len + extend
         self.token_budget -= extend
         self.token_pool_writes.append((req.table_idx, req.cached_len, pending.input_ids[req.cached_len:req.device_len]))
+        self.batch_prompts.append(pending.input_ids)
         return req
 
     def _admit(self, pending: PendingReq) -> Req | None:
@@ -57,7 +78,9 @@ class PrefillAdder:
         if self.table.available == 0:
             return None
         match = self.cache.match(pending.input_ids)
-        lifetime_pages = pages_for(pending.max_device_len, self.page_size) - len(match.pages)
+        if self._shares_with_batch(pending.input_ids, match.cached_len):
+            return None
+        lifetime_pages = pages_for(pending.max_kv_len, self.page_size) - len(match.pages)
         # matched pages that nobody else holds are counted as evictable; locking them takes them out of that pool
         if lifetime_pages + self.reserved_pages > self.cache.available_pages - self._evictable_in(match):
             return None
@@ -66,8 +89,21 @@ class PrefillAdder:
                   max_device_len=pending.max_device_len, params=pending.params, sample_seed=pending.sample_seed)
         self.cache.adopt(req, match)
         self.reserved_pages += lifetime_pages
+        self.admitted_prompt_tokens += req.prompt_len
+        self.admitted_cached_tokens += req.cached_len
         pending.started = req
         return req
+
+    def _shares_with_batch(self, prompt: list[int], cached_len: int) -> bool:
+        """Would waiting for a request already in this batch let this one reuse many more cached tokens?"""
+        if not self.cache.reuses_prefixes:
+            return False
+        for other in self.batch_prompts:
+            # what the cache could match once ``other`` is in it: whole pages, never the last prompt token
+            shared = common_prefix_len(prompt[:-1], other) // self.page_size * self.page_size
+            if shared - cached_len >= IN_BATCH_SHARED_TOKENS:
+                return True
+        return False
 
     def _evictable_in(self, match) -> int:
         before = self.cache.available_pages
@@ -84,6 +120,9 @@ class PrefillManager:
         self.decode = decode
         self.page_size = page_size
         self.pending: list[PendingReq] = []
+        # cumulative over every admitted request: the prefix cache's hit rate is cached / prompt
+        self.prompt_tokens = 0
+        self.cached_prompt_tokens = 0
 
     def add(self, pending: PendingReq) -> None:
         self.pending.append(pending)
@@ -94,25 +133,26 @@ class PrefillManager:
 
     def reserved_pages(self) -> int:
         """Pages promised to decoding requests and to chunked requests part-way through their prompt."""
-        chunked = sum(pages_for(p.max_device_len, self.page_size) - len(p.started.pages)
+        chunked = sum(pages_for(p.max_kv_len, self.page_size) - len(p.started.pages)
                       for p in self.pending if p.started is not None)
         return self.decode.reserved_pages + chunked
 
     def schedule_next_batch(self, token_budget: int) -> tuple[Batch, list[tuple[int, int, list[int]]]] | None:
         if not self.pending:
             return None
+        # A chunked request at the head adds no pages at admission (it was admitted with its whole life's
+        # pages), but what it does not hold yet stays reserved, so nobody admitted behind it can take them.
         adder = PrefillAdder(token_budget, self.reserved_pages(), self.cache, self.table, self.page_size)
-        # a started (chunked) request's own remaining pages were counted as reserved: it must not pay twice
         reqs: list[Req] = []
         for pending in self.pending:
-            if pending.started is not None:
-                adder.reserved_pages -= pages_for(pending.max_device_len, self.page_size) - len(pending.started.pages)
             req = adder.try_add(pending)
             if req is None:
                 break
             reqs.append(req)
         if not reqs:
             return None
+        self.prompt_tokens += adder.admitted_prompt_tokens
+        self.cached_prompt_tokens += adder.admitted_cached_tokens
         still_chunked = [p for p in self.pending[: len(reqs)] if p.started is not None and p.started.is_chunked]
         self.pending = still_chunked + self.pending[len(reqs):]
         return Batch(reqs=reqs, phase="prefill"), adder.token_pool_writes

@@ -48,6 +48,7 @@ class _Prepared:
     note: str
     waiting: int
     pages_used: int
+    pages_cached: int
 
 
 class Scheduler:
@@ -97,9 +98,10 @@ class Scheduler:
         if total > self.max_seq_len:
             return (f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} exceeds the context of "
                     f"{self.max_seq_len} tokens")
-        if pages_for(total, self.page_size) > self.cache_manager.num_pages:
-            return (f"prompt plus max_tokens needs {pages_for(total, self.page_size)} KV pages but the pool has only "
-                    f"{self.cache_manager.num_pages}")
+        pages = pages_for(total - 1, self.page_size)  # the last sampled token is never fed back: no KV
+        if pages > self.cache_manager.num_pages:
+            return (f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} needs {pages} KV pages "
+                    f"but the pool has only {self.cache_manager.num_pages}")
         return None
 
     def abort(self, uid: int) -> bool:
@@ -186,7 +188,7 @@ class Scheduler:
         write_cols = self._to_device([scratch if r.is_chunked else r.device_len for r in batch.reqs])
         req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in batch.reqs)
         return _Prepared(batch, self.engine.sampler.prepare(batch), self._to_device(last), write_rows, write_cols,
-                         req_steps, note, waiting, self.cache_manager.used_pages)
+                         req_steps, note, waiting, self.cache_manager.used_pages, self.cache_manager.cached_pages)
 
     def _forward(self, prepared: _Prepared) -> ForwardOutput:
         batch = prepared.batch
@@ -236,7 +238,7 @@ class Scheduler:
             self._release(pending.started)
         self.send_result([Reply(pending.uid, None, True, "error",
                                 f"request needs more KV pages than the pool can ever free "
-                                f"({pages_for(pending.max_device_len, self.page_size)} needed, "
+                                f"({pages_for(pending.max_kv_len, self.page_size)} needed, "
                                 f"{self.cache_manager.num_pages} in the pool)")])
 
     def _emit(self, prepared: _Prepared, finished: list[int], elapsed: float) -> None:
@@ -246,17 +248,32 @@ class Scheduler:
             reqs=prepared.req_steps,
             kv_pages_used=prepared.pages_used, kv_pages_total=self.cache_manager.num_pages,
             elapsed_s=elapsed, tp_size=self.config.tp, note=prepared.note, finished=tuple(finished),
-            waiting=prepared.waiting)
+            waiting=prepared.waiting, kv_pages_cached=prepared.pages_cached)
         self._step += 1
         for fn in self.step_callbacks:
             fn(event)
 
     # ---- introspection ------------------------------------------------------------------------------------
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int | float]:
+        """Rows and KV pages now, and the prefix cache's hit rate so far (cached prompt tokens / prompt tokens)."""
+        prefill = self.prefill_manager
         return {
             "free_rows": self.table_manager.available,
             "total_rows": self.table_manager.total_rows,
             "free_pages": self.cache_manager.free_pages,
             "cached_pages": self.cache_manager.cached_pages,
             "total_pages": self.cache_manager.num_pages,
+            "evicted_pages": self.cache_manager.evicted_pages,
+            "prompt_tokens": prefill.prompt_tokens,
+            "cached_prompt_tokens": prefill.cached_prompt_tokens,
+            "hit_rate": prefill.cached_prompt_tokens / prefill.prompt_tokens if prefill.prompt_tokens else 0.0,
         }
+
+    def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache; returns the pages freed.
+
+        Safe at any time: pages that a running request reads are locked and stay until it lets go of them.
+        """
+        before = self.cache_manager.free_pages
+        self.cache_manager.reset_prefix_cache()
+        return self.cache_manager.free_pages - before
