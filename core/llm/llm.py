@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 
 from core.config import EngineConfig
 from core.errors import InvalidParamsError, ModelLoadError
+from core.models.random_spec import ByteTokenizer, RandomSpec
 from core.models.weights import resolve_model_dir
 from core.request import SamplingParams
 from core.scheduler.scheduler import Reply, Scheduler
@@ -28,7 +29,9 @@ class _Collected:
     error: str | None = None
 
 
-def load_tokenizer(model_dir: Path) -> Any:
+def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
+    if isinstance(model_dir, RandomSpec):
+        return ByteTokenizer()
     from transformers import AutoTokenizer
 
     try:
@@ -38,7 +41,8 @@ def load_tokenizer(model_dir: Path) -> Any:
 
 
 class LLM(Scheduler):
-    """``LLM(model=None | path, ...)``: None is the embedded SmolLM2-135M-Instruct."""
+    """``LLM(model=None | path | 'random:NAME', ...)``: None is the embedded SmolLM2-135M-Instruct; a random
+    spec builds a known shape with random weights and reads prompts as token ids or UTF-8 bytes."""
 
     def __init__(self, model: str | None = None, *, cache: str = "naive", page_size: int = 1,
                  max_running_req: int = 32, num_pages: int | None = None, max_seq_len: int | None = None,
