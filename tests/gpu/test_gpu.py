@@ -68,11 +68,13 @@ def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_s
 
     torch.manual_seed(0)
     heads, kv_heads, dim = 8, 4, 128
-    pool = KVPool(1, 256, page_size, kv_heads, dim, torch.bfloat16, torch.device("cuda"))
+    num_pages = 4096 // page_size
+    pool = KVPool(1, num_pages, page_size, kv_heads, dim, torch.bfloat16, torch.device("cuda"))
     pool.k.normal_()
     pool.v.normal_()
     table = torch.zeros(5, 1024, dtype=torch.int64, device="cuda")
-    cache = CacheManager(256, page_size, table, "naive")
+    cache = CacheManager(num_pages, page_size, table, "naive")
+    cache._free_pages.reverse()  # pages out of order, so a wrong page list cannot pass by accident
     backends = [TorchAttentionBackend(pool, table, heads, kv_heads, dim),
                 FlashInferBackend(pool, table, heads, kv_heads, dim)]
     lengths = [(0, 37), (20, 33), (100, 101), (0, 1), (64, 200)]  # (cached, total): prefix reuse and fresh
