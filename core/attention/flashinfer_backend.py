@@ -54,11 +54,7 @@ class FlashInferBackend(AttentionBackend):
     def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
                  head_dim: int) -> None:
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
-        if pool.k.device.type != "cuda":
-            raise InvalidParamsError("the flashinfer attention backend needs a CUDA device; use --attention torch")
-        if pool.k.dtype not in HALF_DTYPES:
-            raise InvalidParamsError(f"the flashinfer attention backend runs bf16 or fp16, not "
-                                     f"{str(pool.k.dtype).removeprefix('torch.')}; use --attention torch")
+        self.check_supported(pool)
         import flashinfer
 
         self._fi = flashinfer
@@ -72,6 +68,14 @@ class FlashInferBackend(AttentionBackend):
             self.workspace, "NHD", use_tensor_cores=self.tensor_cores)
         self._graph_wrappers: dict[int, Any] = {}
         self._dummy_page = 0
+
+    @staticmethod
+    def check_supported(pool: KVPool) -> None:
+        if pool.k.device.type != "cuda":
+            raise InvalidParamsError("the flashinfer attention backend needs a CUDA device; use --attention torch")
+        if pool.k.dtype not in HALF_DTYPES:
+            raise InvalidParamsError(f"the flashinfer attention backend runs bf16 or fp16, not "
+                                     f"{str(pool.k.dtype).removeprefix('torch.')}; use --attention torch")
 
     # ---- per step ------------------------------------------------------------------------------------------
     def prepare_metadata(self, batch: Batch) -> None:
