@@ -4,6 +4,11 @@ A backend gets the batch once per step (``prepare_metadata``: turn lengths and p
 its kernels need, shared by every layer) and then, per layer, q/k/v for the batch's new tokens: it writes k
 and v into the pool at ``batch.out_loc`` and returns the attention output over each request's whole sequence
 (cached prefix plus new tokens).
+
+Kernels that plan ahead (flashinfer) do so in ``begin_forward``, which the engine calls right before the
+forward pass rather than when the batch is prepared: planning writes buffers that the previous step's kernels
+may still read, so it belongs on the forward path. A backend that can run decode under CUDA graphs keeps its
+metadata in fixed buffers, one set per captured batch size (``init_cuda_graph`` / ``plan_cuda_graph``).
 """
 
 from __future__ import annotations
@@ -29,6 +34,21 @@ class AttentionBackend(ABC):
     @abstractmethod
     def prepare_metadata(self, batch: Batch) -> None:
         """Fill ``batch.attn_metadata`` for this step."""
+
+    def begin_forward(self, batch: Batch) -> None:
+        """Last step before the forward pass (eager): plan kernels from ``batch.attn_metadata``."""
+
+    supports_cuda_graph = False
+    fused_kernels = False  # run the model's norms, activation and RoPE with flashinfer's kernels too
+
+    def init_cuda_graph(self, batch_sizes: list[int], dummy_page: int) -> None:
+        """Allocate fixed metadata buffers for decode batches of these sizes; padding rows read ``dummy_page``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run under CUDA graphs")
+
+    def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
+        """Fill the fixed buffers of ``padded_size`` for ``batch`` (padding rows after its requests) and set
+        ``batch.attn_metadata`` to what ``forward`` reads during capture and replay."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run under CUDA graphs")
 
     @abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:

@@ -14,19 +14,27 @@ from typing import Callable
 import torch
 
 from core.attention.base import AttentionBackend
+from core.attention.flashinfer_backend import HALF_DTYPES, flashinfer_available
 from core.config import EngineConfig, parse_dtype
 from core.engine.context import forward_context
+from core.engine.graph import CudaGraphRunner
 from core.engine.sampler import SampleArgs, Sampler
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
+from core.layers.kernels import FlashInferKernels, TorchKernels, install_kernels
+from core.layers.linear import local_kv_heads
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.models.config import ModelConfig
 from core.models.loader import load_model, read_model_config
+from core.models.random_spec import RandomSpec
 from core.request import Batch
 
 DEFAULT_CPU_KV_GB = 1.0
+GPU_HEADROOM_FRACTION = 0.1  # of the memory free after loading the weights, kept out of the KV pool
+GPU_MIN_HEADROOM_GB = 4.0
+DEFAULT_GRAPH_MAX_BS = 256
 
 
 @dataclass
@@ -51,7 +59,8 @@ def pick_device(requested: str | None) -> torch.device:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, model_dir: Path, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, config: EngineConfig, model_dir: Path | RandomSpec,
+                 log: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.device = pick_device(config.device)
         if self.device.type == "cuda" and self.device.index is None:
@@ -65,16 +74,24 @@ class Engine:
         self.page_size = config.page_size
         self.num_kv_heads = local_kv_heads(cfg.num_kv_heads)[0]
         self.num_pages = self._pool_pages()
-        self.kv_pool = KVPool(cfg.num_layers, self.num_pages, self.page_size, self.num_kv_heads, cfg.head_dim,
+        # one page more than the cache hands out: padding rows of a CUDA-graph batch write their KV there
+        self.dummy_page = self.num_pages
+        self.kv_pool = KVPool(cfg.num_layers, self.num_pages + 1, self.page_size, self.num_kv_heads, cfg.head_dim,
                               self.dtype, self.device)
-        # one row per running request; a position's KV slot. Rows beyond max_running_req are scratch for padding.
+        # one row per running request; a position's KV slot. The spare last row (padding) points at the dummy page.
         self.page_table = torch.zeros(config.max_running_req + 1, self.max_seq_len, dtype=torch.int64,
                                       device=self.device)
+        self.page_table[config.max_running_req] = self.dummy_page * self.page_size
         self.attn_backend = self._make_backend()
+        kernels = FlashInferKernels if self.attn_backend.fused_kernels else TorchKernels
+        install_kernels(self.model, kernels)
         self.sampler = Sampler(self.device)
+        self.graph_runner = self._make_graph_runner(log)
         if log:
+            graphs = f"CUDA graphs up to batch {self.graph_runner.max_bs}" if self.graph_runner else "no CUDA graphs"
             log(f"engine ready: {self.device} {str(self.dtype).removeprefix('torch.')}, "
-                f"{self.num_pages} KV pages of {self.page_size}, backend {type(self.attn_backend).__name__}")
+                f"{self.num_pages} KV pages of {self.page_size}, backend {type(self.attn_backend).__name__}, "
+                f"{kernels.name} kernels, {graphs}")
 
     def _pool_pages(self) -> int:
         cfg, config = self.model_config, self.config
@@ -92,24 +109,58 @@ class Engine:
         return pages
 
     def _default_kv_gb(self) -> float:
+        """On CUDA: a fraction of the memory still free once the weights are loaded. The rest is headroom for
+        activations (a prefill of max_extend_tokens), the logits and sampling of a full batch, flashinfer's
+        workspaces and the CUDA graphs' memory pool: a few GiB for a small model."""
         if self.device.type != "cuda":
             return DEFAULT_CPU_KV_GB
         free, _ = torch.cuda.mem_get_info(self.device)
-        return 0.85 * free / (1 << 30)
+        headroom = max(GPU_HEADROOM_FRACTION * free, GPU_MIN_HEADROOM_GB * (1 << 30))
+        return max(free - headroom, 0) / (1 << 30)
+
+    def _attention_name(self) -> str:
+        """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports; torch otherwise."""
+        if self.config.attention is not None:
+            return self.config.attention
+        if self.device.type == "cuda" and self.dtype in HALF_DTYPES and flashinfer_available():
+            return "flashinfer"
+        return "torch"
 
     def _make_backend(self) -> AttentionBackend:
         cfg = self.model_config
-        name = self.config.attention or "torch"
         args = (self.kv_pool, self.page_table, cfg.num_heads // self.tp.size, self.num_kv_heads, cfg.head_dim)
-        if name == "flashinfer":
-            raise InvalidParamsError("the flashinfer attention backend is not available yet; use --attention torch")
+        if self._attention_name() == "flashinfer":
+            if not flashinfer_available():
+                raise InvalidParamsError("the flashinfer attention backend needs the flashinfer-python package "
+                                         "(pip install 'minisgl[cuda]'); or use --attention torch")
+            from core.attention.flashinfer_backend import FlashInferBackend
+
+            return FlashInferBackend(*args)
         from core.attention.torch_backend import TorchAttentionBackend
 
         return TorchAttentionBackend(*args)
 
+    def _make_graph_runner(self, log: Callable[[str], None] | None) -> CudaGraphRunner | None:
+        """Decode graphs on CUDA with a backend that supports them; the cap defaults to the running-request cap
+        (at most DEFAULT_GRAPH_MAX_BS) and 0 turns them off."""
+        asked = self.config.cuda_graph_max_bs
+        usable = self.device.type == "cuda" and self.attn_backend.supports_cuda_graph
+        if asked == 0 or (asked is None and not usable):
+            return None
+        if not usable:
+            raise InvalidParamsError("CUDA graphs need a CUDA device and the flashinfer attention backend; "
+                                     "pass --cuda-graph-max-bs 0 to run without them")
+        cap = min(asked or DEFAULT_GRAPH_MAX_BS, self.config.max_running_req)
+        return CudaGraphRunner(self.model, self.attn_backend, cap, self.dummy_page * self.page_size,
+                               self.dummy_page, self.device, log)
+
     def forward_batch(self, batch: Batch, sample_args: SampleArgs, logits_indices: torch.Tensor) -> ForwardOutput:
         with forward_context(batch, self.attn_backend), torch.inference_mode():
-            logits = self.model(batch.input_ids, batch.positions, logits_indices)
+            if self.graph_runner is not None and self.graph_runner.can_run(batch):
+                logits = self.graph_runner.run(batch)
+            else:
+                self.attn_backend.begin_forward(batch)
+                logits = self.model(batch.input_ids, batch.positions, logits_indices)
             # ranks sample identically from identical gathered logits; the broadcast makes agreement certain
             next_tokens = broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp.size)
         if self.device.type == "cuda":

@@ -8,7 +8,9 @@ same tokens alone or in any batch, on any device, with no per-request generator 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -27,6 +29,8 @@ class SampleArgs:
     seeds: torch.Tensor | None = None
     positions: torch.Tensor | None = None
     greedy_rows: torch.Tensor | None = None
+    filtered: bool = False  # some row has top-k or top-p below its "keep everything" value
+
 
     @property
     def all_greedy(self) -> bool:
@@ -49,9 +53,39 @@ def hashed_uniform(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> 
     return (bits.to(torch.float64) + 0.5).div_(2.0 ** 31).to(torch.float32)
 
 
+def _race(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
+          positions: torch.Tensor) -> torch.Tensor:
+    """The exponential race over the whole vocabulary (no top-k/top-p filter)."""
+    probs = torch.softmax(logits / temperatures[:, None], dim=-1)
+    noise = hashed_uniform(seeds, positions, logits.shape[-1])
+    return (probs / -torch.log(noise)).argmax(dim=-1)
+
+
+def _compiled_race() -> Callable:
+    """On CUDA the race is a dozen passes over [batch, vocab] (the hash alone is ten integer ops); compiled, it
+    is one or two fused kernels. Falls back to eager if compilation is unavailable or fails."""
+    compiled = torch.compile(_race, dynamic=True)
+    state = {"fn": compiled}
+
+    def run(*args: torch.Tensor) -> torch.Tensor:
+        try:
+            return state["fn"](*args)
+        except Exception as exc:  # an inductor/triton problem must not stop generation
+            if state["fn"] is _race:
+                raise
+            warnings.warn(f"compiled sampling failed ({type(exc).__name__}: {exc}); sampling eagerly")
+            state["fn"] = _race
+            return _race(*args)
+
+    return run
+
+
 class Sampler:
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, compile: bool | None = None) -> None:
         self.device = device
+        if compile is None:
+            compile = device.type == "cuda"
+        self._race = _compiled_race() if compile else _race
 
     def prepare(self, batch: Batch) -> SampleArgs:
         params = [r.params for r in batch.reqs]
@@ -68,16 +102,20 @@ class Sampler:
             seeds=tensor([r.sample_seed for r in batch.reqs], torch.int64),
             positions=tensor([r.device_len for r in batch.reqs], torch.int64),
             greedy_rows=tensor([p.greedy for p in params], torch.bool),
+            filtered=any(p.top_k != -1 or p.top_p < 1.0 for p in params),
         )
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
         greedy = logits.argmax(dim=-1)
         if args.all_greedy:
             return greedy.to(torch.int32)
-        probs = torch.softmax(logits / args.temperatures[:, None], dim=-1)
-        probs = _top_k_top_p(probs, args.top_k, args.top_p)
-        noise = hashed_uniform(args.seeds, args.positions, logits.shape[-1])
-        sampled = (probs / -torch.log(noise)).argmax(dim=-1)
+        if args.filtered:
+            probs = torch.softmax(logits / args.temperatures[:, None], dim=-1)
+            probs = _top_k_top_p(probs, args.top_k, args.top_p)
+            noise = hashed_uniform(args.seeds, args.positions, logits.shape[-1])
+            sampled = (probs / -torch.log(noise)).argmax(dim=-1)
+        else:
+            sampled = self._race(logits, args.temperatures, args.seeds, args.positions)
         return torch.where(args.greedy_rows, greedy, sampled).to(torch.int32)
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from core.layers.kernels import TorchKernels
 from core.layers.linear import RowParallelLinear, ShardedLinear, column_blocks
 
 
@@ -15,7 +15,7 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = ShardedLinear(
             hidden_size, column_blocks({"gate": intermediate_size, "up": intermediate_size}), bias=False)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size)
+        self.kernels = TorchKernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.kernels.silu_and_mul(self.gate_up_proj(x)))

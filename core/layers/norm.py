@@ -5,20 +5,19 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from core.layers.kernels import TorchKernels
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
+        self.kernels = TorchKernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return self.kernels.rms_norm(x, self.weight, self.eps)
 
     def forward_with_residual(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the residual stream first, normalise the sum, and return both (the sum is the next residual)."""
-        residual = x + residual
-        return self.forward(residual), residual
+        return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)

@@ -7,6 +7,7 @@ import math
 import torch
 from torch import nn
 
+from core.layers.kernels import TorchKernels
 from core.models.config import RopeScaling
 
 
@@ -30,11 +31,6 @@ def _llama3_scale(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
 class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: RopeScaling) -> None:
         super().__init__()
@@ -43,11 +39,12 @@ class RotaryEmbedding(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos", emb.cos(), persistent=False)
         self.register_buffer("sin", emb.sin(), persistent=False)
+        # [positions, dim]: cos of each frequency, then sin (the layout fused kernels take)
+        half = inv_freq.shape[0]
+        self.register_buffer("cos_sin", torch.cat((self.cos[:, :half], self.sin[:, :half]), dim=-1),
+                             persistent=False)
+        self.kernels = TorchKernels
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q: [tokens, heads, head_dim], k: [tokens, kv_heads, head_dim]; rotated in their own dtype."""
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        return q, k
+        return self.kernels.rope(positions, q, k, self.cos, self.sin, self.cos_sin)

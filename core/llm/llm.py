@@ -20,6 +20,7 @@ from core.config import EngineConfig
 from core.distributed.info import tp_scope
 from core.distributed.workers import start_group
 from core.errors import InvalidParamsError, ModelLoadError, one_line
+from core.models.random_spec import ByteTokenizer, RandomSpec
 from core.models.weights import resolve_model_dir
 from core.request import SamplingParams
 from core.scheduler.scheduler import Reply, Scheduler
@@ -35,7 +36,9 @@ class _Collected:
     error: str | None = None
 
 
-def load_tokenizer(model_dir: Path) -> Any:
+def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
+    if isinstance(model_dir, RandomSpec):
+        return ByteTokenizer()
     from transformers import AutoTokenizer
 
     try:
@@ -45,7 +48,8 @@ def load_tokenizer(model_dir: Path) -> Any:
 
 
 class LLM(Scheduler):
-    """``LLM(model=None | path, ...)``: None is the embedded SmolLM2-135M-Instruct.
+    """``LLM(model=None | path | 'random:NAME', ...)``: None is the embedded SmolLM2-135M-Instruct; a random
+    spec builds a known shape with random weights and reads prompts as token ids or UTF-8 bytes.
 
     ``tp=N`` splits the model over N ranks: N-1 worker processes on the CPU (gloo) or N GPUs (NCCL, rank r on
     GPU r). Call ``close()`` (or use ``with LLM(...) as llm``) to stop them; they are also stopped when the LLM

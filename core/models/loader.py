@@ -19,6 +19,7 @@ from safetensors import safe_open
 from core.errors import ModelLoadError, one_line
 from core.models.config import ModelConfig
 from core.models.decoder import CausalLM
+from core.models.random_spec import RandomSpec, fill_random
 
 # checkpoint module name -> (decoder module name, shard)
 _FUSED = {
@@ -30,7 +31,9 @@ _FUSED = {
 }
 
 
-def read_model_config(model_dir: Path) -> ModelConfig:
+def read_model_config(model_dir: Path | RandomSpec) -> ModelConfig:
+    if isinstance(model_dir, RandomSpec):
+        return model_dir.config
     from transformers import AutoConfig
 
     try:
@@ -64,10 +67,13 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def load_model(model_dir: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype,
+def load_model(model_dir: Path | RandomSpec, cfg: ModelConfig, device: torch.device, dtype: torch.dtype,
                max_positions: int) -> CausalLM:
     with _default_dtype(dtype), torch.device(device):
         model = CausalLM(cfg, max_positions)
+    if isinstance(model_dir, RandomSpec):
+        fill_random(model, model_dir)
+        return model.eval()
     params = dict(model.named_parameters())
     filled: set[str] = set()
     for name, tensor in _checkpoint_tensors(model_dir):

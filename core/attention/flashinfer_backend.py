@@ -1,0 +1,149 @@
+"""Attention through flashinfer's paged kernels (CUDA, bf16/fp16).
+
+Prefill and decode both read the KV pool as pages: each layer's [slots, kv_heads, head_dim] buffer viewed as
+[pages, page_size, kv_heads, head_dim] (flashinfer's NHD layout). A step's new k and v are written into the
+pool first, so a prefill is one paged call over cached prefix and new tokens together, causal with the
+queries aligned to the end of each sequence. Page lists come from the page table (``paging.paged_layout``).
+
+Planning (flashinfer's ``plan``: split-k decisions and their metadata) happens in ``begin_forward``. Under
+CUDA graphs each captured batch size has its own decode wrapper whose metadata lives in fixed buffers, and
+the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
+dummy page that no request owns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from core.attention.base import AttentionBackend
+from core.attention.paging import PagedLayout, pages_of, paged_layout
+from core.errors import InvalidParamsError
+from core.kvcache.pool import KVPool
+from core.request import Batch
+
+WORKSPACE_BYTES = 128 << 20  # flashinfer's recommended float workspace for split-k partial results
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def flashinfer_available() -> bool:
+    try:
+        import flashinfer  # noqa: F401
+    except Exception:  # ImportError, or a broken install raising anything at import
+        return False
+    return True
+
+
+def use_tensor_core_decode(num_heads: int, num_kv_heads: int) -> bool:
+    """flashinfer's advice: its tensor-core (prefill-style) decode pays off once 4+ query heads share a KV head."""
+    return num_heads // num_kv_heads >= 4
+
+
+@dataclass
+class FlashInferMetadata:
+    layout: PagedLayout | None
+    qo_indptr: torch.Tensor | None  # host int32, prefill only
+    wrapper: Any = None  # the planned flashinfer wrapper whose run() the layers call
+
+
+class FlashInferBackend(AttentionBackend):
+    fused_kernels = True
+
+    def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
+                 head_dim: int) -> None:
+        super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
+        self.check_supported(pool)
+        import flashinfer
+
+        self._fi = flashinfer
+        self.page_size = pool.page_size
+        self.dtype = pool.k.dtype
+        self.device = pool.k.device
+        self.tensor_cores = use_tensor_core_decode(num_heads, num_kv_heads)
+        self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
+        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
+        self.decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace, "NHD", use_tensor_cores=self.tensor_cores)
+        self._graph_wrappers: dict[int, Any] = {}
+        self._dummy_page = 0
+
+    @staticmethod
+    def check_supported(pool: KVPool) -> None:
+        if pool.k.device.type != "cuda":
+            raise InvalidParamsError("the flashinfer attention backend needs a CUDA device; use --attention torch")
+        if pool.k.dtype not in HALF_DTYPES:
+            raise InvalidParamsError(f"the flashinfer attention backend runs bf16 or fp16, not "
+                                     f"{str(pool.k.dtype).removeprefix('torch.')}; use --attention torch")
+
+    # ---- per step ------------------------------------------------------------------------------------------
+    def prepare_metadata(self, batch: Batch) -> None:
+        rows = [r.table_idx for r in batch.reqs]
+        layout = paged_layout(self.page_table, rows, [r.device_len for r in batch.reqs], self.page_size)
+        qo_indptr = None
+        if batch.is_prefill:
+            qo_indptr = torch.zeros(batch.size + 1, dtype=torch.int32)
+            qo_indptr[1:] = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int32).cumsum(0)
+        batch.attn_metadata = FlashInferMetadata(layout, qo_indptr)
+
+    def begin_forward(self, batch: Batch) -> None:
+        meta: FlashInferMetadata = batch.attn_metadata
+        lay = meta.layout
+        if batch.is_prefill:
+            self.prefill_wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len, self.num_heads,
+                                      self.num_kv_heads, self.head_dim, self.page_size, causal=True,
+                                      sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype)
+            meta.wrapper = self.prefill_wrapper
+        else:
+            self._plan_decode(self.decode_wrapper, lay.indptr, lay.indices, lay.last_page_len)
+            meta.wrapper = self.decode_wrapper
+
+    def _plan_decode(self, wrapper: Any, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
+        wrapper.plan(indptr, indices, last, self.num_heads, self.num_kv_heads, self.head_dim, self.page_size,
+                     sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
+        self.pool.store(layer, batch.out_loc, k, v)
+        shape = (-1, self.page_size, self.num_kv_heads, self.head_dim)
+        kv = (self.pool.k[layer].view(shape), self.pool.v[layer].view(shape))
+        return batch.attn_metadata.wrapper.run(q.contiguous(), kv)
+
+    # ---- CUDA graphs ---------------------------------------------------------------------------------------
+    supports_cuda_graph = True
+
+    def init_cuda_graph(self, batch_sizes: list[int], dummy_page: int) -> None:
+        max_bs = max(batch_sizes)
+        pages_per_row = pages_of(self.page_table.shape[1], self.page_size)
+        # one set of buffers shared by every size: graphs replay one at a time, each re-planned first
+        self._graph_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device)
+        self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)
+        self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
+        self._dummy_page = dummy_page
+        for bs in batch_sizes:
+            self._graph_wrappers[bs] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
+                self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores,
+                paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
+                paged_kv_last_page_len_buffer=self._graph_last[:bs])
+
+    def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
+        meta = batch.attn_metadata
+        layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
+        if layout is None and batch.reqs:
+            layout = paged_layout(self.page_table, [r.table_idx for r in batch.reqs],
+                                  [r.device_len for r in batch.reqs], self.page_size)
+        if layout is not None:
+            indptr, indices, last = layout.indptr, layout.indices, layout.last_page_len
+        else:
+            indptr = torch.zeros(1, dtype=torch.int32)
+            indices = torch.zeros(0, dtype=torch.int32, device=self.device)
+            last = torch.zeros(0, dtype=torch.int32)
+        pad = padded_size - batch.size
+        if pad:
+            indptr = torch.cat([indptr, indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32)])
+            indices = torch.cat([indices, torch.full((pad,), self._dummy_page, dtype=torch.int32,
+                                                     device=self.device)])
+            last = torch.cat([last, torch.ones(pad, dtype=torch.int32)])
+        wrapper = self._graph_wrappers[padded_size]
+        self._plan_decode(wrapper, indptr, indices, last)
+        batch.attn_metadata = FlashInferMetadata(layout, None, wrapper)

@@ -1,0 +1,87 @@
+"""Decode under CUDA graphs: one graph per batch size of a ladder, replayed instead of launching kernels.
+
+A decode step of a small model is hundreds of short kernels; launched one by one from Python the GPU waits on
+the CPU. A captured graph launches them all at once. Shapes are frozen at capture, so the runner keeps fixed
+input buffers (token ids, positions, KV write slots) and captures sizes 1, 2, 4, 8, then every multiple of 8
+up to the cap. A batch is padded to the next captured size: padding rows read token 0 at position 0 and write
+their KV into a dummy page that no request owns, and their logits are dropped. Prefill and batches over the
+cap run eagerly.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Callable
+
+import torch
+from torch import nn
+
+from core.attention.base import AttentionBackend
+from core.engine.context import forward_context
+from core.request import Batch
+
+
+def batch_size_ladder(cap: int) -> list[int]:
+    sizes = [s for s in (1, 2, 4) if s < cap] + list(range(8, cap, 8)) + [cap]
+    return sorted(set(sizes))
+
+
+class CudaGraphRunner:
+    def __init__(self, model: nn.Module, backend: AttentionBackend, max_bs: int, dummy_slot: int,
+                 dummy_page: int, device: torch.device, log: Callable[[str], None] | None = None) -> None:
+        self.model = model
+        self.backend = backend
+        self.sizes = batch_size_ladder(max_bs)
+        self.max_bs = max_bs
+        self.dummy_slot = dummy_slot
+        self.input_ids = torch.zeros(max_bs, dtype=torch.int32, device=device)
+        self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
+        self.out_loc = torch.full((max_bs,), dummy_slot, dtype=torch.int64, device=device)
+        self.rows = torch.arange(max_bs, device=device)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.logits: dict[int, torch.Tensor] = {}
+        backend.init_cuda_graph(self.sizes, dummy_page)
+        self._capture_all(device)
+        if log:
+            log(f"captured CUDA graphs for decode batch sizes {self.sizes[0]}..{self.sizes[-1]} "
+                f"({len(self.sizes)} sizes)")
+
+    def can_run(self, batch: Batch) -> bool:
+        return batch.is_decode and batch.size <= self.max_bs
+
+    def _static_batch(self, bs: int, reqs: list) -> Batch:
+        return Batch(reqs=reqs, phase="decode", positions=self.positions[:bs], input_ids=self.input_ids[:bs],
+                     out_loc=self.out_loc[:bs], padded_size=bs)
+
+    @torch.inference_mode()
+    def _capture_all(self, device: torch.device) -> None:
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(device)
+        for bs in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
+            batch = self._static_batch(bs, [])
+            self.backend.plan_cuda_graph(batch, bs)
+            with forward_context(batch, self.backend):
+                for _ in range(2):  # warm-up outside capture (lazy init, autotuning)
+                    self.model(batch.input_ids, batch.positions, self.rows[:bs])
+                torch.cuda.synchronize(device)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, stream=stream):
+                    self.logits[bs] = self.model(batch.input_ids, batch.positions, self.rows[:bs])
+            self.graphs[bs] = graph
+        torch.cuda.synchronize(device)
+
+    def run(self, batch: Batch) -> torch.Tensor:
+        """Logits for the batch's rows, from the graph of the smallest captured size that holds it."""
+        n = batch.size
+        bs = self.sizes[bisect.bisect_left(self.sizes, n)]
+        self.input_ids[:n].copy_(batch.input_ids)
+        self.positions[:n].copy_(batch.positions)
+        self.out_loc[:n].copy_(batch.out_loc)
+        if bs > n:  # stale values from a larger batch must not write into a live request's KV slot
+            self.input_ids[n:bs].zero_()
+            self.positions[n:bs].zero_()
+            self.out_loc[n:bs].fill_(self.dummy_slot)
+        batch.padded_size = bs
+        self.backend.plan_cuda_graph(batch, bs)
+        self.graphs[bs].replay()
+        return self.logits[bs][:n]

@@ -1,0 +1,77 @@
+"""Comparing two engines' tokens under the near-tie rule (bf16 on a GPU).
+
+Batching can flip a greedy near-tie in bf16, so two runs are compared as vLLM's tests do: at the first
+position where the tokens differ, each side's token must be among the other side's five most likely tokens
+for that same prefix, and the comparison stops there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from core import LLM, SamplingParams
+
+
+class LogitsRecorder:
+    """Stands in for an engine's sampler and keeps the logits of the last step it sampled."""
+
+    def __init__(self, sampler) -> None:
+        self.inner = sampler
+        self.last: torch.Tensor | None = None
+
+    def prepare(self, batch):
+        return self.inner.prepare(batch)
+
+    def sample(self, logits: torch.Tensor, args) -> torch.Tensor:
+        self.last = logits.detach().float().clone()
+        return self.inner.sample(logits, args)
+
+
+def top_next(llm: LLM, ids: list[int], k: int = 5) -> list[int]:
+    """The k most likely next tokens after ``ids`` (one prefill of the whole prefix)."""
+    recorder = LogitsRecorder(llm.engine.sampler)
+    llm.engine.sampler = recorder
+    try:
+        llm.generate([ids], SamplingParams(max_tokens=1, ignore_eos=True))
+    finally:
+        llm.engine.sampler = recorder.inner
+    return recorder.last[0].topk(k).indices.tolist()
+
+
+@dataclass
+class Verdict:
+    exact: int = 0
+    near_tie: int = 0
+    mismatch: int = 0
+    details: list[str] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatch == 0
+
+    def __str__(self) -> str:
+        return f"{self.exact} exact, {self.near_tie} near-tie, {self.mismatch} mismatch"
+
+
+def near_tie_compare(llm_a: LLM, llm_b: LLM, prompts: list[list[int]], outs_a: list[list[int]],
+                     outs_b: list[list[int]], k: int = 5) -> Verdict:
+    verdict = Verdict(details=[])
+    for i, (prompt, a, b) in enumerate(zip(prompts, outs_a, outs_b)):
+        if a == b:
+            verdict.exact += 1
+            continue
+        pos = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        if pos >= min(len(a), len(b)):  # one is a prefix of the other: lengths differ, a real bug
+            verdict.mismatch += 1
+            verdict.details.append(f"prompt {i}: lengths {len(a)} vs {len(b)}")
+            continue
+        prefix = prompt + a[:pos]
+        top_a, top_b = top_next(llm_a, prefix, k), top_next(llm_b, prefix, k)
+        if a[pos] in top_b and b[pos] in top_a:
+            verdict.near_tie += 1
+        else:
+            verdict.mismatch += 1
+            verdict.details.append(f"prompt {i} pos {pos}: {a[pos]} vs {b[pos]}; top {top_a} / {top_b}")
+    return verdict

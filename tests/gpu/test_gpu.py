@@ -1,0 +1,180 @@
+"""On CUDA: flashinfer attention and kernels agree with plain torch, CUDA graphs change no token, float32 matches
+transformers, and compiled sampling draws what eager sampling draws. Skipped without CUDA (see conftest)."""
+
+from __future__ import annotations
+
+import gc
+import random
+
+import pytest
+import torch
+
+from core import LLM, SamplingParams
+from core.attention.flashinfer_backend import flashinfer_available
+from core.attention.torch_backend import TorchAttentionBackend
+from core.kvcache.pool import KVPool
+from core.request import Batch, Req
+from core.scheduler.cache import CacheManager
+from gpu.compare import near_tie_compare
+from models import save_random_model
+from reference import hf_greedy
+
+pytestmark = pytest.mark.gpu
+needs_flashinfer = pytest.mark.skipif(not flashinfer_available(), reason="needs flashinfer")
+SMALL = dict(kv_cache_gb=1.0, max_seq_len=512)
+
+
+@pytest.fixture(scope="module")
+def hd128_dir(tmp_path_factory) -> str:
+    """A small Qwen3 with head_dim 128 (the head size flashinfer is built for here) and peaked logits."""
+    return str(save_random_model(tmp_path_factory.mktemp("gpu") / "qwen3-hd128", "qwen3", seed=3, head_dim=128,
+                                 hidden_size=256, intermediate_size=512, num_attention_heads=4,
+                                 num_key_value_heads=2, num_hidden_layers=2))
+
+
+@pytest.fixture(autouse=True)
+def _free_gpu_memory():
+    yield
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def prompts_and_lengths(n: int, seed: int, vocab: int = 256) -> tuple[list[list[int]], list[int]]:
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(vocab) for _ in range(rng.choice([1, 5, 16, 17, 40, 130]))] for _ in range(n)]
+    return prompts, [rng.randint(1, 24) for _ in range(n)]
+
+
+def generate(llm: LLM, prompts: list[list[int]], lengths: list[int]) -> list[list[int]]:
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in lengths]
+    return [r["token_ids"] for r in llm.generate(prompts, params)]
+
+
+# ---- the attention backend alone ---------------------------------------------------------------------------
+def _batch(cache: CacheManager, page_table: torch.Tensor, reqs: list[Req], phase: str) -> Batch:
+    cache.allocate(reqs)
+    rows, pos = [], []
+    for r in reqs:
+        rows += [r.table_idx] * r.extend_len
+        pos += list(range(r.cached_len, r.device_len))
+    rows_t, pos_t = torch.tensor(rows, device="cuda"), torch.tensor(pos, device="cuda")
+    return Batch(reqs=reqs, phase=phase, positions=pos_t, out_loc=page_table[rows_t, pos_t])
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_size):
+    from core.attention.flashinfer_backend import FlashInferBackend
+
+    torch.manual_seed(0)
+    heads, kv_heads, dim = 8, 4, 128
+    num_pages = 4096 // page_size
+    pool = KVPool(1, num_pages, page_size, kv_heads, dim, torch.bfloat16, torch.device("cuda"))
+    pool.k.normal_()
+    pool.v.normal_()
+    table = torch.zeros(5, 1024, dtype=torch.int64, device="cuda")
+    cache = CacheManager(num_pages, page_size, table, "naive")
+    cache._free_pages.reverse()  # pages out of order, so a wrong page list cannot pass by accident
+    backends = [TorchAttentionBackend(pool, table, heads, kv_heads, dim),
+                FlashInferBackend(pool, table, heads, kv_heads, dim)]
+    lengths = [(0, 37), (20, 33), (100, 101), (0, 1), (64, 200)]  # (cached, total): prefix reuse and fresh
+    reqs = [Req(uid=i, input_ids=[0] * n, prompt_len=n, table_idx=i, cached_len=c, device_len=n,
+                max_device_len=n + 4, params=SamplingParams(), sample_seed=0) for i, (c, n) in enumerate(lengths)]
+    for phase in ("prefill", "decode"):
+        if phase == "decode":
+            for r in reqs:
+                r.cached_len, r.device_len = r.device_len, r.device_len + 1
+        batch = _batch(cache, table, reqs, phase)
+        tokens = len(batch.positions)
+        q = torch.randn(tokens, heads, dim, dtype=torch.bfloat16, device="cuda")
+        k = torch.randn(tokens, kv_heads, dim, dtype=torch.bfloat16, device="cuda")
+        v = torch.randn(tokens, kv_heads, dim, dtype=torch.bfloat16, device="cuda")
+        outs = []
+        for backend in backends:
+            backend.prepare_metadata(batch)
+            backend.begin_forward(batch)
+            outs.append(backend.forward(q, k, v, 0, batch).float())
+        ref, got = outs
+        rel = ((got - ref).norm() / ref.norm()).item()
+        assert rel < 1e-2, f"{phase}: relative error {rel:.2e}"
+
+
+# ---- fused kernels ------------------------------------------------------------------------------------------
+@needs_flashinfer
+def test_flashinfer_kernels_match_torch_kernels():
+    from core.layers.kernels import FlashInferKernels, TorchKernels
+    from core.layers.rope import RotaryEmbedding
+    from core.models.config import RopeScaling
+
+    torch.manual_seed(1)
+    x = torch.randn(33, 1024, dtype=torch.bfloat16, device="cuda")
+    res = torch.randn_like(x)
+    w = torch.randn(1024, dtype=torch.bfloat16, device="cuda")
+
+    def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return ((a.float() - b.float()).norm() / b.float().norm()).item() < 1e-2
+
+    assert close(FlashInferKernels.rms_norm(x, w, 1e-6), TorchKernels.rms_norm(x, w, 1e-6))
+    got_x, got_res = FlashInferKernels.add_rms_norm(x.clone(), res.clone(), w, 1e-6)
+    ref_x, ref_res = TorchKernels.add_rms_norm(x, res, w, 1e-6)
+    assert close(got_x, ref_x) and close(got_res, ref_res)
+    gu = torch.randn(33, 2 * 512, dtype=torch.bfloat16, device="cuda")
+    assert close(FlashInferKernels.silu_and_mul(gu), TorchKernels.silu_and_mul(gu))
+    rope = RotaryEmbedding(128, 4096, 1e6, RopeScaling()).cuda()
+    pos = torch.randint(0, 4096, (33,), device="cuda")
+    q = torch.randn(33, 16, 128, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(33, 8, 128, dtype=torch.bfloat16, device="cuda")
+    ref_q, ref_k = TorchKernels.rope(pos, q, k, rope.cos, rope.sin, rope.cos_sin)
+    got_q, got_k = FlashInferKernels.rope(pos, q.clone(), k.clone(), rope.cos, rope.sin, rope.cos_sin)
+    assert close(got_q, ref_q) and close(got_k, ref_k)
+
+
+# ---- whole engines ------------------------------------------------------------------------------------------
+def test_float32_torch_backend_on_cuda_matches_transformers_token_for_token(hd128_dir):
+    prompts, lengths = prompts_and_lengths(6, seed=5)
+    llm = LLM(hd128_dir, device="cuda", dtype="float32", attention="torch", max_running_req=4, page_size=4, **SMALL)
+    outs = generate(llm, prompts, lengths)
+    for prompt, n, out in zip(prompts, lengths, outs):
+        assert out == hf_greedy(hd128_dir, prompt, n)
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_flashinfer_and_torch_backends_agree_in_bf16(hd128_dir, page_size):
+    prompts, lengths = prompts_and_lengths(10, seed=page_size)
+    common = dict(device="cuda", dtype="bfloat16", max_running_req=4, page_size=page_size, cuda_graph_max_bs=0,
+                  cache="radix", **SMALL)
+    ref = LLM(hd128_dir, attention="torch", **common)
+    fi = LLM(hd128_dir, attention="flashinfer", **common)
+    assert type(fi.engine.attn_backend).__name__ == "FlashInferBackend"
+    # the same prompts twice: the second pass reuses cached prefixes
+    outs_ref = generate(ref, prompts + prompts, lengths + lengths)
+    outs_fi = generate(fi, prompts + prompts, lengths + lengths)
+    verdict = near_tie_compare(ref, fi, prompts + prompts, outs_ref, outs_fi)
+    assert verdict.ok, verdict.details
+
+
+@needs_flashinfer
+def test_cuda_graphs_on_and_off_give_the_same_tokens(hd128_dir):
+    prompts, lengths = prompts_and_lengths(11, seed=7)  # 11 rows, shrinking: graphs of 11, 8, 4, 2 and 1
+    common = dict(device="cuda", dtype="bfloat16", attention="flashinfer", max_running_req=11, page_size=16,
+                  **SMALL)
+    eager = LLM(hd128_dir, cuda_graph_max_bs=0, **common)
+    graphs = LLM(hd128_dir, cuda_graph_max_bs=16, **common)
+    assert graphs.engine.graph_runner is not None and eager.engine.graph_runner is None
+    assert generate(graphs, prompts, lengths) == generate(eager, prompts, lengths)
+    # graphs larger than the running cap are never captured
+    assert graphs.engine.graph_runner.sizes[-1] == 11
+
+
+def test_compiled_sampling_draws_what_eager_sampling_draws():
+    from core.engine.sampler import _compiled_race, _race
+
+    torch.manual_seed(2)
+    logits = torch.randn(37, 151936, device="cuda") * 3
+    temps = torch.rand(37, device="cuda") + 0.3
+    seeds = torch.randint(0, 2 ** 62, (37,), device="cuda")
+    positions = torch.randint(0, 5000, (37,), device="cuda")
+    eager = _race(logits, temps, seeds, positions)
+    compiled = _compiled_race()(logits, temps, seeds, positions)
+    assert (eager == compiled).float().mean().item() >= 0.97  # fused exp/log may round a near-tie differently
