@@ -33,6 +33,6 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
                              ensure_ascii=False), flush=True)
         return
     for i, (label, result) in enumerate(zip(job.labels, results)):
-        out.print(completion_block(i, len(results), label, result))
+        out.print(completion_block(i, len(results), label, result, separator="\n" if chat else ""))
     out.print()
     out.print(summary_table(RunSummary.of(results, wall)))

@@ -45,8 +45,9 @@ def generations_table(labels: Sequence[str], results: Sequence[Result],
     return table
 
 
-def completion_block(index: int, total: int, label: str, result: Result) -> RenderableType:
-    """A prompt followed by its continuation exactly as generated (newlines kept), under a small header."""
+def completion_block(index: int, total: int, label: str, result: Result, separator: str = "") -> RenderableType:
+    """A prompt followed by its continuation exactly as generated (newlines kept), under a small header.
+    ``separator`` goes between them: nothing for a plain continuation, a newline for a chat reply."""
     count = len(result["token_ids"])
     header = Text.assemble((f"{index + 1}/{total} ", "bold"), finish_text(result),
                            (f" · {result['prompt_tokens']} prompt tokens · {count} generated", "dim"))
@@ -54,7 +55,7 @@ def completion_block(index: int, total: int, label: str, result: Result) -> Rend
     if result["finish_reason"] == "error":
         body = Text.assemble(body, "\n", ("error: ", "bold red"), (result["error"] or "", "red"))
     else:
-        body.append(result["text"], style="green")
+        body.append(separator + result["text"], style="green")
     return Group(Rule(header, align="left", style="dim"), body)
 
 

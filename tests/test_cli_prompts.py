@@ -49,7 +49,7 @@ def test_default_set_is_the_chapters_five_prompts():
     assert all(s.params().ignore_eos for s in specs)
 
 
-@pytest.mark.parametrize("name", ["questions.txt", "chat.txt", "code.txt", "mixed.jsonl"])
+@pytest.mark.parametrize("name", ["questions.txt", "chat.txt", "code.txt", "shared_prefix.txt", "mixed.jsonl"])
 def test_shipped_prompt_files_parse(name):
     assert read_prompts(sample_prompts.path(name))
 
