@@ -44,13 +44,8 @@ def load_job(source: Path | str, sampling: SamplingOptions) -> Job:
         SamplingParams(**explicit)  # a bad option is the command line's fault, not the file's
     except InvalidParamsError as exc:
         raise InvalidParamsError(f"bad sampling option: {exc}") from None
-    params = []
-    for spec in specs:
-        try:
-            params.append(spec.params(explicit))
-        except InvalidParamsError as exc:
-            raise InvalidParamsError(f"{spec.where}: {exc}") from None
-    return Job(specs, params)
+    # every field is validated on its own, so file values (checked when read) and options combine safely
+    return Job(specs, [spec.params(explicit) for spec in specs])
 
 
 def require_greedy(job: Job) -> None:
@@ -75,7 +70,7 @@ def load_llm(opts: EngineOptions, err: Console) -> LLM:
     name = opts.model or "the embedded SmolLM2-135M-Instruct"
     with err.status(f"loading {escape(name)}") as status:
         def log(message: str) -> None:
-            err.print(f"[dim]{escape(message)}[/]")
+            err.print(f"[dim]{escape(message)}[/]", soft_wrap=True)
             status.update(escape(message))
 
         return LLM(opts.model, cache=opts.cache, page_size=opts.page_size, max_running_req=opts.max_running,

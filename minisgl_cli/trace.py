@@ -16,9 +16,12 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 import sample_prompts
+from core import LLM
 from core.events import StepEvent
+from core.prompts import Prompt
 from minisgl_cli import options as o
-from minisgl_cli.session import check_against_reference, engine_inputs, load_job, load_llm, require_greedy
+from minisgl_cli.session import (Job, Result, check_against_reference, engine_inputs, load_job, load_llm,
+                                 require_greedy)
 from minisgl_cli.trace_file import TraceFile
 from render.export import save_svg
 from render.results import generations_table
@@ -81,9 +84,11 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
         raise typer.Exit(MISMATCH)
 
 
-def _run_live(llm, inputs, job, view: LiveSteps, trace_file: TraceFile | None, out: Console) -> list[dict]:
-    """Generate with the step table on screen, refreshed on every step event (and nowhere else)."""
-    with Live(view, console=out, auto_refresh=False, transient=True, redirect_stderr=False) as live:
+def _run_live(llm: LLM, inputs: list[Prompt], job: Job, view: LiveSteps, trace_file: TraceFile | None,
+              out: Console) -> list[Result]:
+    """Generate with the step table on screen, redrawn on every step event: the engine runs on this thread,
+    so there is nothing to redraw between steps."""
+    with Live(view, console=out, auto_refresh=False, transient=True) as live:
         def on_step(event: StepEvent) -> None:
             if trace_file:
                 trace_file.write(event)

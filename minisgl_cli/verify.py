@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 import sample_prompts
+from core import LLM
 from minisgl_cli import options as o
 from minisgl_cli.session import (check_against_reference, engine_inputs, generate_with_progress, load_job,
                                  load_llm, require_greedy)
@@ -51,7 +52,8 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
         raise typer.Exit(MISMATCH)
 
 
-def _token_text(llm, token: int | None) -> str:
+def _token_text(llm: LLM, token: int | None) -> str:
+    """A token as text; None stands for the EOS the engine stopped at."""
     if token is None:
         return llm.tokenizer.decode(sorted(llm.eos_token_ids)[:1])
     return llm.tokenizer.decode([token])

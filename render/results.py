@@ -28,7 +28,7 @@ def generations_table(labels: Sequence[str], results: Sequence[Result],
                       verdicts: Sequence[Verdict] | None = None, title: str = "generations") -> Table:
     table = titled_table(title)
     table.add_column("uid", justify="right")
-    table.add_column("prompt", max_width=32, overflow="fold")
+    table.add_column("prompt", max_width=32, no_wrap=True, overflow="ellipsis")
     table.add_column("completion", overflow="fold")
     table.add_column("finish")
     table.add_column("tokens", justify="right")

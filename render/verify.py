@@ -28,7 +28,7 @@ def verify_table(labels: Sequence[str], results: Sequence[dict[str, Any]], verdi
     """One row per prompt; where it differs, both tokens (as text and id) and the near-tie evidence."""
     table = titled_table("engine (batched) vs transformers (one prompt at a time, greedy, float32)")
     table.add_column("#", justify="right")
-    table.add_column("prompt", max_width=28, overflow="fold")
+    table.add_column("prompt", max_width=28, no_wrap=True, overflow="ellipsis")
     table.add_column("result", no_wrap=True)
     table.add_column("tokens", justify="right")
     table.add_column("first difference", overflow="fold", ratio=1)
