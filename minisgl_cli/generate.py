@@ -8,7 +8,7 @@ import time
 from rich.console import Console
 
 from minisgl_cli import options as o
-from minisgl_cli.session import engine_inputs, generate_with_progress, load_job, load_llm
+from minisgl_cli.jobs import engine_inputs, generate_with_progress, load_job, load_llm
 from render.results import RunSummary, completion_block, summary_table
 
 

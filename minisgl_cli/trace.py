@@ -20,7 +20,7 @@ from core import LLM
 from core.events import StepEvent
 from core.prompts import Prompt
 from minisgl_cli import options as o
-from minisgl_cli.session import (Job, Result, check_against_reference, engine_inputs, load_job, load_llm,
+from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, load_job, load_llm,
                                  require_greedy)
 from minisgl_cli.trace_file import TraceFile
 from render.export import save_svg

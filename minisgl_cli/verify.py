@@ -11,7 +11,7 @@ from rich.console import Console
 import sample_prompts
 from core import LLM
 from minisgl_cli import options as o
-from minisgl_cli.session import (check_against_reference, engine_inputs, generate_with_progress, load_job,
+from minisgl_cli.jobs import (check_against_reference, engine_inputs, generate_with_progress, load_job,
                                  load_llm, require_greedy)
 from render.verify import summary_line, verify_table
 

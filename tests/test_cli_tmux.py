@@ -59,9 +59,9 @@ class Tmux:
 
 @pytest.fixture
 def tmux(request):
-    session = Tmux(request.node.name[:20])
-    yield session
-    session.close()
+    server = Tmux(request.node.name[:20])
+    yield server
+    server.close()
 
 
 def trace_command(*args: object) -> str:
