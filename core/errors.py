@@ -13,6 +13,10 @@ class InvalidParamsError(MinisglError, ValueError):
     """A sampling parameter or an engine option is out of range."""
 
 
+class PromptFileError(MinisglError, ValueError):
+    """A prompts file is missing, unreadable, empty or malformed (the message names the file and line)."""
+
+
 class ModelLoadError(MinisglError):
     """A model could not be found, read or converted."""
 

@@ -1,13 +1,67 @@
-"""The Typer application behind the ``minisgl`` command."""
+"""The Typer application behind the ``minisgl`` command.
+
+Every user mistake ends the same way, whichever layer noticed it: one line ``error: ...`` on stderr and exit
+code 2. Click's usage errors (a bad option value, a missing argument) and the engine's MinisglError types
+are both turned into that line here, at the outermost boundary, so no command has to remember to.
+"""
 
 from __future__ import annotations
 
+import sys
+from typing import Any, NoReturn
+
 import typer
+from typer.core import TyperGroup
 
 from core import __version__
+from core.errors import MinisglError
+from minisgl_cli.generate import generate
+from minisgl_cli.trace import trace
+from minisgl_cli.verify import verify
 
-app = typer.Typer(name="minisgl", help="A small, readable and fast LLM inference engine.", no_args_is_help=True,
-                  add_completion=False)
+USER_ERROR = 2
+INTERRUPTED = 130
+
+
+def _fail(message: str, code: int = USER_ERROR) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+class _OneLineErrors(TyperGroup):
+    """Runs the command non-standalone so that errors reach us, then presents them as one line."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except typer.TyperException as exc:  # Click's errors: usage mistakes (exit 2) and others (exit 1)
+            ctx = getattr(exc, "ctx", None)
+            hint = f" See '{ctx.command_path} --help'." if ctx is not None else ""
+            _fail(_sentence(exc.format_message()) + hint, exc.exit_code)
+        except typer.Abort:
+            _fail("aborted", INTERRUPTED)
+        except MinisglError as exc:
+            _fail(str(exc))
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _sentence(message: str) -> str:
+    """Click's message as the middle of our line: lower-case start ("Invalid value ..." follows 'error: '),
+    no validator prefix, and a full stop before the hint."""
+    message = message.replace("Value error, ", "").strip()
+    if message[:2] != message[:2].upper():
+        message = message[:1].lower() + message[1:]
+    return message if message.endswith((".", "?", "!")) else message + "."
+
+
+app = typer.Typer(name="minisgl", cls=_OneLineErrors, add_completion=False,
+                  help="A small, readable and fast LLM inference engine.", pretty_exceptions_show_locals=False)
+app.command()(generate)
+app.command()(trace)
+app.command()(verify)
 
 
 def _version(value: bool) -> None:
@@ -16,10 +70,15 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
-def root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+@app.callback(invoke_without_command=True)
+def root(ctx: typer.Context,
+         version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                       help="Print the version and exit.")) -> None:
     """minisgl: continuous batching over a paged KV cache, shown step by step."""
+    if ctx.invoked_subcommand is None:  # plain `minisgl`: the help, not an error
+        text = ctx.get_help()  # Typer's rich help prints itself and returns nothing
+        if text:
+            typer.echo(text)
 
 
 def main() -> None:

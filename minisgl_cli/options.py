@@ -1,0 +1,87 @@
+"""The options every command shares, declared once as annotated types, and the values they collect into.
+
+Sampling options default to None, meaning "not given": a prompt file's per-prompt values apply then, and a
+value typed on the command line overrides them for every prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import typer
+
+from core.config import CACHE_TYPES
+
+DEFAULT_CACHE = "radix"
+DEFAULT_MAX_RUNNING = 32
+DEFAULT_PAGE_SIZE = 1
+
+_ENGINE = "Engine"
+_SAMPLING = "Sampling"
+
+Model = Annotated[Optional[str], typer.Option(
+    "--model", "-m", metavar="PATH", rich_help_panel=_ENGINE,
+    help="A Hugging Face model directory or a .gguf file. Default: the embedded SmolLM2-135M-Instruct.")]
+Cache = Annotated[Literal[CACHE_TYPES], typer.Option(
+    "--cache", rich_help_panel=_ENGINE,
+    help="KV cache policy: 'naive' frees a request's pages when it ends, 'radix' shares prompt prefixes.")]
+PageSize = Annotated[int, typer.Option("--page-size", min=1, rich_help_panel=_ENGINE,
+                                       help="Tokens per KV page.")]
+MaxRunning = Annotated[int, typer.Option("--max-running", min=1, rich_help_panel=_ENGINE,
+                                         help="Most requests in one batch.")]
+NumPages = Annotated[Optional[int], typer.Option(
+    "--num-pages", min=1, rich_help_panel=_ENGINE,
+    help="KV pool size in pages (default: sized for this machine). Small pools make requests wait.")]
+Chat = Annotated[bool, typer.Option("--chat", rich_help_panel=_ENGINE,
+                                    help="Wrap each text prompt in the model's chat template as a user turn.")]
+
+MaxTokens = Annotated[Optional[int], typer.Option(
+    "--max-tokens", "-n", min=1, rich_help_panel=_SAMPLING,
+    help="Tokens to generate per prompt (default: the file's value, else 16).")]
+Temperature = Annotated[Optional[float], typer.Option(
+    "--temperature", "-t", min=0.0, rich_help_panel=_SAMPLING, help="0 is greedy (default: 0).")]
+TopK = Annotated[Optional[int], typer.Option("--top-k", rich_help_panel=_SAMPLING,
+                                             help="Sample from the k most likely tokens; -1 is off (default: -1).")]
+TopP = Annotated[Optional[float], typer.Option("--top-p", rich_help_panel=_SAMPLING,
+                                               help="Nucleus sampling, in (0, 1] (default: 1).")]
+Seed = Annotated[Optional[int], typer.Option("--seed", rich_help_panel=_SAMPLING,
+                                             help="Seed for sampling (per request: same seed, same output).")]
+IgnoreEos = Annotated[Optional[bool], typer.Option(
+    "--ignore-eos/--stop-at-eos", rich_help_panel=_SAMPLING, show_default=False,
+    help="Keep generating after an end-of-sequence token (default: the file's value, else stop).")]
+
+Prompts = Annotated[Path, typer.Argument(
+    metavar="PROMPTS", show_default=False,
+    help="A .txt file (one prompt a line) or .jsonl file (objects with \"prompt\" or \"input_ids\" and optional "
+         "max_tokens, temperature, top_k, top_p, seed, ignore_eos); '-' reads stdin.")]
+OptionalPrompts = Annotated[Optional[Path], typer.Argument(
+    metavar="PROMPTS", show_default=False,
+    help="A .txt or .jsonl prompts file, or '-' for stdin. Default: the tutorial's five prompts "
+         "(sample_prompts/chapter.jsonl).")]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object per prompt instead of tables.")]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    model: str | None = None
+    cache: str = DEFAULT_CACHE
+    page_size: int = DEFAULT_PAGE_SIZE
+    max_running: int = DEFAULT_MAX_RUNNING
+    num_pages: int | None = None
+    chat: bool = False
+
+
+@dataclass(frozen=True)
+class SamplingOptions:
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    ignore_eos: bool | None = None
+
+    def explicit(self) -> dict[str, Any]:
+        """Only the options that were given, by SamplingParams field name."""
+        return {key: value for key, value in asdict(self).items() if value is not None}

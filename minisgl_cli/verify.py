@@ -1,0 +1,59 @@
+"""``minisgl verify``: the engine batched against transformers greedy one prompt at a time, token by token."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+
+import sample_prompts
+from core import LLM
+from minisgl_cli import options as o
+from minisgl_cli.jobs import (check_against_reference, engine_inputs, generate_with_progress, load_job,
+                                 load_llm, require_greedy)
+from render.verify import summary_line, verify_table
+
+MISMATCH = 1
+REFERENCES = ("hf",)
+
+Ref = Annotated[Literal[REFERENCES], typer.Option("--ref",
+                                  help="The reference: 'hf' is transformers, float32 on the CPU.")]
+
+
+def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json = False,
+           max_tokens: o.MaxTokens = None, temperature: o.Temperature = None, top_k: o.TopK = None,
+           top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None, model: o.Model = None,
+           cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
+           max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
+           chat: o.Chat = False) -> None:
+    """Check the engine's greedy output for PROMPTS against transformers, token for token.
+
+    Exit code 0 when every prompt matches exactly, 1 otherwise. At the first differing position the table
+    shows both tokens and whether it is a near-tie (the engine's token within the reference's top-5)."""
+    err = Console(stderr=True)
+    job = load_job(prompts or sample_prompts.path(), o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed,
+                                                                         ignore_eos))
+    require_greedy(job)
+    llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat), err)
+    inputs = engine_inputs(llm, job, chat)
+    results = generate_with_progress(llm, inputs, job, err)
+    verdicts = check_against_reference(llm, inputs, job, results, err)
+    if json_out:
+        for i, (spec, result, verdict) in enumerate(zip(job.specs, results, verdicts)):
+            print(json.dumps({"index": i, "prompt": spec.prompt, "token_ids": result["token_ids"],
+                              "text": result["text"], **verdict.to_dict()}, ensure_ascii=False), flush=True)
+    else:
+        out = Console()
+        out.print(verify_table(job.labels, results, verdicts, lambda t: _token_text(llm, t)))
+        out.print(summary_line(verdicts))
+    if not all(v.exact for v in verdicts):
+        raise typer.Exit(MISMATCH)
+
+
+def _token_text(llm: LLM, token: int | None) -> str:
+    """A token as text; None stands for the EOS the engine stopped at."""
+    if token is None:
+        return llm.tokenizer.decode(sorted(llm.eos_token_ids)[:1])
+    return llm.tokenizer.decode([token])

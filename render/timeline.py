@@ -1,0 +1,69 @@
+"""The per-request timeline: for each request, what it did in every step, one character a step.
+
+``P`` it was prefilled, ``D`` it decoded, ``·`` it was waiting (queued, or paused while another phase ran),
+blank once it finished. Read down a column to see a batch; read along a row to see a request join, wait and
+leave: continuous batching at a glance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from core.events import StepEvent
+from render.style import PHASE_STYLE, one_line, titled_table
+
+PREFILL, DECODE, WAITING, GONE = "P", "D", "·", " "
+_CELL_STYLE = {PREFILL: PHASE_STYLE["prefill"], DECODE: PHASE_STYLE["decode"], WAITING: "dim"}
+LEGEND = "P prefill · D decode · '·' waiting"
+
+
+def request_states(events: Sequence[StepEvent], uids: Sequence[int]) -> dict[int, str]:
+    """Each uid's state in every step, as a string with one character per step."""
+    rows: dict[int, list[str]] = {uid: [] for uid in uids}
+    done: set[int] = set()
+    for event in events:
+        in_step = {r.uid for r in event.reqs}
+        for uid in uids:
+            if uid in in_step:
+                rows[uid].append(PREFILL if event.phase == "prefill" else DECODE)
+            else:
+                rows[uid].append(GONE if uid in done else WAITING)
+        done.update(event.finished)
+    return {uid: "".join(states) for uid, states in rows.items()}
+
+
+def ruler(num_steps: int) -> str:
+    """Step numbers every five columns, aligned with the timeline characters below them."""
+    out = [" "] * num_steps
+    for i in range(0, num_steps, 5):
+        label = str(i)
+        if i + len(label) <= num_steps:
+            out[i:i + len(label)] = label
+    return "".join(out)
+
+
+def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Sequence[int] | None = None,
+                   title: str = "request timeline") -> Table:
+    uids = list(range(len(labels))) if uids is None else list(uids)
+    states = request_states(events, uids)
+    table = titled_table(title, LEGEND)
+    table.add_column("uid", justify="right")
+    table.add_column("prompt", max_width=28, no_wrap=True, overflow="ellipsis")
+    table.add_column(Text(ruler(len(events)) or "step", style="dim"), overflow="fold")
+    table.add_column("steps in", justify="right")
+    table.add_column("waited", justify="right")
+    for uid, label in zip(uids, labels):
+        row = states[uid]
+        ran = sum(c in (PREFILL, DECODE) for c in row)
+        if not ran:
+            cells = Text("never scheduled", style="red")
+        else:
+            cells = Text()
+            for char in row:
+                cells.append(char, style=_CELL_STYLE.get(char, ""))
+        waited = sum(c == WAITING for c in row) if ran else 0
+        table.add_row(str(uid), one_line(label), cells, str(ran), str(waited))
+    return table
