@@ -116,11 +116,28 @@ class LLM(Scheduler):
         # rank 0 decides every seed, so all tensor-parallel ranks sample alike
         requests = [(uid, ids, sp if sp.seed is not None else dataclasses.replace(sp, seed=self._rng.getrandbits(62)))
                     for uid, ids, sp in zip(uids, prompt_ids, params)]
-        with self._group.guard():
-            for uid, ids, sp in self._group.share(requests, self.eos_token_ids):
-                self.submit(uid, ids, sp)
-            self.run_until_idle()
+        try:
+            with self._group.guard():
+                for uid, ids, sp in self._group.share(requests, self.eos_token_ids):
+                    self.submit(uid, ids, sp)
+                self.run_until_idle()
+        except BaseException:  # Ctrl-C or an error mid-run: free what this call holds, so the LLM stays usable
+            self._abandon(uids)
+            raise
         return [self._result(uid) for uid in uids]
+
+    def abort(self, uid: int) -> bool:
+        """Stop request ``uid`` (from a step or reply callback while ``generate`` runs): its row and pages are
+        freed, its result has finish_reason 'abort' with the tokens produced so far, the others go on."""
+        if self._group.info.size > 1:
+            raise InvalidParamsError("abort is not available with tp > 1")
+        return super().abort(uid)
+
+    def _abandon(self, uids: list[int]) -> None:
+        for uid in uids:
+            got = self._collected.pop(uid, None)
+            if got is not None and got.finish_reason is None and self._group.info.size == 1:
+                super().abort(uid)
 
     def close(self) -> None:
         """Stop the tensor-parallel workers, if any. Further ``generate`` calls then raise WorkerError."""
@@ -150,5 +167,5 @@ class LLM(Scheduler):
         if got.finish_reason is None:  # the loop ended without answering: never let it pass silently
             got.finish_reason, got.error = "error", "request was not completed"
         text = self.tokenizer.decode(got.token_ids, skip_special_tokens=True)
-        return {"text": text, "token_ids": got.token_ids, "finish_reason": got.finish_reason, "error": got.error,
+        return {"uid": uid, "text": text, "token_ids": got.token_ids, "finish_reason": got.finish_reason, "error": got.error,
                 "prompt_tokens": len(got.prompt_ids)}
