@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from core.config import CACHE_TYPES
+from core.config import ATTENTION_BACKENDS, CACHE_TYPES
 
 DEFAULT_CACHE = "radix"
 DEFAULT_MAX_RUNNING = 32
@@ -34,6 +34,17 @@ MaxRunning = Annotated[int, typer.Option("--max-running", min=1, rich_help_panel
 NumPages = Annotated[Optional[int], typer.Option(
     "--num-pages", min=1, rich_help_panel=_ENGINE,
     help="KV pool size in pages (default: sized for this machine). Small pools make requests wait.")]
+Attention = Annotated[Optional[Literal[ATTENTION_BACKENDS]], typer.Option(
+    "--attention", rich_help_panel=_ENGINE,
+    help="Attention backend: 'torch' (any device) or 'flashinfer' (CUDA). Default: flashinfer on CUDA when "
+         "installed, else torch.")]
+CudaGraphMaxBs = Annotated[Optional[int], typer.Option(
+    "--cuda-graph-max-bs", min=0, rich_help_panel=_ENGINE,
+    help="Largest decode batch captured as a CUDA graph; 0 turns graphs off (CUDA only).")]
+Tp = Annotated[int, typer.Option("--tp", min=1, rich_help_panel=_ENGINE,
+                                 help="Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).")]
+Dtype = Annotated[Optional[str], typer.Option(
+    "--dtype", rich_help_panel=_ENGINE, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on CUDA).")]
 Chat = Annotated[bool, typer.Option("--chat", rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 
@@ -71,6 +82,10 @@ class EngineOptions:
     max_running: int = DEFAULT_MAX_RUNNING
     num_pages: int | None = None
     chat: bool = False
+    attention: str | None = None
+    cuda_graph_max_bs: int | None = None
+    tp: int = 1
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)

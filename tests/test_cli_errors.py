@@ -80,3 +80,10 @@ def test_no_command_shows_help_and_version_works():
     assert result.exit_code == 0 and "generate" in result.stdout and "verify" in result.stdout
     version = run("--version")
     assert version.exit_code == 0 and version.stdout.startswith("minisgl ")
+
+
+def test_engine_options_are_checked(good, model_dirs):
+    assert_user_error(run("generate", good, "--attention", "magic"), "'magic' is not one of 'torch', 'flashinfer'")
+    assert_user_error(run("generate", good, "--model", model_dirs["llama"], "--dtype", "fp8"), "unknown dtype 'fp8'")
+    assert_user_error(run("generate", good, "--model", model_dirs["llama"], "--tp", "3"), "cannot be split over 3")
+    assert_user_error(run("generate", good, "--cuda-graph-max-bs", "-1"), "'--cuda-graph-max-bs'")

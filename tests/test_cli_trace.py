@@ -105,3 +105,19 @@ def test_default_trace_is_the_chapters_five_prompts_on_the_embedded_model(smollm
                    "Once upon a time,"):
         assert prompt in result.stdout
     assert "Paris" in result.stdout
+
+
+def test_trace_with_two_ranks_shows_rank_zeros_batches(model_dirs, prompts, tmp_path):
+    """A real process, as a user runs it: the workers are spawned and stopped by the command itself."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "trace.jsonl"
+    done = subprocess.run([sys.executable, "-m", "minisgl_cli", "trace", str(prompts), "--model", model_dirs["qwen3"],
+                           "--tp", "2", "--trace-out", str(out)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    events = json_lines(out.read_text())
+    assert {e["tp_size"] for e in events} == {2}
+    assert [e["batch_size"] for e in events] == [3, 2, 1]
