@@ -16,8 +16,9 @@ def _req(uid: int, row: int, length: int) -> Req:
                device_len=length, max_device_len=length + 8, params=SamplingParams(), sample_seed=0)
 
 
+@pytest.mark.parametrize("from_host", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4, 16])
-def test_layout_matches_each_requests_pages(page_size):
+def test_layout_matches_each_requests_pages(page_size, from_host):
     table = torch.zeros(5, 64, dtype=torch.int64)
     cache = CacheManager(num_pages=64, page_size=page_size, page_table=table, cache_type="naive")
     cache._free_pages.reverse()  # pages out of order, so a wrong gather cannot pass by accident
@@ -26,7 +27,8 @@ def test_layout_matches_each_requests_pages(page_size):
     for req in reqs:  # one more token each, as a decode step would
         req.device_len += 1
     cache.allocate(reqs)
-    layout = paged_layout(table, [r.table_idx for r in reqs], [r.device_len for r in reqs], page_size)
+    layout = paged_layout(table, [r.table_idx for r in reqs], [r.device_len for r in reqs], page_size,
+                          [r.pages for r in reqs] if from_host else None)
     expected_pages, indptr, last = [], [0], []
     for req in reqs:
         n = -(-req.device_len // page_size)

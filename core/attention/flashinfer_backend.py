@@ -89,8 +89,9 @@ class FlashInferBackend(AttentionBackend):
 
     def _layout(self, batch: Batch, padded_size: int) -> PagedLayout:
         """The batch's page lists, plus padding rows up to ``padded_size`` (a CUDA-graph batch)."""
-        layout = paged_layout(self.page_table, [r.table_idx for r in batch.reqs],
-                              [r.device_len for r in batch.reqs], self.page_size)
+        reqs = batch.reqs
+        layout = paged_layout(self.page_table, [r.table_idx for r in reqs], [r.device_len for r in reqs],
+                              self.page_size, [r.pages for r in reqs])
         layout = layout.padded(padded_size - batch.size, self._dummy_page)
         # pinned, so that plan's copies of them are queued rather than waited for
         return PagedLayout(pinned(layout.indptr, self.device), layout.indices,

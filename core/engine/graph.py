@@ -35,7 +35,7 @@ class CudaGraphRunner:
         self.sizes = batch_size_ladder(max_bs)
         self.max_bs = max_bs
         self.dummy_slot = dummy_slot
-        self.input_ids = torch.zeros(max_bs, dtype=torch.int32, device=device)
+        self.input_ids = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.out_loc = torch.full((max_bs,), dummy_slot, dtype=torch.int64, device=device)
         self.rows = torch.arange(max_bs, device=device)

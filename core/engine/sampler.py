@@ -108,7 +108,7 @@ class Sampler:
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
         greedy = logits.argmax(dim=-1)
         if args.all_greedy:
-            return greedy.to(torch.int32)
+            return greedy
         if args.filtered:
             probs = torch.softmax(logits / args.temperatures[:, None], dim=-1)
             probs = _top_k_top_p(probs, args.top_k, args.top_p)
@@ -116,7 +116,7 @@ class Sampler:
             sampled = (probs / -torch.log(noise)).argmax(dim=-1)
         else:
             sampled = self._race(logits, args.temperatures, args.seeds, args.positions)
-        return torch.where(args.greedy_rows, greedy, sampled).to(torch.int32)
+        return torch.where(args.greedy_rows, greedy, sampled)
 
 
 def _top_k_top_p(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -95,15 +95,20 @@ class CacheManager:
 
     # ---- allocation ----------------------------------------------------------------------------------------
     def allocate(self, reqs: list[Req]) -> None:
-        """Make sure every request has KV slots for positions [0, device_len)."""
+        """Make sure every request has KV slots for positions [0, device_len): one hand-out, one upload."""
+        size = self.page_size
+        needs = [(req, (req.device_len + size - 1) // size - len(req.pages)) for req in reqs]
+        needs = [(req, n) for req, n in needs if n > 0]
+        if not needs:
+            return
+        taken = self._take(sum(n for _, n in needs))
         writes = _PageTableWrites()
-        for req in reqs:
-            need = pages_for(req.device_len, self.page_size) - len(req.pages)
-            if need <= 0:
-                continue
+        start = 0
+        for req, n in needs:
             first = len(req.pages)
-            req.pages.extend(self._take(need))
-            self._collect(req, first, len(req.pages), writes)
+            req.pages.extend(taken[start:start + n])
+            start += n
+            self._collect(req, first, first + n, writes)
         self._flush(writes)
 
     def _take(self, n: int) -> list[int]:

@@ -61,10 +61,9 @@ class _Prepared:
 
     batch: Batch
     sample_args: SampleArgs
-    token_rows: torch.Tensor  # token-pool row of each input token (decode inputs are gathered at launch)
+    input_index: torch.Tensor | None  # decode: each input token's place in the flat token pool (read at launch)
     logits_indices: torch.Tensor
-    write_rows: torch.Tensor  # where each request's sampled token goes in the token pool
-    write_cols: torch.Tensor
+    write_index: torch.Tensor  # where each request's sampled token goes in the flat token pool
     samples: list[bool]  # per request: does this step produce its next token (False for a prompt chunk)
     req_steps: tuple[ReqStep, ...]  # lengths as scheduled (the requests move on after the launch)
     note: str
@@ -239,48 +238,71 @@ class Scheduler:
         self.cache_manager.allocate(batch.reqs)
         reqs = batch.reqs
         n = len(reqs)
+        width = self.table_manager.width
         samples = [not r.is_chunked for r in reqs]
-        rows = [r.table_idx for r in reqs]
-        write_cols = [r.device_len if s else self.table_manager.scratch_col for r, s in zip(reqs, samples)]
+        write_index = [r.table_idx * width + (r.device_len if s else self.table_manager.scratch_col)
+                       for r, s in zip(reqs, samples)]
         if batch.is_prefill:
-            lengths = torch.tensor([len(tokens) for _, _, tokens in writes], dtype=torch.int64)
-            total = int(lengths.sum())
-            ends = lengths.cumsum(0)
-            starts = torch.tensor([start for _, start, _ in writes], dtype=torch.int64)
-            token_rows = torch.repeat_interleave(torch.tensor(rows, dtype=torch.int64), lengths, output_size=total)
-            positions = torch.arange(total) + torch.repeat_interleave(starts - (ends - lengths), lengths,
-                                                                      output_size=total)
-            values = torch.tensor([t for _, _, tokens in writes for t in tokens], dtype=torch.int64)
-            host = torch.cat([token_rows, positions, values, torch.tensor(rows + write_cols), ends - 1])
+            host, total = self._prefill_indices(writes, write_index)
         else:
-            batch.padded_size = self.engine.padded_size(batch)
-            pad = batch.padded_size - n
-            total = batch.padded_size
-            host = torch.tensor(rows + [self.table_manager.pad_row] * pad + [r.cached_len for r in reqs] + [0] * pad
-                                + rows + write_cols + list(range(n)), dtype=torch.int64)
+            host, total = self._decode_indices(batch, write_index)
         dev = upload(host, self.device)
-        token_rows, batch.positions = dev[:total], dev[total:2 * total]
-        if batch.is_prefill:  # a prefill's inputs are prompt tokens: the host has them, and so does the pool
-            batch.input_ids = dev[2 * total:3 * total].to(torch.int32)
-            self.token_pool[token_rows, batch.positions] = batch.input_ids
-            rest = dev[3 * total:]
+        batch.positions = dev[total:2 * total]
+        if batch.is_prefill:  # a prefill's inputs are prompt tokens: the host has them; the pool keeps a copy
+            token_rows, batch.input_ids = dev[:total], dev[2 * total:3 * total]
+            self.table_manager.flat[dev[3 * total:4 * total]] = batch.input_ids
+            batch.out_loc = self.engine.page_table[token_rows, batch.positions]
+            input_index, rest = None, dev[4 * total:]
         else:
-            rest = dev[2 * total:]
-        batch.out_loc = self.engine.page_table[token_rows, batch.positions]
+            input_index, batch.out_loc, rest = dev[:total], dev[2 * total:3 * total], dev[3 * total:]
         self.engine.attn_backend.prepare_metadata(batch)
         req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in reqs) if self.step_callbacks else ()
-        return _Prepared(batch, self.engine.sampler.prepare(batch), token_rows, rest[2 * n:], rest[:n],
-                         rest[n:2 * n], samples, req_steps, note, waiting, self.cache_manager.used_pages,
-                         self.cache_manager.cached_pages, started)
+        return _Prepared(batch, self.engine.sampler.prepare(batch), input_index, rest[n:], rest[:n], samples,
+                         req_steps, note, waiting, self.cache_manager.used_pages, self.cache_manager.cached_pages,
+                         started)
+
+    def _prefill_indices(self, writes: list[tuple[int, int, list[int]]],
+                         write_index: list[int]) -> tuple[torch.Tensor, int]:
+        """[token rows | positions | prompt tokens | their token-pool places | sample places | logits rows],
+        built with a few host tensor ops rather than a Python loop over every token."""
+        lengths = torch.tensor([len(tokens) for _, _, tokens in writes], dtype=torch.int64)
+        total = int(lengths.sum())
+        ends = lengths.cumsum(0)
+        rows = torch.tensor([row for row, _, _ in writes], dtype=torch.int64)
+        starts = torch.tensor([start for _, start, _ in writes], dtype=torch.int64)
+        token_rows = torch.repeat_interleave(rows, lengths, output_size=total)
+        positions = torch.arange(total) + torch.repeat_interleave(starts - (ends - lengths), lengths,
+                                                                  output_size=total)
+        values = torch.tensor([t for _, _, tokens in writes for t in tokens], dtype=torch.int64)
+        host = torch.cat([token_rows, positions, values, token_rows * self.table_manager.width + positions,
+                          torch.tensor(write_index, dtype=torch.int64), ends - 1])
+        return host, total
+
+    def _decode_indices(self, batch: Batch, write_index: list[int]) -> tuple[torch.Tensor, int]:
+        """[input places | positions | KV slots | sample places | logits rows]: one token per request, so the
+        KV slot is read off the request's page list here instead of gathered from the page table there. Under
+        CUDA graphs, padding rows read the spare row at position 0 and write the dummy page."""
+        reqs = batch.reqs
+        batch.padded_size = self.engine.padded_size(batch)
+        pad = batch.padded_size - len(reqs)
+        size, width = self.page_size, self.table_manager.width
+        positions = [r.cached_len for r in reqs]  # the new token's position: device_len - 1
+        slots = [r.pages[p // size] * size + p % size for r, p in zip(reqs, positions)]
+        inputs = [r.table_idx * width + p for r, p in zip(reqs, positions)]
+        host = torch.tensor(inputs + [self.table_manager.pad_row * width] * pad + positions + [0] * pad
+                            + slots + [self.engine.dummy_page * size] * pad + write_index
+                            + list(range(len(reqs))), dtype=torch.int64)
+        return host, batch.padded_size
 
     def _launch(self, prepared: _Prepared) -> _InFlight:
         """Queue the forward pass, then move the bookkeeping on as if it were done (the device keeps order)."""
         batch = prepared.batch
+        pool = self.table_manager.flat
         with self._engine_stream():
-            if batch.is_decode:  # the previous step wrote these tokens into the pool: read them in launch order
-                batch.input_ids = self.token_pool[prepared.token_rows, batch.positions]
+            if prepared.input_index is not None:  # the previous step wrote these into the pool: read in order
+                batch.input_ids = pool[prepared.input_index]
             next_tokens = self.engine.forward_batch(batch, prepared.sample_args, prepared.logits_indices)
-            self.token_pool[prepared.write_rows, prepared.write_cols] = next_tokens
+            pool[prepared.write_index] = next_tokens
             output = self.engine.to_host(next_tokens)
         ticket = self.fence.launch()
         for req in batch.reqs:
