@@ -47,3 +47,9 @@ def test_graph_ladder_covers_every_size_up_to_the_cap():
     ladder = batch_size_ladder(256)
     assert ladder[:5] == [1, 2, 4, 8, 16] and ladder[-1] == 256
     assert all(b - a <= 8 for a, b in zip(ladder, ladder[1:]))
+
+
+def test_layout_reads_the_page_table_when_a_request_holds_no_page_list():
+    table = torch.arange(2 * 64).view(2, 64)  # row r, position p -> slot 64 r + p
+    layout = paged_layout(table, [1, 0], [9, 4], 4, pages=[[], []])
+    assert layout.indices.tolist() == [16, 17, 18, 0]

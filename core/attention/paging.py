@@ -62,9 +62,9 @@ def paged_layout(page_table: torch.Tensor, rows: list[int], kv_lens: list[int], 
     if total == 0:
         return PagedLayout(indptr, torch.zeros(0, dtype=torch.int32, device=device), last)
     if pages is not None and total <= HOST_PAGE_LIST_MAX:
-        counts_list = counts.tolist()
-        flat = [page for own, count in zip(pages, counts_list) for page in own[:count]]
-        return PagedLayout(indptr, upload_list(flat, torch.int32, device), last)
+        flat = [page for own, count in zip(pages, counts.tolist()) for page in own[:count]]
+        if len(flat) == total:  # else some request's list is not filled in: read the page table instead
+            return PagedLayout(indptr, upload_list(flat, torch.int32, device), last)
     per_row = upload(torch.stack([torch.tensor(rows, dtype=torch.int64), counts]), device)
     rows_d, counts_d = per_row[0], per_row[1]
     starts_d = torch.cumsum(counts_d, 0) - counts_d
