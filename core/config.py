@@ -41,6 +41,9 @@ class EngineConfig:
     cuda_graph_max_bs: int | None = None
     max_prefill_streak: int = 8  # decode gets a step after this many consecutive prefills while requests decode
     tp: int = 1
+    # overlap scheduling: prepare step N+1 while step N runs. None: on for CUDA, off on CPU (where it gains
+    # nothing but runs the same bookkeeping); MINISGL_DISABLE_OVERLAP_SCHEDULING=1 turns it off regardless
+    overlap: bool | None = None
 
     def __post_init__(self) -> None:
         def positive_int(name: str, value: object, allow_none: bool = False) -> None:
@@ -70,6 +73,8 @@ class EngineConfig:
                                                    or not isinstance(self.cuda_graph_max_bs, int)
                                                    or self.cuda_graph_max_bs < 0):
             raise InvalidParamsError(f"cuda_graph_max_bs must be an integer >= 0, got {self.cuda_graph_max_bs!r}")
+        if self.overlap is not None and not isinstance(self.overlap, bool):
+            raise InvalidParamsError(f"overlap must be True, False or None, got {self.overlap!r}")
         parse_dtype(self.dtype)
         if self.device is not None:
             try:

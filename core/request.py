@@ -71,6 +71,8 @@ class Req:
     pages: list[int] = field(default_factory=list)  # KV pages held, in position order
     cache_handle: object = None  # what the prefix cache locked for this request (None for the naive cache)
     output_ids: list[int] = field(default_factory=list)
+    # answered (finished or aborted): results still on their way from batches in flight are dropped
+    done: bool = False
 
     @property
     def extend_len(self) -> int:

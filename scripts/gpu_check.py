@@ -74,6 +74,8 @@ class Check:
         row = Row(name, status, detail, time.time() - start)
         self.rows.append(row)
         print(f"== {name}: {status} ({row.seconds:.1f}s) {detail}", flush=True)
+        # after every step: a crash later (a CUDA fault aborts the process) keeps what was measured
+        (self.out / "figures.json").write_text(json.dumps(self.figures, indent=1, default=str))
 
     def table(self) -> str:
         width = max(len(r.step) for r in self.rows)
@@ -98,8 +100,10 @@ def env_info(check: Check) -> str:
         info["transformers"] = transformers.__version__
     except Exception:  # noqa: BLE001
         pass
+    commit_file = ROOT / "COMMIT"  # a copy of the tree without .git (as sent to a lent GPU) names its commit here
     info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                    text=True).stdout.strip() or "unknown"
+                                    text=True).stdout.strip() or (commit_file.read_text().strip()
+                                                                  if commit_file.exists() else "unknown")
     check.figures["env"] = info
     return ", ".join(f"{k} {v}" for k, v in info.items())
 
@@ -232,6 +236,68 @@ def backends_agree_on_real_shape(check: Check) -> tuple[str, str]:
     return ("PASS" if verdict.ok else "FAIL"), f"torch vs flashinfer+graphs, {model}, bf16: {verdict}"
 
 
+def overlap_agrees_on_real_shape(check: Check) -> tuple[str, str]:
+    """The overlap loop against the plain loop on one flashinfer engine with graphs, queueing included."""
+    from gpu.compare import near_tie_compare
+
+    rng = random.Random(2)
+    model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
+    prompts = [[rng.randrange(10000 if not check.smoke else 256) for _ in range(rng.randint(20, 300))]
+               for _ in range(24)]
+    params = [SamplingParams(max_tokens=rng.randint(8, 64), ignore_eos=True) for _ in prompts]
+    llm = LLM(model, max_running_req=8, page_size=16, max_seq_len=1024, kv_cache_gb=4.0, max_extend_tokens=512)
+    llm.overlap = False
+    plain = [r["token_ids"] for r in llm.generate(prompts, params)]
+    llm.overlap = True
+    over = [r["token_ids"] for r in llm.generate(prompts, params)]
+    verdict = near_tie_compare(llm, llm, prompts, plain, over)
+    stats = llm.stats()
+    leaks = stats["free_rows"] != stats["total_rows"] or stats["free_pages"] + stats["cached_pages"] != stats["total_pages"]
+    check.figures["overlap_agreement"] = {"verdict": str(verdict), "details": verdict.details, "stats": stats}
+    ok = verdict.ok and not leaks
+    return ("PASS" if ok else "FAIL"), f"overlap on vs off, {model}, 24 requests over 8 rows: {verdict}" + \
+        (", rows or pages leaked" if leaks else ", no leak")
+
+
+def profile_host(check: Check, state: BenchState) -> str:
+    """Where the host's time goes per step (cProfile), at batch 1 and at batch 256: written to
+    host_profile.txt, the top entries printed."""
+    import cProfile
+    import io
+    import pstats
+
+    llm = state.llm
+    if llm is None:
+        return "SKIP", "no engine"
+    llm.overlap = True
+    rng = random.Random(4)
+    vocab = min(10000, llm.vocab_size)
+    out = io.StringIO()
+    summary = []
+    for name, prompts, params in (
+            ("batch 1, 200 tokens", [[rng.randrange(vocab) for _ in range(128)]],
+             [SamplingParams(max_tokens=200, ignore_eos=True)]),
+            ("batch 256, 24 tokens, temperature 0.6", [[rng.randrange(vocab) for _ in range(100)] for _ in range(256)],
+             [SamplingParams(max_tokens=24, ignore_eos=True, temperature=0.6)] * 256)):
+        steps: list = []
+        llm.add_step_callback(steps.append)
+        profile = cProfile.Profile()
+        profile.enable()
+        llm.generate(prompts, params)
+        profile.disable()
+        llm.step_callbacks.remove(steps.append)
+        decode = [e.elapsed_s for e in steps if e.phase == "decode"]
+        per_step = statistics.median(decode) * 1e3 if decode else float("nan")
+        summary.append(f"{name}: {per_step:.2f} ms/step under the profiler")
+        out.write(f"==== {name}: {len(decode)} decode steps, median {per_step:.2f} ms under the profiler\n")
+        stats = pstats.Stats(profile, stream=out)
+        stats.sort_stats("tottime").print_stats(30)
+        stats.sort_stats("cumulative").print_stats(30)
+    (check.out / "host_profile.txt").write_text(out.getvalue())
+    print(out.getvalue()[:6000])
+    return "; ".join(summary)
+
+
 # ---- benchmarks ----------------------------------------------------------------------------------------------
 def nanovllm_workload(n: int = 256, seed: int = 0, min_len: int = 100, max_len: int = 1024,
                       max_id: int = 10000) -> tuple[list[list[int]], list[SamplingParams]]:
@@ -256,7 +322,11 @@ class BenchState:
     llm: LLM | None = None
 
 
-def bench_engine(check: Check, state: BenchState, page_size: int) -> str:
+def bench_engine(check: Check, state: BenchState, page_size: int, overlap: bool = True,
+                 max_warmup_step_ms: float | None = None) -> str | tuple[str, str]:
+    """The nanovllm workload on one engine; ``overlap=False`` runs the same engine with the plain loop.
+    With ``max_warmup_step_ms``, a warm-up slower than that per step skips the measurement (it would not
+    finish in the time left)."""
     model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
     n = 8 if check.smoke else 256
     max_len = 40 if check.smoke else 1024
@@ -269,10 +339,17 @@ def bench_engine(check: Check, state: BenchState, page_size: int) -> str:
         state.llm = LLM(model, max_running_req=n, page_size=page_size, max_seq_len=max_seq_len, log=print)
         check.figures[f"engine_start_s_ps{page_size}"] = round(time.time() - start, 1)
     llm = state.llm
+    llm.overlap = overlap and (torch.cuda.is_available() or check.smoke)
     prompts, params = nanovllm_workload(n, min_len=10 if check.smoke else 100, max_len=max_len,
                                         max_id=255 if check.smoke else 10000)
     # warm-up: a short run of the same kind (prefill, decode graphs, seeded sampling)
+    warm_steps: list = []
+    llm.add_step_callback(warm_steps.append)
     llm.generate(prompts[:16], [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=32)] * len(prompts[:16]))
+    llm.step_callbacks.remove(warm_steps.append)
+    warm_ms = statistics.median(e.elapsed_s for e in warm_steps if e.phase == "decode") * 1e3
+    if max_warmup_step_ms is not None and warm_ms > max_warmup_step_ms:
+        return "SKIP", f"warm-up decode step {warm_ms:.1f} ms at batch 16 (> {max_warmup_step_ms} ms): too slow to run"
     first: dict[int, float] = {}
     last: dict[int, float] = {}
     counts: dict[int, int] = {}
@@ -310,13 +387,14 @@ def bench_engine(check: Check, state: BenchState, page_size: int) -> str:
            "prefill_time_s": round(sum(e.elapsed_s for e in prefill_steps), 3),
            "decode_time_s": round(sum(e.elapsed_s for e in decode_steps), 3),
            "peak_batch": max((e.batch_size for e in decode_steps), default=0)}
-    check.figures[f"nanovllm_ps{page_size}"] = fig
+    fig["overlap"] = llm.overlap
+    check.figures[f"nanovllm_ps{page_size}" + ("" if overlap else "_plain")] = fig
     return (f"{fig['tok_per_s']:.0f} tok/s ({total} tok in {wall:.1f}s), TTFT p50 {fig['ttft_s']['p50']:.2f}s, "
             f"TPOT p50 {fig['tpot_ms'].get('p50', 0):.2f}ms, decode step p50 {fig['decode_step_ms']['p50']:.2f}ms "
             f"over {len(decode_steps)} steps, prefill {fig['prefill_time_s']:.1f}s")
 
 
-def bench_batch1(check: Check, state: BenchState, graphs: bool = True) -> str:
+def bench_batch1(check: Check, state: BenchState, graphs: bool = True, overlap: bool = True) -> str:
     """Per-token latency of one request decoding alone (greedy), from the decode steps' wall times."""
     model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
     if graphs and state.llm is not None:
@@ -324,6 +402,7 @@ def bench_batch1(check: Check, state: BenchState, graphs: bool = True) -> str:
     else:
         llm = LLM(model, max_running_req=1, page_size=16, max_seq_len=1024, kv_cache_gb=2.0,
                   cuda_graph_max_bs=None if graphs else 0)
+    llm.overlap = overlap and (torch.cuda.is_available() or check.smoke)
     prompt = [random.Random(3).randint(0, 255) for _ in range(128)]
     steps: list = []
     llm.generate([prompt], SamplingParams(max_tokens=16, ignore_eos=True))  # warm-up
@@ -335,9 +414,9 @@ def bench_batch1(check: Check, state: BenchState, graphs: bool = True) -> str:
     llm.step_callbacks.remove(steps.append)
     decode = sorted(e.elapsed_s for e in steps if e.phase == "decode")
     median_ms = statistics.median(decode) * 1e3
-    key = "batch1" + ("" if graphs else "_eager")
+    key = "batch1" + ("" if graphs else "_eager") + ("" if overlap else "_plain")
     check.figures[key] = {"median_ms_per_token": round(median_ms, 3), "p90_ms": round(decode[int(0.9 * len(decode))] * 1e3, 3),
-                          "tokens": 257, "wall_s": round(wall, 3)}
+                          "tokens": 257, "wall_s": round(wall, 3), "overlap": llm.overlap}
     return f"median {median_ms:.3f} ms/token (p90 {check.figures[key]['p90_ms']:.3f}), 257 tokens in {wall:.2f}s"
 
 
@@ -376,7 +455,7 @@ def bench_transformers(check: Check, state: BenchState, n: int) -> str:
                        **kwargs)  # warm-up
         if device == "cuda":
             torch.cuda.synchronize()
-        max_time = max(min(check.left() - 30, 150), 10)
+        max_time = max(min(check.left() - 30, 45), 10)
         start = time.perf_counter()
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
                              max_time=max_time, **kwargs)
@@ -397,12 +476,12 @@ def bench_transformers(check: Check, state: BenchState, n: int) -> str:
 def headline(fig: dict[str, Any]) -> str:
     """The figures that matter, on one line each, against the targets."""
     lines = [f"device: {fig.get('env', {}).get('device')}, commit {fig.get('env', {}).get('commit')}"]
-    for key in ("nanovllm_ps16", "nanovllm_ps1"):
+    for key in ("nanovllm_ps16", "nanovllm_ps16_plain", "nanovllm_ps1"):
         if key in fig:
             f = fig[key]
             lines.append(f"{key}: {f['tok_per_s']:.0f} tok/s (target >= 20000), wall {f['wall_s']}s, "
                          f"decode {f['decode_time_s']}s over {f['decode_steps']} steps, prefill {f['prefill_time_s']}s")
-    for key in ("batch1", "batch1_eager"):
+    for key in ("batch1", "batch1_plain", "batch1_eager"):
         if key in fig:
             lines.append(f"{key}: {fig[key]['median_ms_per_token']} ms/token (target <= 1.0)")
     if "transformers_static" in fig:
@@ -431,11 +510,20 @@ def main() -> int:
             if not args.skip_pytest:
                 check.step("pytest -m gpu tests/gpu", lambda: run_pytest(check), need_s=150)
         check.step("torch vs flashinfer, real shape", lambda: backends_agree_on_real_shape(check), need_s=60)
+        check.step("overlap on vs off, real shape", lambda: overlap_agrees_on_real_shape(check), need_s=40)
         state = BenchState()
         check.step("bench nanovllm, page 16", lambda: bench_engine(check, state, 16), need_s=60)
+        check.step("bench nanovllm, page 16, overlap off", lambda: bench_engine(check, state, 16, overlap=False),
+                   need_s=45)
         check.step("bench batch-1 decode, graphs", lambda: bench_batch1(check, state, True), need_s=15)
+        check.step("bench batch-1 decode, graphs, overlap off", lambda: bench_batch1(check, state, True, False),
+                   need_s=15)
         check.step("bench batch-1 decode, eager", lambda: bench_batch1(check, BenchState(), False), need_s=40)
-        check.step("bench nanovllm, page 1", lambda: bench_engine(check, state, 1), need_s=100)
+        if gpu:
+            check.step("profile host work per step", lambda: profile_host(check, state), need_s=40)
+        check.step("bench nanovllm, page 1",
+                   lambda: bench_engine(check, state, 1, max_warmup_step_ms=None if check.smoke else 15.0),
+                   need_s=100)
         check.step(f"transformers static generate, {args.hf_requests} req",
                    lambda: bench_transformers(check, state, args.hf_requests), need_s=60)
     (out / "figures.json").write_text(json.dumps(check.figures, indent=1, default=str))

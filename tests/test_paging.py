@@ -16,8 +16,9 @@ def _req(uid: int, row: int, length: int) -> Req:
                device_len=length, max_device_len=length + 8, params=SamplingParams(), sample_seed=0)
 
 
+@pytest.mark.parametrize("from_host", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4, 16])
-def test_layout_matches_each_requests_pages(page_size):
+def test_layout_matches_each_requests_pages(page_size, from_host):
     table = torch.zeros(5, 64, dtype=torch.int64)
     cache = CacheManager(num_pages=64, page_size=page_size, page_table=table, cache_type="naive")
     cache._free_pages.reverse()  # pages out of order, so a wrong gather cannot pass by accident
@@ -26,7 +27,8 @@ def test_layout_matches_each_requests_pages(page_size):
     for req in reqs:  # one more token each, as a decode step would
         req.device_len += 1
     cache.allocate(reqs)
-    layout = paged_layout(table, [r.table_idx for r in reqs], [r.device_len for r in reqs], page_size)
+    layout = paged_layout(table, [r.table_idx for r in reqs], [r.device_len for r in reqs], page_size,
+                          [r.pages for r in reqs] if from_host else None)
     expected_pages, indptr, last = [], [0], []
     for req in reqs:
         n = -(-req.device_len // page_size)
@@ -45,3 +47,9 @@ def test_graph_ladder_covers_every_size_up_to_the_cap():
     ladder = batch_size_ladder(256)
     assert ladder[:5] == [1, 2, 4, 8, 16] and ladder[-1] == 256
     assert all(b - a <= 8 for a, b in zip(ladder, ladder[1:]))
+
+
+def test_layout_reads_the_page_table_when_a_request_holds_no_page_list():
+    table = torch.arange(2 * 64).view(2, 64)  # row r, position p -> slot 64 r + p
+    layout = paged_layout(table, [1, 0], [9, 4], 4, pages=[[], []])
+    assert layout.indices.tolist() == [16, 17, 18, 0]

@@ -9,6 +9,10 @@ Planning (flashinfer's ``plan``: split-k decisions and their metadata) happens i
 CUDA graphs each captured batch size has its own decode wrapper whose metadata lives in fixed buffers, and
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
 dummy page that no request owns.
+
+``plan`` writes its schedule into a pinned host buffer and queues a copy of it to the device. Under overlap
+scheduling the next plan can come before the device has run that copy, and would overwrite the buffer under
+it: every plan therefore records an event, and the next plan waits for it first.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from core.attention.paging import PagedLayout, pages_of, paged_layout
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.request import Batch
+from core.transfer import pinned
 
 WORKSPACE_BYTES = 128 << 20  # flashinfer's recommended float workspace for split-k partial results
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -68,6 +73,7 @@ class FlashInferBackend(AttentionBackend):
             self.workspace, "NHD", use_tensor_cores=self.tensor_cores)
         self._graph_wrappers: dict[int, Any] = {}
         self._dummy_page = 0
+        self._plan_copied: torch.cuda.Event | None = None  # the last plan's host-to-device copy has run
 
     @staticmethod
     def check_supported(pool: KVPool) -> None:
@@ -79,29 +85,53 @@ class FlashInferBackend(AttentionBackend):
 
     # ---- per step ------------------------------------------------------------------------------------------
     def prepare_metadata(self, batch: Batch) -> None:
-        rows = [r.table_idx for r in batch.reqs]
-        layout = paged_layout(self.page_table, rows, [r.device_len for r in batch.reqs], self.page_size)
-        qo_indptr = None
-        if batch.is_prefill:
-            qo_indptr = torch.zeros(batch.size + 1, dtype=torch.int32)
-            qo_indptr[1:] = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int32).cumsum(0)
-        batch.attn_metadata = FlashInferMetadata(layout, qo_indptr)
+        batch.attn_metadata = FlashInferMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch))
+
+    def _layout(self, batch: Batch, padded_size: int) -> PagedLayout:
+        """The batch's page lists, plus padding rows up to ``padded_size`` (a CUDA-graph batch)."""
+        reqs = batch.reqs
+        layout = paged_layout(self.page_table, [r.table_idx for r in reqs], [r.device_len for r in reqs],
+                              self.page_size, [r.pages for r in reqs])
+        layout = layout.padded(padded_size - batch.size, self._dummy_page)
+        # pinned, so that plan's copies of them are queued rather than waited for
+        return PagedLayout(pinned(layout.indptr, self.device), layout.indices,
+                           pinned(layout.last_page_len, self.device))
+
+    def _qo_indptr(self, batch: Batch) -> torch.Tensor | None:
+        if not batch.is_prefill:
+            return None
+        qo_indptr = torch.zeros(batch.size + 1, dtype=torch.int32)
+        qo_indptr[1:] = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int32).cumsum(0)
+        return pinned(qo_indptr, self.device)
 
     def begin_forward(self, batch: Batch) -> None:
         meta: FlashInferMetadata = batch.attn_metadata
         lay = meta.layout
         if batch.is_prefill:
+            self._wait_last_plan()
             self.prefill_wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len, self.num_heads,
                                       self.num_kv_heads, self.head_dim, self.page_size, causal=True,
                                       sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype)
+            self._mark_plan()
             meta.wrapper = self.prefill_wrapper
         else:
             self._plan_decode(self.decode_wrapper, lay.indptr, lay.indices, lay.last_page_len)
             meta.wrapper = self.decode_wrapper
 
     def _plan_decode(self, wrapper: Any, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
+        self._wait_last_plan()
         wrapper.plan(indptr, indices, last, self.num_heads, self.num_kv_heads, self.head_dim, self.page_size,
                      sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype)
+        self._mark_plan()
+
+    def _wait_last_plan(self) -> None:
+        if self._plan_copied is not None:
+            self._plan_copied.synchronize()
+
+    def _mark_plan(self) -> None:
+        if self.device.type == "cuda":
+            self._plan_copied = torch.cuda.Event()
+            self._plan_copied.record()
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         self.pool.store(layer, batch.out_loc, k, v)
@@ -129,21 +159,8 @@ class FlashInferBackend(AttentionBackend):
     def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
         meta = batch.attn_metadata
         layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
-        if layout is None and batch.reqs:
-            layout = paged_layout(self.page_table, [r.table_idx for r in batch.reqs],
-                                  [r.device_len for r in batch.reqs], self.page_size)
-        if layout is not None:
-            indptr, indices, last = layout.indptr, layout.indices, layout.last_page_len
-        else:
-            indptr = torch.zeros(1, dtype=torch.int32)
-            indices = torch.zeros(0, dtype=torch.int32, device=self.device)
-            last = torch.zeros(0, dtype=torch.int32)
-        pad = padded_size - batch.size
-        if pad:
-            indptr = torch.cat([indptr, indptr[-1] + torch.arange(1, pad + 1, dtype=torch.int32)])
-            indices = torch.cat([indices, torch.full((pad,), self._dummy_page, dtype=torch.int32,
-                                                     device=self.device)])
-            last = torch.cat([last, torch.ones(pad, dtype=torch.int32)])
+        if layout is None or layout.size != padded_size:  # not prepared for this size (capture, tests)
+            layout = self._layout(batch, padded_size)
         wrapper = self._graph_wrappers[padded_size]
-        self._plan_decode(wrapper, indptr, indices, last)
+        self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len)
         batch.attn_metadata = FlashInferMetadata(layout, None, wrapper)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from core.transfer import upload, upload_list
+
 
 @dataclass
 class PagedLayout:
@@ -20,23 +22,53 @@ class PagedLayout:
     indices: torch.Tensor  # [indptr[-1]] int32, on the page table's device
     last_page_len: torch.Tensor  # [batch] int32, host: tokens used in each request's last page
 
+    @property
+    def size(self) -> int:
+        return len(self.last_page_len)
+
+    def padded(self, pad: int, dummy_page: int) -> "PagedLayout":
+        """``pad`` more rows, each one token long in ``dummy_page`` (the padding rows of a CUDA-graph batch)."""
+        if pad <= 0:
+            return self
+        total = int(self.indptr[-1])
+        indptr = torch.cat([self.indptr, total + torch.arange(1, pad + 1, dtype=torch.int32)])
+        filler = torch.full((pad,), dummy_page, dtype=torch.int32, device=self.indices.device)
+        return PagedLayout(indptr, torch.cat([self.indices, filler]),
+                           torch.cat([self.last_page_len, torch.ones(pad, dtype=torch.int32)]))
+
+
+HOST_PAGE_LIST_MAX = 2048  # longer page lists are gathered on the device
+
 
 def pages_of(length: int, page_size: int) -> int:
     return -(-length // page_size)
 
 
-def paged_layout(page_table: torch.Tensor, rows: list[int], kv_lens: list[int], page_size: int) -> PagedLayout:
-    """The pages holding positions [0, kv_lens[i]) of page-table row rows[i], for every i."""
-    counts = [pages_of(n, page_size) for n in kv_lens]
-    indptr = torch.zeros(len(counts) + 1, dtype=torch.int32)
-    indptr[1:] = torch.tensor(counts, dtype=torch.int32).cumsum(0)
-    last = torch.tensor([n - (c - 1) * page_size for n, c in zip(kv_lens, counts)], dtype=torch.int32)
-    total = int(indptr[-1])
+def paged_layout(page_table: torch.Tensor, rows: list[int], kv_lens: list[int], page_size: int,
+                 pages: list[list[int]] | None = None) -> PagedLayout:
+    """The pages holding positions [0, kv_lens[i]) of page-table row rows[i], for every i.
+
+    Short lists (given the requests' own page lists, ``pages``) are flattened on the host and sent in one
+    upload: one copy instead of a dozen small kernels, which matters when a step is a millisecond. Otherwise
+    the host sends one small tensor (each row and its page count) and the page list is gathered from the page
+    table on the device, whatever its length, with no host sync.
+    """
     device = page_table.device
-    rows_d = torch.tensor(rows, dtype=torch.int64).to(device, non_blocking=True)
-    counts_d = torch.tensor(counts, dtype=torch.int64).to(device, non_blocking=True)
-    starts_d = indptr[:-1].to(torch.int64).to(device, non_blocking=True)
+    counts = torch.tensor(kv_lens, dtype=torch.int64).add_(page_size - 1).div_(page_size, rounding_mode="floor")
+    indptr = torch.zeros(len(rows) + 1, dtype=torch.int32)
+    indptr[1:] = counts.cumsum(0)
+    last = (torch.tensor(kv_lens, dtype=torch.int32) - (counts.to(torch.int32) - 1) * page_size)
+    total = int(indptr[-1])
+    if total == 0:
+        return PagedLayout(indptr, torch.zeros(0, dtype=torch.int32, device=device), last)
+    if pages is not None and total <= HOST_PAGE_LIST_MAX:
+        flat = [page for own, count in zip(pages, counts.tolist()) for page in own[:count]]
+        if len(flat) == total:  # else some request's list is not filled in: read the page table instead
+            return PagedLayout(indptr, upload_list(flat, torch.int32, device), last)
+    per_row = upload(torch.stack([torch.tensor(rows, dtype=torch.int64), counts]), device)
+    rows_d, counts_d = per_row[0], per_row[1]
+    starts_d = torch.cumsum(counts_d, 0) - counts_d
     row_of = torch.repeat_interleave(rows_d, counts_d, output_size=total)
     page_no = torch.arange(total, device=device) - torch.repeat_interleave(starts_d, counts_d, output_size=total)
     slots = page_table[row_of, page_no * page_size]
-    return PagedLayout(indptr, (slots // page_size).to(torch.int32), last)
+    return PagedLayout(indptr, torch.div(slots, page_size, rounding_mode="floor").to(torch.int32), last)

@@ -23,7 +23,6 @@ from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.layers.kernels import FlashInferKernels, TorchKernels, install_kernels
-from core.layers.linear import local_kv_heads
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.models.config import ModelConfig
@@ -41,7 +40,7 @@ DEFAULT_GRAPH_MAX_BS = 256
 class ForwardOutput:
     next_tokens: torch.Tensor  # on the device
     next_tokens_host: torch.Tensor  # host copy, valid once copy_done has completed
-    copy_done: torch.cuda.Event | None
+    copy_done: torch.cuda.Event | None  # recorded after everything the step queued on the device
 
     def wait(self) -> torch.Tensor:
         if self.copy_done is not None:
@@ -79,14 +78,18 @@ class Engine:
         self.kv_pool = KVPool(cfg.num_layers, self.num_pages + 1, self.page_size, self.num_kv_heads, cfg.head_dim,
                               self.dtype, self.device)
         # one row per running request; a position's KV slot. The spare last row (padding) points at the dummy page.
-        self.page_table = torch.zeros(config.max_running_req + 1, self.max_seq_len, dtype=torch.int64,
-                                      device=self.device)
-        self.page_table[config.max_running_req] = self.dummy_page * self.page_size
+        # Whole pages wide, so a page's slots are always written together.
+        width = -(-self.max_seq_len // self.page_size) * self.page_size
+        self.page_table = torch.zeros(config.max_running_req + 1, width, dtype=torch.int64, device=self.device)
+        self.pad_row = config.max_running_req
+        self.page_table[self.pad_row] = self.dummy_page * self.page_size
         self.attn_backend = self._make_backend()
         kernels = FlashInferKernels if self.attn_backend.fused_kernels else TorchKernels
         install_kernels(self.model, kernels)
         self.sampler = Sampler(self.device)
         self.graph_runner = self._make_graph_runner(log)
+        # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if log:
             graphs = f"CUDA graphs up to batch {self.graph_runner.max_bs}" if self.graph_runner else "no CUDA graphs"
             log(f"engine ready: {self.device} {str(self.dtype).removeprefix('torch.')}, "
@@ -154,7 +157,14 @@ class Engine:
         return CudaGraphRunner(self.model, self.attn_backend, cap, self.dummy_page * self.page_size,
                                self.dummy_page, self.device, log)
 
-    def forward_batch(self, batch: Batch, sample_args: SampleArgs, logits_indices: torch.Tensor) -> ForwardOutput:
+    def padded_size(self, batch: Batch) -> int:
+        """Rows the batch will run with: a decode batch under CUDA graphs is padded to a captured size."""
+        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+            return self.graph_runner.padded_size(batch.size)
+        return batch.size
+
+    def forward_batch(self, batch: Batch, sample_args: SampleArgs, logits_indices: torch.Tensor) -> torch.Tensor:
+        """Run the model on a prepared batch and sample; the next tokens stay on the device."""
         with forward_context(batch, self.attn_backend), torch.inference_mode():
             if self.graph_runner is not None and self.graph_runner.can_run(batch):
                 logits = self.graph_runner.run(batch)
@@ -162,11 +172,14 @@ class Engine:
                 self.attn_backend.begin_forward(batch)
                 logits = self.model(batch.input_ids, batch.positions, logits_indices)
             # ranks sample identically from identical gathered logits; the broadcast makes agreement certain
-            next_tokens = broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp.size)
-        if self.device.type == "cuda":
-            host = torch.empty(next_tokens.shape, dtype=next_tokens.dtype, pin_memory=True)
-            host.copy_(next_tokens, non_blocking=True)
-            event = torch.cuda.Event()
-            event.record()
-            return ForwardOutput(next_tokens, host, event)
-        return ForwardOutput(next_tokens, next_tokens, None)
+            return broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp.size)
+
+    def to_host(self, next_tokens: torch.Tensor) -> ForwardOutput:
+        """Start copying the sampled tokens to pinned host memory; the event marks the end of the step's work."""
+        if self.device.type != "cuda":
+            return ForwardOutput(next_tokens, next_tokens, None)
+        host = torch.empty(next_tokens.shape, dtype=next_tokens.dtype, pin_memory=True)
+        host.copy_(next_tokens, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return ForwardOutput(next_tokens, host, event)

@@ -4,8 +4,9 @@ A decode step of a small model is hundreds of short kernels; launched one by one
 the CPU. A captured graph launches them all at once. Shapes are frozen at capture, so the runner keeps fixed
 input buffers (token ids, positions, KV write slots) and captures sizes 1, 2, 4, 8, then every multiple of 8
 up to the cap. A batch is padded to the next captured size: padding rows read token 0 at position 0 and write
-their KV into a dummy page that no request owns, and their logits are dropped. Prefill and batches over the
-cap run eagerly.
+their KV into a dummy page that no request owns, and their logits are dropped. The scheduler pads a batch as
+it prepares it (``Engine.padded_size``), so a replay is three copies, a plan and the launch. Prefill and
+batches over the cap run eagerly.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class CudaGraphRunner:
         self.sizes = batch_size_ladder(max_bs)
         self.max_bs = max_bs
         self.dummy_slot = dummy_slot
-        self.input_ids = torch.zeros(max_bs, dtype=torch.int32, device=device)
+        self.input_ids = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.out_loc = torch.full((max_bs,), dummy_slot, dtype=torch.int64, device=device)
         self.rows = torch.arange(max_bs, device=device)
@@ -48,6 +49,10 @@ class CudaGraphRunner:
 
     def can_run(self, batch: Batch) -> bool:
         return batch.is_decode and batch.size <= self.max_bs
+
+    def padded_size(self, n: int) -> int:
+        """The smallest captured batch size that holds ``n`` rows."""
+        return self.sizes[bisect.bisect_left(self.sizes, n)]
 
     def _static_batch(self, bs: int, reqs: list) -> Batch:
         return Batch(reqs=reqs, phase="decode", positions=self.positions[:bs], input_ids=self.input_ids[:bs],
@@ -73,14 +78,15 @@ class CudaGraphRunner:
     def run(self, batch: Batch) -> torch.Tensor:
         """Logits for the batch's rows, from the graph of the smallest captured size that holds it."""
         n = batch.size
-        bs = self.sizes[bisect.bisect_left(self.sizes, n)]
-        self.input_ids[:n].copy_(batch.input_ids)
-        self.positions[:n].copy_(batch.positions)
-        self.out_loc[:n].copy_(batch.out_loc)
-        if bs > n:  # stale values from a larger batch must not write into a live request's KV slot
-            self.input_ids[n:bs].zero_()
-            self.positions[n:bs].zero_()
-            self.out_loc[n:bs].fill_(self.dummy_slot)
+        bs = self.padded_size(n)
+        rows = len(batch.input_ids)  # bs when the scheduler padded the batch, else n
+        self.input_ids[:rows].copy_(batch.input_ids)
+        self.positions[:rows].copy_(batch.positions)
+        self.out_loc[:rows].copy_(batch.out_loc)
+        if bs > rows:  # stale values from a larger batch must not write into a live request's KV slot
+            self.input_ids[rows:bs].zero_()
+            self.positions[rows:bs].zero_()
+            self.out_loc[rows:bs].fill_(self.dummy_slot)
         batch.padded_size = bs
         self.backend.plan_cuda_graph(batch, bs)
         self.graphs[bs].replay()

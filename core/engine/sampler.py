@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from core.request import Batch
+from core.transfer import upload_list
 
 _MASK31 = 0x7FFFFFFF
 
@@ -92,23 +93,22 @@ class Sampler:
         if all(p.greedy for p in params):
             return SampleArgs()
 
-        def tensor(values: list, dtype: torch.dtype) -> torch.Tensor:
-            return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
-
+        # three uploads per step rather than one per field; what the compiled race reads starts each one (a view
+        # at an offset could make the compiled code specialise on that offset)
+        floats = upload_list([max(p.temperature, 1e-5) for p in params] + [p.top_p for p in params],
+                             torch.float32, self.device).view(2, -1)
+        seeds = upload_list([r.sample_seed for r in batch.reqs], torch.int64, self.device)
+        ints = upload_list([r.device_len for r in batch.reqs] + [p.top_k for p in params]
+                           + [int(p.greedy) for p in params], torch.int64, self.device).view(3, -1)
         return SampleArgs(
-            temperatures=tensor([max(p.temperature, 1e-5) for p in params], torch.float32),
-            top_k=tensor([p.top_k for p in params], torch.int64),
-            top_p=tensor([p.top_p for p in params], torch.float32),
-            seeds=tensor([r.sample_seed for r in batch.reqs], torch.int64),
-            positions=tensor([r.device_len for r in batch.reqs], torch.int64),
-            greedy_rows=tensor([p.greedy for p in params], torch.bool),
-            filtered=any(p.top_k != -1 or p.top_p < 1.0 for p in params),
+            temperatures=floats[0], top_p=floats[1], seeds=seeds, positions=ints[0], top_k=ints[1],
+            greedy_rows=ints[2].bool(), filtered=any(p.top_k != -1 or p.top_p < 1.0 for p in params),
         )
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
         greedy = logits.argmax(dim=-1)
         if args.all_greedy:
-            return greedy.to(torch.int32)
+            return greedy
         if args.filtered:
             probs = torch.softmax(logits / args.temperatures[:, None], dim=-1)
             probs = _top_k_top_p(probs, args.top_k, args.top_p)
@@ -116,7 +116,7 @@ class Sampler:
             sampled = (probs / -torch.log(noise)).argmax(dim=-1)
         else:
             sampled = self._race(logits, args.temperatures, args.seeds, args.positions)
-        return torch.where(args.greedy_rows, greedy, sampled).to(torch.int32)
+        return torch.where(args.greedy_rows, greedy, sampled)
 
 
 def _top_k_top_p(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -62,11 +62,12 @@ class LLM(Scheduler):
                  max_extend_tokens: int = 8192, dtype: Any = None, device: str | None = None,
                  attention: str | None = None, kv_cache_gb: float | None = None,
                  cuda_graph_max_bs: int | None = None, max_prefill_streak: int = 8, tp: int = 1,
-                 log: Callable[[str], None] | None = None) -> None:
+                 overlap: bool | None = None, log: Callable[[str], None] | None = None) -> None:
         config = EngineConfig(model=model, cache=cache, page_size=page_size, max_running_req=max_running_req,
                               num_pages=num_pages, kv_cache_gb=kv_cache_gb, max_seq_len=max_seq_len,
                               max_extend_tokens=max_extend_tokens, dtype=dtype, device=device, attention=attention,
-                              cuda_graph_max_bs=cuda_graph_max_bs, max_prefill_streak=max_prefill_streak, tp=tp)
+                              cuda_graph_max_bs=cuda_graph_max_bs, max_prefill_streak=max_prefill_streak, tp=tp,
+                              overlap=overlap)
         model_dir = resolve_model_dir(model, log)
         self.model_dir = model_dir
         self.tokenizer = load_tokenizer(model_dir)
@@ -93,7 +94,7 @@ class LLM(Scheduler):
     def send_result(self, replies: list[Reply]) -> None:
         for reply in replies:
             got = self._collected.get(reply.uid)
-            if got is None:
+            if got is None or got.finish_reason is not None:  # unknown, or already answered (aborted)
                 continue
             if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in self.eos_token_ids):
                 got.token_ids.append(reply.token)

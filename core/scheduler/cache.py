@@ -16,15 +16,17 @@ from core.kvcache.naive import NaivePrefixCache
 from core.kvcache.prefix import PrefixCache, PrefixMatch
 from core.request import Req
 from core.scheduler.decode import pages_for
+from core.scheduler.fence import ReleaseFence
+from core.transfer import upload_list
 
 
 @dataclass
 class _PageTableWrites:
-    """Page-table entries gathered over a batch and written in one indexing op."""
+    """New pages gathered over a batch, one entry per page, written into the page table in one indexing op."""
 
     rows: list[int] = field(default_factory=list)
-    cols: list[int] = field(default_factory=list)
-    slots: list[int] = field(default_factory=list)
+    first_cols: list[int] = field(default_factory=list)  # the position of each page's first slot
+    pages: list[int] = field(default_factory=list)
 
 
 class OutOfPagesError(RuntimeError):
@@ -32,12 +34,17 @@ class OutOfPagesError(RuntimeError):
 
 
 class CacheManager:
-    def __init__(self, num_pages: int, page_size: int, page_table: torch.Tensor, cache_type: str) -> None:
+    def __init__(self, num_pages: int, page_size: int, page_table: torch.Tensor, cache_type: str,
+                 fence: ReleaseFence | None = None) -> None:
         self.num_pages = num_pages
         self.page_size = page_size
         self.page_table = page_table
-        self.max_seq_len = page_table.shape[1]
-        self._free_pages: list[int] = list(range(num_pages))
+        if page_table.shape[1] % page_size:
+            raise ValueError(f"the page table's width {page_table.shape[1]} is not a multiple of the page size "
+                             f"{page_size}")
+        # a stack: pages are taken from and given back at the end, in O(pages moved) whatever the pool's size
+        self._free_pages: list[int] = list(range(num_pages - 1, -1, -1))
+        self.fence = fence or ReleaseFence()
         self.evicted_pages = 0  # cumulative: cached pages taken back to make room
         self.prefix_cache: PrefixCache = self._make_prefix_cache(cache_type)
         self.reuses_prefixes = cache_type != "naive"
@@ -88,25 +95,33 @@ class CacheManager:
 
     # ---- allocation ----------------------------------------------------------------------------------------
     def allocate(self, reqs: list[Req]) -> None:
-        """Make sure every request has KV slots for positions [0, device_len)."""
+        """Make sure every request has KV slots for positions [0, device_len): one hand-out, one upload."""
+        size = self.page_size
+        needs = [(req, (req.device_len + size - 1) // size - len(req.pages)) for req in reqs]
+        needs = [(req, n) for req, n in needs if n > 0]
+        if not needs:
+            return
+        taken = self._take(sum(n for _, n in needs))
         writes = _PageTableWrites()
-        for req in reqs:
-            need = pages_for(req.device_len, self.page_size) - len(req.pages)
-            if need <= 0:
-                continue
+        start = 0
+        for req, n in needs:
             first = len(req.pages)
-            req.pages.extend(self._take(need))
-            self._collect(req, first, len(req.pages), writes)
+            req.pages.extend(taken[start:start + n])
+            start += n
+            self._collect(req, first, first + n, writes)
         self._flush(writes)
 
     def _take(self, n: int) -> list[int]:
-        if n > len(self._free_pages):
-            evicted = self.prefix_cache.evict(n - len(self._free_pages))
+        free = self._free_pages
+        if n > len(free):
+            evicted = self.prefix_cache.evict(n - len(free))
             self.evicted_pages += len(evicted)
-            self._free_pages.extend(evicted)
-        if n > len(self._free_pages):
-            raise OutOfPagesError(f"needed {n} KV pages, only {len(self._free_pages)} free")
-        taken, self._free_pages = self._free_pages[:n], self._free_pages[n:]
+            free.extend(evicted)
+        if n > len(free):
+            raise OutOfPagesError(f"needed {n} KV pages, only {len(free)} free")
+        taken = free[-n:]
+        del free[-n:]
+        taken.reverse()
         return taken
 
     def _record(self, req: Req, first: int, last: int) -> None:
@@ -116,23 +131,20 @@ class CacheManager:
 
     def _collect(self, req: Req, first: int, last: int, writes: _PageTableWrites) -> None:
         size = self.page_size
-        for i in range(first, last):
-            for offset in range(size):
-                col = i * size + offset
-                if col >= self.max_seq_len:
-                    break
-                writes.rows.append(req.table_idx)
-                writes.cols.append(col)
-                writes.slots.append(req.pages[i] * size + offset)
+        writes.rows.extend([req.table_idx] * (last - first))
+        writes.first_cols.extend(range(first * size, last * size, size))
+        writes.pages.extend(req.pages[first:last])
 
     def _flush(self, writes: _PageTableWrites) -> None:
+        """One upload of one entry per page; the page's ``page_size`` slots are spread out on the device."""
         if not writes.rows:
             return
         device = self.page_table.device
-        rows = torch.tensor(writes.rows, dtype=torch.int64).to(device, non_blocking=True)
-        cols = torch.tensor(writes.cols, dtype=torch.int64).to(device, non_blocking=True)
-        slots = torch.tensor(writes.slots, dtype=torch.int64).to(device, non_blocking=True)
-        self.page_table[rows, cols] = slots
+        size = self.page_size
+        per_page = upload_list(writes.rows + writes.first_cols + writes.pages, torch.int64, device).view(3, -1)
+        rows, first_cols, pages = per_page[0], per_page[1], per_page[2]
+        offsets = torch.arange(size, device=device)
+        self.page_table[rows[:, None], first_cols[:, None] + offsets] = pages[:, None] * size + offsets
 
     # ---- release -------------------------------------------------------------------------------------------
     def cache_req(self, req: Req, finished: bool) -> None:
@@ -142,9 +154,11 @@ class CacheManager:
         ``insert`` as the number of leading pages it now owns) and the rest of a finished request's pages are
         freed.
         """
-        tokens = req.input_ids[: req.cached_len]
-        result = self.prefix_cache.insert(tokens, req.pages, req.cache_handle)
-        self._free_pages.extend(result.duplicate_pages)
+        # A finished request's last token was never fed back, so has no KV: under overlap scheduling cached_len
+        # can already count it (the request was in the next step when it stopped on EOS), so cap it here.
+        known = min(req.cached_len, len(req.input_ids) - 1 if finished else len(req.input_ids))
+        result = self.prefix_cache.insert(req.input_ids[:known], req.pages, req.cache_handle)
+        self._give_back(result.duplicate_pages)
         if result.duplicate_pages:  # an identical prefix was cached meanwhile: read the cache's copy from now on
             req.pages[: len(result.pages)] = result.pages
             if not finished:
@@ -152,7 +166,7 @@ class CacheManager:
         self.prefix_cache.unlock(req.cache_handle)
         req.cache_handle = None
         if finished:
-            self._free_pages.extend(req.pages[len(result.pages):])
+            self._give_back(req.pages[len(result.pages):])
             req.pages = []
         else:
             self.prefix_cache.lock(result.handle)
@@ -163,8 +177,14 @@ class CacheManager:
         self.prefix_cache.unlock(req.cache_handle)
         owned = self.prefix_cache.owned_prefix_pages(req.cache_handle)
         req.cache_handle = None
-        self._free_pages.extend(req.pages[owned:])
+        self._give_back(req.pages[owned:])
         req.pages = []
 
+    def _give_back(self, pages: list[int]) -> None:
+        """Pages a request no longer needs; an in-flight batch may still write them, hence the fence."""
+        self.fence.free(self._free_pages, pages)
+
     def reset_prefix_cache(self) -> None:
+        # no fence needed for the cache's pages: only the device writes a page's KV, in launch order, so a new
+        # owner's writes come after every batch that read the page before
         self._free_pages.extend(self.prefix_cache.reset())

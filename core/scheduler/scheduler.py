@@ -4,26 +4,44 @@ One phase per step. Prefill goes first whenever something is waiting and fits, e
 ``max_prefill_streak`` prefill steps in a row while requests are decoding, one decode step is forced: a steady
 stream of prompts can delay decoding, never stall it. Every request that enters gets exactly one final reply,
 an error included.
+
+Two loops run the same steps. The plain loop finishes each step (launch, wait, handle results) before it
+schedules the next. The overlap loop launches step N and only then handles step N-1's results, so the host's
+work (results, scheduling, metadata) hides behind the device's. What makes that safe:
+
+* the scheduler's bookkeeping moves on when a batch is launched (``Req.complete_step``), not when its result
+  comes back, and sampled tokens go from device to device through the token pool;
+* which requests sample this step, and whether a request is finished, are judged from what was scheduled and
+  from the tokens the host has received, never from lengths that a later launch already moved on;
+* a request that stopped on EOS at step N-1 was already launched again in step N: its extra token is dropped
+  (``Req.done``), and the row and pages it gave back wait for step N to finish (``ReleaseFence``);
+* on CUDA, metadata is prepared on the scheduler's stream and forward passes run on the engine's stream,
+  which waits for the scheduler's before each launch.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
+from core import env
 from core.config import EngineConfig
 from core.engine.engine import Engine, ForwardOutput
+from core.engine.sampler import SampleArgs
 from core.events import ReqStep, StepCallback, StepEvent
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager, pages_for
+from core.scheduler.fence import ReleaseFence
 from core.scheduler.prefill import PendingReq, PrefillManager
 from core.scheduler.table import TableManager
+from core.transfer import upload
 
 
 @dataclass(frozen=True)
@@ -39,16 +57,33 @@ class Reply:
 
 @dataclass
 class _Prepared:
+    """A scheduled batch with everything its launch needs, and what the step event will report."""
+
     batch: Batch
-    sample_args: object
+    sample_args: SampleArgs
+    input_index: torch.Tensor | None  # decode: each input token's place in the flat token pool (read at launch)
     logits_indices: torch.Tensor
-    write_rows: torch.Tensor
-    write_cols: torch.Tensor
-    req_steps: tuple[ReqStep, ...]  # lengths as scheduled (the requests move on after the forward)
+    write_index: torch.Tensor  # where each request's sampled token goes in the flat token pool
+    samples: list[bool]  # per request: does this step produce its next token (False for a prompt chunk)
+    req_steps: tuple[ReqStep, ...]  # lengths as scheduled (the requests move on after the launch)
     note: str
     waiting: int
     pages_used: int
     pages_cached: int
+    started: float
+
+
+@dataclass
+class _InFlight:
+    prepared: _Prepared
+    output: ForwardOutput
+    ticket: int  # the release fence's number for this launch
+
+
+def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
+    if env.overlap_scheduling_disabled():
+        return False
+    return config.overlap if config.overlap is not None else device.type == "cuda"
 
 
 class Scheduler:
@@ -58,8 +93,11 @@ class Scheduler:
         self.device = self.engine.device
         self.page_size = config.page_size
         self.max_seq_len = self.engine.max_seq_len
-        self.table_manager = TableManager(config.max_running_req, self.max_seq_len, self.device)
-        self.cache_manager = CacheManager(self.engine.num_pages, self.page_size, self.engine.page_table, config.cache)
+        self.overlap = overlap_enabled(config, self.device)
+        self.fence = ReleaseFence()
+        self.table_manager = TableManager(config.max_running_req, self.max_seq_len, self.device, self.fence)
+        self.cache_manager = CacheManager(self.engine.num_pages, self.page_size, self.engine.page_table, config.cache,
+                                          self.fence)
         self.decode_manager = DecodeManager(self.page_size)
         self.prefill_manager = PrefillManager(self.cache_manager, self.table_manager, self.decode_manager,
                                               self.page_size)
@@ -70,6 +108,9 @@ class Scheduler:
         self._step = 0
         self._prefill_streak = 0
         self._rng = random.Random()
+        self._last_result_at = 0.0
+        # metadata work goes on this stream; forward passes on the engine's (see the module docstring)
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     # ---- IO, overridden by the offline LLM -----------------------------------------------------------------
     def send_result(self, replies: list[Reply]) -> None:
@@ -117,6 +158,7 @@ class Scheduler:
                 return False
             self.decode_manager.remove(req)
         if req is not None:
+            req.done = True  # a batch in flight may still hold it: its result is dropped
             self._release(req)
         self.send_result([Reply(uid, None, True, "abort")])
         return True
@@ -127,20 +169,51 @@ class Scheduler:
 
     # ---- the loop -----------------------------------------------------------------------------------------
     def run_until_idle(self) -> None:
-        while self.busy:
-            self.step()
+        with self._scheduler_stream(), torch.inference_mode():
+            if self.overlap:
+                self._overlap_loop()
+            else:
+                while self.busy:
+                    self.step()
 
     def step(self) -> None:
-        started = time.perf_counter()
-        prepared = self._schedule_next_batch()
-        if prepared is None:
-            self._fail_stuck_requests()
+        """One step of the plain loop: schedule, launch, wait for the result and handle it."""
+        with self._scheduler_stream(), torch.inference_mode():
+            prepared = self._schedule_next_batch()
+            if prepared is None:
+                self._fail_stuck_requests()
+                return
+            self._finish(self._launch(prepared))
+
+    def _overlap_loop(self) -> None:
+        """Launch step N, then handle step N-1's results while step N runs."""
+        last: _InFlight | None = None
+        while self.busy or last is not None:
+            prepared = self._schedule_next_batch() if self.busy else None
+            current = self._launch(prepared) if prepared is not None else None
+            if last is not None:
+                self._finish(last)  # frees made here wait for ``current``
+            elif current is None:
+                self._fail_stuck_requests()  # nothing in flight, nothing held: the head can never fit
+            last = current
+
+    @contextmanager
+    def _scheduler_stream(self) -> Iterator[None]:
+        with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
+            yield
+
+    @contextmanager
+    def _engine_stream(self) -> Iterator[None]:
+        stream = self.engine.stream
+        if stream is None:
+            yield
             return
-        output = self._forward(prepared)
-        finished = self._process_results(prepared.batch, output)
-        self._emit(prepared, finished, time.perf_counter() - started)
+        stream.wait_stream(torch.cuda.current_stream(self.device))  # the metadata this launch reads
+        with torch.cuda.stream(stream):
+            yield
 
     def _schedule_next_batch(self) -> _Prepared | None:
+        started = time.perf_counter()
         note = ""
         decoding = self.decode_manager.runnable
         if decoding and self._prefill_streak >= self.config.max_prefill_streak:
@@ -152,75 +225,122 @@ class Scheduler:
         if scheduled is not None:
             batch, writes = scheduled
             self._prefill_streak = self._prefill_streak + 1 if decoding else 0
-            self._write_prompt_tokens(writes)
         else:
-            batch = self.decode_manager.schedule_next_batch()
+            batch, writes = self.decode_manager.schedule_next_batch(), []
             self._prefill_streak = 0
             if batch is None:
                 return None
-        return self._prepare(batch, note, waiting)
+        return self._prepare(batch, writes, note, waiting, started)
 
-    def _write_prompt_tokens(self, writes: list[tuple[int, int, list[int]]]) -> None:
-        rows, cols, values = [], [], []
-        for row, start, tokens in writes:
-            rows.extend([row] * len(tokens))
-            cols.extend(range(start, start + len(tokens)))
-            values.extend(tokens)
-        self.token_pool[self._to_device(rows), self._to_device(cols)] = self._to_device(values, torch.int32)
-
-    def _to_device(self, values: list[int], dtype: torch.dtype = torch.int64) -> torch.Tensor:
-        return torch.tensor(values, dtype=dtype).to(self.device, non_blocking=True)
-
-    def _prepare(self, batch: Batch, note: str, waiting: int) -> _Prepared:
+    def _prepare(self, batch: Batch, writes: list[tuple[int, int, list[int]]], note: str, waiting: int,
+                 started: float) -> _Prepared:
+        """Pages, then every index the step needs, sent to the device in one upload."""
         self.cache_manager.allocate(batch.reqs)
-        rows, positions, last = [], [], []
-        for req in batch.reqs:
-            rows.extend([req.table_idx] * req.extend_len)
-            positions.extend(range(req.cached_len, req.device_len))
-            last.append(len(positions) - 1)
-        rows_t, pos_t = self._to_device(rows), self._to_device(positions)
-        batch.positions = pos_t
-        batch.input_ids = self.token_pool[rows_t, pos_t]
-        batch.out_loc = self.engine.page_table[rows_t, pos_t]
+        reqs = batch.reqs
+        n = len(reqs)
+        width = self.table_manager.width
+        samples = [not r.is_chunked for r in reqs]
+        write_index = [r.table_idx * width + (r.device_len if s else self.table_manager.scratch_col)
+                       for r, s in zip(reqs, samples)]
+        if batch.is_prefill:
+            host, total = self._prefill_indices(writes, write_index)
+        else:
+            host, total = self._decode_indices(batch, write_index)
+        dev = upload(host, self.device)
+        batch.positions = dev[total:2 * total]
+        if batch.is_prefill:  # a prefill's inputs are prompt tokens: the host has them; the pool keeps a copy
+            token_rows, batch.input_ids = dev[:total], dev[2 * total:3 * total]
+            self.table_manager.flat[dev[3 * total:4 * total]] = batch.input_ids
+            batch.out_loc = self.engine.page_table[token_rows, batch.positions]
+            input_index, rest = None, dev[4 * total:]
+        else:
+            input_index, batch.out_loc, rest = dev[:total], dev[2 * total:3 * total], dev[3 * total:]
         self.engine.attn_backend.prepare_metadata(batch)
-        scratch = self.table_manager.scratch_col
-        write_rows = self._to_device([r.table_idx for r in batch.reqs])
-        write_cols = self._to_device([scratch if r.is_chunked else r.device_len for r in batch.reqs])
-        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in batch.reqs)
-        return _Prepared(batch, self.engine.sampler.prepare(batch), self._to_device(last), write_rows, write_cols,
-                         req_steps, note, waiting, self.cache_manager.used_pages, self.cache_manager.cached_pages)
+        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in reqs) if self.step_callbacks else ()
+        return _Prepared(batch, self.engine.sampler.prepare(batch), input_index, rest[n:], rest[:n], samples,
+                         req_steps, note, waiting, self.cache_manager.used_pages, self.cache_manager.cached_pages,
+                         started)
 
-    def _forward(self, prepared: _Prepared) -> ForwardOutput:
+    def _prefill_indices(self, writes: list[tuple[int, int, list[int]]],
+                         write_index: list[int]) -> tuple[torch.Tensor, int]:
+        """[token rows | positions | prompt tokens | their token-pool places | sample places | logits rows],
+        built with a few host tensor ops rather than a Python loop over every token."""
+        lengths = torch.tensor([len(tokens) for _, _, tokens in writes], dtype=torch.int64)
+        total = int(lengths.sum())
+        ends = lengths.cumsum(0)
+        rows = torch.tensor([row for row, _, _ in writes], dtype=torch.int64)
+        starts = torch.tensor([start for _, start, _ in writes], dtype=torch.int64)
+        token_rows = torch.repeat_interleave(rows, lengths, output_size=total)
+        positions = torch.arange(total) + torch.repeat_interleave(starts - (ends - lengths), lengths,
+                                                                  output_size=total)
+        values = torch.tensor([t for _, _, tokens in writes for t in tokens], dtype=torch.int64)
+        host = torch.cat([token_rows, positions, values, token_rows * self.table_manager.width + positions,
+                          torch.tensor(write_index, dtype=torch.int64), ends - 1])
+        return host, total
+
+    def _decode_indices(self, batch: Batch, write_index: list[int]) -> tuple[torch.Tensor, int]:
+        """[input places | positions | KV slots | sample places | logits rows]: one token per request, so the
+        KV slot is read off the request's page list here instead of gathered from the page table there. Under
+        CUDA graphs, padding rows read the spare row at position 0 and write the dummy page."""
+        reqs = batch.reqs
+        batch.padded_size = self.engine.padded_size(batch)
+        pad = batch.padded_size - len(reqs)
+        size, width = self.page_size, self.table_manager.width
+        positions = [r.cached_len for r in reqs]  # the new token's position: device_len - 1
+        slots = [r.pages[p // size] * size + p % size for r, p in zip(reqs, positions)]
+        inputs = [r.table_idx * width + p for r, p in zip(reqs, positions)]
+        host = torch.tensor(inputs + [self.table_manager.pad_row * width] * pad + positions + [0] * pad
+                            + slots + [self.engine.dummy_page * size] * pad + write_index
+                            + list(range(len(reqs))), dtype=torch.int64)
+        return host, batch.padded_size
+
+    def _launch(self, prepared: _Prepared) -> _InFlight:
+        """Queue the forward pass, then move the bookkeeping on as if it were done (the device keeps order)."""
         batch = prepared.batch
-        output = self.engine.forward_batch(batch, prepared.sample_args, prepared.logits_indices)
-        self.token_pool[prepared.write_rows, prepared.write_cols] = output.next_tokens
+        pool = self.table_manager.flat
+        with self._engine_stream():
+            if prepared.input_index is not None:  # the previous step wrote these into the pool: read in order
+                batch.input_ids = pool[prepared.input_index]
+            next_tokens = self.engine.forward_batch(batch, prepared.sample_args, prepared.logits_indices)
+            pool[prepared.write_index] = next_tokens
+            output = self.engine.to_host(next_tokens)
+        ticket = self.fence.launch()
         for req in batch.reqs:
             req.complete_step()
         self.decode_manager.add(batch.reqs)
-        return output
+        if batch.is_prefill:  # the prompt's KV is on its way: later batches can share it from now on
+            for req, samples in zip(batch.reqs, prepared.samples):
+                if samples:
+                    self.cache_manager.cache_req(req, finished=False)
+        return _InFlight(prepared, output, ticket)
 
-    def _process_results(self, batch: Batch, output: ForwardOutput) -> list[int]:
-        tokens = output.wait().tolist()
+    def _finish(self, flight: _InFlight) -> None:
+        """Wait for a launched batch, hand back what waited for it, and handle its tokens."""
+        tokens = flight.output.wait().tolist()
+        self.fence.complete(flight.ticket)
+        finished = self._process_results(flight.prepared, tokens)
+        self._emit(flight.prepared, finished)
+
+    def _process_results(self, prepared: _Prepared, tokens: list[int]) -> list[int]:
         replies: list[Reply] = []
         finished: list[int] = []
-        for req, token in zip(batch.reqs, tokens):
-            if req.is_chunked:
+        for req, token, samples in zip(prepared.batch.reqs, tokens, prepared.samples):
+            if not samples or req.done:  # a prompt chunk, or a request already answered
                 continue
             req.input_ids.append(token)
             req.output_ids.append(token)
             reason = None
             if not req.params.ignore_eos and token in self.eos_token_ids:
                 reason = "stop"
-            elif len(req.input_ids) >= req.max_device_len:
+            elif len(req.input_ids) >= req.max_device_len:  # tokens received, not the (further) scheduled length
                 reason = "length"
             replies.append(Reply(req.uid, token, reason is not None, reason))
             if reason is not None:
+                req.done = True
                 finished.append(req.uid)
                 self.decode_manager.remove(req)
                 self.cache_manager.cache_req(req, finished=True)
                 self.table_manager.free(req.table_idx)
-            elif batch.is_prefill:
-                self.cache_manager.cache_req(req, finished=False)
         self.send_result(replies)
         return finished
 
@@ -241,11 +361,19 @@ class Scheduler:
                                 f"({pages_for(pending.max_kv_len, self.page_size)} needed, "
                                 f"{self.cache_manager.num_pages} in the pool)")])
 
-    def _emit(self, prepared: _Prepared, finished: list[int], elapsed: float) -> None:
+    def _emit(self, prepared: _Prepared, finished: list[int]) -> None:
+        """Report the step. Its time runs from when it was scheduled, or, when steps overlap, from the previous
+        step's result: the time between results, which is what a step costs once the pipeline is full."""
+        now = time.perf_counter()
+        elapsed = now - max(prepared.started, self._last_result_at)
+        self._last_result_at = now
+        if not self.step_callbacks:
+            self._step += 1
+            return
         batch = prepared.batch
         event = StepEvent(
-            step=self._step, phase=batch.phase, batch_size=batch.size, num_tokens=len(batch.positions),
-            reqs=prepared.req_steps,
+            step=self._step, phase=batch.phase, batch_size=batch.size, num_tokens=len(batch.positions) if
+            batch.is_prefill else batch.size, reqs=prepared.req_steps,
             kv_pages_used=prepared.pages_used, kv_pages_total=self.cache_manager.num_pages,
             elapsed_s=elapsed, tp_size=self.config.tp, note=prepared.note, finished=tuple(finished),
             waiting=prepared.waiting, kv_pages_cached=prepared.pages_cached)

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import torch
 
+from core.scheduler.fence import ReleaseFence
+
 
 class TableManager:
     """Hands out row indices. The token pool holds each row's token ids on the device, so the next step's
     inputs are gathered there and sampled ids are written back there without a trip through the host.
 
-    The token pool has one spare column at the end: writes that must go nowhere (a chunk that samples no
-    token) land in it.
+    The token pool has one spare row and one spare column at the end: padding rows of a CUDA-graph batch read
+    the spare row, and writes that must go nowhere (a chunk that samples no token) land in the spare column.
+    It holds int64, the sampler's own dtype, so writing a sample back is one kernel with no conversion; the
+    scheduler addresses it through ``flat`` with ``row * width + column`` indices computed on the host.
     """
 
-    def __init__(self, max_running_req: int, max_seq_len: int, device: torch.device) -> None:
+    def __init__(self, max_running_req: int, max_seq_len: int, device: torch.device,
+                 fence: ReleaseFence | None = None) -> None:
         self.total_rows = max_running_req
         self._free_rows = list(range(max_running_req))
-        self.token_pool = torch.zeros(max_running_req + 1, max_seq_len + 1, dtype=torch.int32, device=device)
+        self.token_pool = torch.zeros(max_running_req + 1, max_seq_len + 1, dtype=torch.int64, device=device)
+        self.flat = self.token_pool.view(-1)
+        self.width = max_seq_len + 1
         self.scratch_col = max_seq_len
+        self.pad_row = max_running_req
+        self.fence = fence or ReleaseFence()
 
     @property
     def available(self) -> int:
@@ -27,4 +36,4 @@ class TableManager:
         return self._free_rows.pop(0)
 
     def free(self, row: int) -> None:
-        self._free_rows.append(row)
+        self.fence.free(self._free_rows, [row])

@@ -178,3 +178,23 @@ def test_compiled_sampling_draws_what_eager_sampling_draws():
     eager = _race(logits, temps, seeds, positions)
     compiled = _compiled_race()(logits, temps, seeds, positions)
     assert (eager == compiled).float().mean().item() >= 0.97  # fused exp/log may round a near-tie differently
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_overlap_on_and_off_give_the_same_tokens_with_graphs(hd128_dir, page_size):
+    """Queueing (more prompts than rows), chunked prompts, graphs, two streams: the overlap loop's tokens."""
+    from checks import assert_pages_accounted
+
+    prompts, lengths = prompts_and_lengths(12, seed=9)
+    common = dict(device="cuda", dtype="bfloat16", attention="flashinfer", max_running_req=5, page_size=page_size,
+                  max_extend_tokens=96, **SMALL)
+    plain = LLM(hd128_dir, overlap=False, **common)
+    overlapped = LLM(hd128_dir, overlap=True, **common)
+    assert overlapped.overlap and not plain.overlap
+    outs_plain = generate(plain, prompts + prompts, lengths + lengths)
+    outs_over = generate(overlapped, prompts + prompts, lengths + lengths)
+    verdict = near_tie_compare(plain, overlapped, prompts + prompts, outs_plain, outs_over)
+    assert verdict.ok, verdict.details
+    for llm in (plain, overlapped):
+        assert_pages_accounted(llm)

@@ -1,0 +1,29 @@
+"""Host-to-device copies that never make the host wait.
+
+Every step the scheduler sends a little metadata to the device (rows, positions, page-table entries). Copied
+from ordinary (pageable) host memory, a copy may wait for the device to drain its queue, which would undo
+overlap scheduling. Staged through pinned memory it is queued like a kernel instead. torch's pinned-memory
+cache records each copy on its stream, so a staging block is not handed out again before its copy has run.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` on ``device``; on a CPU device the same tensor."""
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def upload_list(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    if device.type != "cuda":
+        return torch.tensor(values, dtype=dtype)
+    return torch.tensor(values, dtype=dtype, pin_memory=True).to(device, non_blocking=True)
+
+
+def pinned(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A pinned copy of a host tensor that a library copies to ``device`` itself (a no-op off CUDA)."""
+    return host.pin_memory() if device.type == "cuda" else host
