@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from core import LLM, SamplingParams, WorkerError  # noqa: E402
-from core.errors import ModelLoadError  # noqa: E402
 
 QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1e6, rms_norm_eps=1e-6,
@@ -36,15 +35,10 @@ QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, nu
 
 
 def model_spec(spec: str) -> str:
-    """``random:qwen3-0.6b`` if this checkout understands it; else a random checkpoint of that shape, made once."""
+    """For ``random:qwen3-0.6b``, a random checkpoint of that shape saved once; other specs are paths."""
     if not spec.startswith("random:"):
         return spec
-    try:
-        from core.models.weights import resolve_model_dir
-
-        return str(resolve_model_dir(spec))
-    except ModelLoadError:
-        pass
+    # a checkpoint on disk, so transformers (the top-5 reference) reads the very weights the engine runs
     path = Path(os.environ.get("TMPDIR", "/tmp")) / "minisgl-random-qwen3-0.6b"
     if not (path / "config.json").is_file():
         from transformers import AutoModelForCausalLM, Qwen3Config
