@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -49,7 +50,7 @@ def bench_view(report: BenchReport) -> Group:
         table.add_row(result.name, f"{result.wall_s:.2f}", str(result.output_tokens),
                       f"{result.output_tokens_per_s:.1f}", "-" if result is engine else f"{ratio:.2f}x")
     parts: list = [table]
-    parts += [f"[dim]{name} left out: {why}[/dim]" for name, why in report.skipped.items()]
+    parts += [f"[dim]{name} left out: {escape(why)}[/dim]" for name, why in report.skipped.items()]
     if report.latency is not None:
         latency = Table(title="minisgl latency (ms)", title_justify="left")
         for column in ("", "mean", "p50", "p99"):
