@@ -7,7 +7,7 @@ cache frees them all; the radix cache keeps full pages of known tokens for later
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 import torch
@@ -37,7 +37,7 @@ class CacheManager:
         self.page_size = page_size
         self.page_table = page_table
         self.max_seq_len = page_table.shape[1]
-        self._free_pages: list[int] = list(range(num_pages))
+        self._free_pages: deque[int] = deque(range(num_pages))  # FIFO; taking n pages costs O(n)
         self.evicted_pages = 0  # cumulative: cached pages taken back to make room
         self.prefix_cache: PrefixCache = self._make_prefix_cache(cache_type)
         self.reuses_prefixes = cache_type != "naive"
@@ -65,7 +65,7 @@ class CacheManager:
 
     def unaccounted_pages(self) -> tuple[list[int], list[int]]:
         """With no request running every page is free or cached, exactly once: (lost, doubled) should be empty."""
-        seen = Counter(self._free_pages + self.prefix_cache.owned_pages())
+        seen = Counter([*self._free_pages, *self.prefix_cache.owned_pages()])
         doubled = sorted(page for page, count in seen.items() if count > 1)
         lost = sorted(set(range(self.num_pages)) - seen.keys())
         return lost, doubled
@@ -106,8 +106,7 @@ class CacheManager:
             self._free_pages.extend(evicted)
         if n > len(self._free_pages):
             raise OutOfPagesError(f"needed {n} KV pages, only {len(self._free_pages)} free")
-        taken, self._free_pages = self._free_pages[:n], self._free_pages[n:]
-        return taken
+        return [self._free_pages.popleft() for _ in range(n)]
 
     def _record(self, req: Req, first: int, last: int) -> None:
         writes = _PageTableWrites()
