@@ -2,10 +2,10 @@
 can do them at best.
 
 The ceiling is a large square float32 matmul timed in the same process (so it sees the same threads and the
-same neighbours on a shared machine), through both GEMMs the engine could use: the BLAS behind
-``torch.matmul`` and oneDNN with a packed weight (what the engine runs on a CPU); the faster one counts. The model's FLOPs count every matmul the engine must do and nothing it
-need not: the decoder body for every prompt and generated token fed back, attention over each token's
-context, and the LM head only where a token is sampled.
+same neighbours on a shared machine), through both GEMMs the engine uses: the BLAS behind ``torch.matmul``
+and oneDNN with a packed weight; the faster one counts. The model's FLOPs count every matmul the engine
+must do and nothing it need not: the decoder body for every prompt and generated token fed back,
+attention over each token's context, and the LM head only where a token is sampled.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import torch
 
 from core.bench.workload import Workload
-from core.layers.packed import linear, pack_weight, packing_available
+from core.layers.packed import pack_weight, packed_linear, packing_available
 from core.models.config import ModelConfig
 
 
@@ -27,7 +27,7 @@ def matmul_gflops(size: int = 2048, repeats: int = 5, dtype: torch.dtype = torch
     candidates = [lambda: torch.matmul(a, b, out=out)]
     if packing_available(torch.device("cpu"), dtype):
         packed = pack_weight(b)
-        candidates.append(lambda: linear(a, b, None, packed))
+        candidates.append(lambda: packed_linear(a, packed))
     best = float("inf")
     for run in candidates:
         run()  # warm up the kernels and the caches

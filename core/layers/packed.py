@@ -39,6 +39,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
            packed: torch.Tensor | None) -> torch.Tensor:
     if packed is None or x.shape[0] > PACKED_MAX_ROWS:
         return F.linear(x, weight, bias)
+    return packed_linear(x, packed, bias)
+
+
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """oneDNN's GEMM on a packed weight, whatever the number of rows."""
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
