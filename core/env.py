@@ -36,3 +36,8 @@ def tp_timeout_s() -> float:
 
         raise InvalidParamsError(f"MINISGL_TP_TIMEOUT must be a number of seconds > 0, got {raw!r}")
     return value
+
+
+def cpu_weight_packing_disabled() -> bool:
+    """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/layers/packed.py)."""
+    return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")

@@ -18,6 +18,7 @@ from core.errors import MinisglError
 from minisgl_cli.generate import generate
 from minisgl_cli.trace import trace
 from minisgl_cli.verify import verify
+from minisgl_cli.bench import bench
 
 USER_ERROR = 2
 INTERRUPTED = 130
@@ -79,6 +80,9 @@ def root(ctx: typer.Context,
         text = ctx.get_help()  # Typer's rich help prints itself and returns nothing
         if text:
             typer.echo(text)
+
+
+app.command("bench")(bench)
 
 
 def main() -> None:

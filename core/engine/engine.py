@@ -22,7 +22,9 @@ from core.engine.sampler import SampleArgs, Sampler
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
+from core.env import cpu_weight_packing_disabled
 from core.layers.kernels import FlashInferKernels, TorchKernels, install_kernels
+from core.layers.packed import pack_linears, packing_available
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.models.config import ModelConfig
@@ -86,6 +88,9 @@ class Engine:
         self.attn_backend = self._make_backend()
         kernels = FlashInferKernels if self.attn_backend.fused_kernels else TorchKernels
         install_kernels(self.model, kernels)
+        # float32 on a CPU: weights packed once for oneDNN's GEMM (core/layers/packed.py)
+        self.packed_linears = (pack_linears(self.model) if packing_available(self.device, self.dtype)
+                               and not cpu_weight_packing_disabled() else 0)
         self.sampler = Sampler(self.device)
         self.graph_runner = self._make_graph_runner(log)
         # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
@@ -94,7 +99,7 @@ class Engine:
             graphs = f"CUDA graphs up to batch {self.graph_runner.max_bs}" if self.graph_runner else "no CUDA graphs"
             log(f"engine ready: {self.device} {str(self.dtype).removeprefix('torch.')}, "
                 f"{self.num_pages} KV pages of {self.page_size}, backend {type(self.attn_backend).__name__}, "
-                f"{kernels.name} kernels, {graphs}")
+                f"{kernels.name} kernels{', packed CPU weights' if self.packed_linears else ''}, {graphs}")
 
     def _pool_pages(self) -> int:
         cfg, config = self.model_config, self.config

@@ -8,6 +8,7 @@ from torch import nn
 
 from core.distributed.comm import all_gather_last_dim, all_reduce
 from core.distributed.info import get_tp_info
+from core.layers.packed import linear
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -41,6 +42,7 @@ class LMHead(nn.Module):
         self.vocab_size = vocab_size
         self.tp_size = get_tp_info().size
         self.tied_to = tied_to
+        self.packed: torch.Tensor | None = None
         if tied_to is None:
             self.inner = VocabParallelEmbedding(vocab_size, dim)
 
@@ -53,5 +55,5 @@ class LMHead(nn.Module):
             self.inner.load(tensor, shard, kind)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = all_gather_last_dim(F.linear(hidden, self.weight), self.tp_size)
+        logits = all_gather_last_dim(linear(hidden, self.weight, None, self.packed), self.tp_size)
         return logits[..., : self.vocab_size]

@@ -19,6 +19,11 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin``, finished in place in the temporaries it makes (same roundings)."""
+    return (x * cos).add_(_rotate_half(x).mul_(sin))
+
+
 class TorchKernels:
     name = "torch"
 
@@ -27,8 +32,9 @@ class TorchKernels:
         """Normalised in float32 and scaled after casting back, as transformers does."""
         dtype = x.dtype
         x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-        return weight * x32.to(dtype)
+        normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
+        # in place on our own temporary: the same products as ``weight * normed``, one allocation fewer
+        return normed.mul_(weight) if weight.dtype == dtype else weight * normed
 
     @classmethod
     def add_rms_norm(cls, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -40,7 +46,7 @@ class TorchKernels:
     @staticmethod
     def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return F.silu(gate).mul_(up)
 
     @staticmethod
     def rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -48,7 +54,7 @@ class TorchKernels:
         """q: [tokens, heads, dim], k: [tokens, kv_heads, dim]; rotated in their own dtype."""
         c = cos[positions].unsqueeze(1).to(q.dtype)
         s = sin[positions].unsqueeze(1).to(q.dtype)
-        return q * c + _rotate_half(q) * s, k * c + _rotate_half(k) * s
+        return _rotate(q, c, s), _rotate(k, c, s)
 
 
 class FlashInferKernels(TorchKernels):

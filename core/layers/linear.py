@@ -9,11 +9,11 @@ all-reduce. Weights are cut while loading, so no rank ever holds the whole layer
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from core.distributed.comm import all_reduce
 from core.distributed.info import get_tp_info
+from core.layers.packed import linear
 
 
 def _param(*shape: int) -> nn.Parameter:
@@ -37,6 +37,7 @@ class ShardedLinear(nn.Module):
             offset += rows
         self.weight = _param(offset, in_features)
         self.bias = _param(offset) if bias else None
+        self.packed: torch.Tensor | None = None  # the weight in oneDNN's layout (core/layers/packed.py)
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         rows, start = self.blocks[shard]
@@ -47,7 +48,7 @@ class ShardedLinear(nn.Module):
         target.data[offset:offset + rows].copy_(tensor[start:start + rows])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.packed)
 
 
 def column_blocks(sizes: dict[str, int]) -> dict[str, tuple[int, int]]:
@@ -101,6 +102,7 @@ class RowParallelLinear(nn.Module):
         self.part = in_features // tp.size
         self.start = tp.rank * self.part
         self.weight = _param(out_features, self.part)
+        self.packed: torch.Tensor | None = None
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         if kind != "weight":
@@ -108,4 +110,4 @@ class RowParallelLinear(nn.Module):
         self.weight.data.copy_(tensor[:, self.start:self.start + self.part])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return all_reduce(F.linear(x, self.weight), self.tp_size)
+        return all_reduce(linear(x, self.weight, None, self.packed), self.tp_size)

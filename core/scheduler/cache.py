@@ -72,7 +72,7 @@ class CacheManager:
 
     def unaccounted_pages(self) -> tuple[list[int], list[int]]:
         """With no request running every page is free or cached, exactly once: (lost, doubled) should be empty."""
-        seen = Counter(self._free_pages + self.prefix_cache.owned_pages())
+        seen = Counter([*self._free_pages, *self.prefix_cache.owned_pages()])
         doubled = sorted(page for page, count in seen.items() if count > 1)
         lost = sorted(set(range(self.num_pages)) - seen.keys())
         return lost, doubled

@@ -1,0 +1,130 @@
+"""The transformers baselines, run on the same workload and the same weights as the engine.
+
+* ``hf-sequential``: ``generate`` one prompt at a time, what a user without a serving engine does.
+* ``hf-static``: one left-padded batch through ``generate``; every row runs to the longest ``max_tokens``.
+* ``hf-continuous``: transformers' own continuous batching over a paged cache (the manager behind
+  ``generate_batch``, used directly so each request gets its own ``max_new_tokens``).
+
+EOS is never allowed to end a request early (``min_new_tokens``, or no EOS id for continuous batching), so each
+baseline generates the same tokens per request as the engine. Throughput counts the useful tokens, the sum of
+``max_tokens``, whatever padding a baseline computes on top.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.bench.report import ProgressFn, RunResult
+from core.bench.workload import Workload
+
+
+def load_hf_model(model_dir: Path, device: torch.device, dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    # sdpa is what continuous batching pages in transformers 5 (the older 'paged|sdpa' spelling is deprecated)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa")
+    return model.to(device).eval()
+
+
+def _sampling_kwargs(temperature: float) -> dict[str, Any]:
+    if temperature == 0:
+        return {"do_sample": False}
+    return {"do_sample": True, "temperature": temperature, "top_k": None, "top_p": 1.0}
+
+
+def _generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int,
+              temperature: float, streamer: Any = None) -> torch.Tensor:
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=new_tokens,
+                              min_new_tokens=new_tokens, pad_token_id=0, streamer=streamer,
+                              **_sampling_kwargs(temperature))
+
+
+def hf_sequential(model: Any, workload: Workload, progress: ProgressFn) -> RunResult:
+    device, temperature = model.device, workload.spec.temperature
+    total = len(workload.requests)
+    start = time.perf_counter()
+    for i, req in enumerate(workload.requests):
+        ids = torch.tensor([req.prompt_ids], device=device)
+        _generate(model, ids, torch.ones_like(ids), req.max_tokens, temperature)
+        progress("hf-sequential", i + 1, total)
+    return RunResult("hf-sequential", time.perf_counter() - start, workload.output_tokens)
+
+
+class _StepStreamer:
+    """Counts generate's decoding steps for the progress callback (the first call carries the prompt)."""
+
+    def __init__(self, progress: ProgressFn, total: int) -> None:
+        self.progress, self.total, self.calls = progress, total, -1
+
+    def put(self, value: torch.Tensor) -> None:
+        self.calls += 1
+        if self.calls > 0:
+            self.progress("hf-static", self.calls, self.total)
+
+    def end(self) -> None:
+        self.progress("hf-static", self.total, self.total)
+
+
+def left_padded(prompts: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts right-aligned in one [batch, longest] tensor, and the mask of real tokens."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    return ids, mask
+
+
+def hf_static(model: Any, workload: Workload, progress: ProgressFn) -> RunResult:
+    ids, mask = left_padded([r.prompt_ids for r in workload.requests])
+    steps = max(r.max_tokens for r in workload.requests)
+    start = time.perf_counter()
+    _generate(model, ids.to(model.device), mask.to(model.device), steps, workload.spec.temperature,
+              _StepStreamer(progress, steps))
+    return RunResult("hf-static", time.perf_counter() - start, workload.output_tokens)
+
+
+def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, page_size: int = 64) -> RunResult:
+    """Transformers' continuous batching; the cache is sized to hold the whole workload at once."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    requests = workload.requests
+    lifetime = sum(-(-(len(r.prompt_ids) + r.max_tokens) // page_size) for r in requests)
+    cb_config = ContinuousBatchingConfig(page_size=page_size, num_blocks=lifetime + len(requests),
+                                         max_batch_tokens=2048, max_requests_per_batch=len(requests),
+                                         auto_switch_to_flash=False)
+    gen_config = GenerationConfig(eos_token_id=-1, pad_token_id=0, max_new_tokens=max(r.max_tokens for r in requests),
+                                  **_sampling_kwargs(workload.spec.temperature))
+    done, tokens, errors = 0, 0, []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with model.continuous_batching_context_manager(generation_config=gen_config, continuous_batching_config=cb_config,
+                                                       block=True, timeout=60) as manager:
+            start = time.perf_counter()
+            for req in requests:
+                manager.add_request(req.prompt_ids, max_new_tokens=req.max_tokens, eos_token_id=-1)
+            while done < len(requests):
+                result = manager.get_result(timeout=1)
+                if result is None:
+                    if not manager.is_running():
+                        raise RuntimeError("the continuous batching loop stopped before every request finished")
+                    continue
+                if result.is_finished():
+                    done += 1
+                    tokens += len(result.generated_tokens)
+                    if result.error is not None:
+                        errors.append(str(result.error))
+                    progress("hf-continuous", done, len(requests))
+            wall = time.perf_counter() - start
+    if errors:
+        raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
+    return RunResult("hf-continuous", wall, tokens)

@@ -1,0 +1,101 @@
+"""What a benchmark run produces: plain dataclasses that the CLI renders as a table or prints as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# (stage name, units done, units in total): called as each engine or baseline makes progress
+ProgressFn = Callable[[str, int, int], None]
+
+
+def no_progress(stage: str, done: int, total: int) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One engine's run over the whole workload."""
+
+    name: str
+    wall_s: float
+    output_tokens: int
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "wall_s": round(self.wall_s, 4), "output_tokens": self.output_tokens,
+                "output_tokens_per_s": round(self.output_tokens_per_s, 2)}
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    mean: float
+    p50: float
+    p99: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Percentiles":
+        if not values:
+            return cls(0.0, 0.0, 0.0)
+        ordered = sorted(values)
+
+        def pick(q: float) -> float:  # nearest rank
+            return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+        return cls(sum(ordered) / len(ordered), pick(0.50), pick(0.99))
+
+    def to_dict(self) -> dict[str, float]:
+        return {"mean": round(self.mean, 5), "p50": round(self.p50, 5), "p99": round(self.p99, 5)}
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Per-request latency of the engine: time to first token and time per output token after it (seconds)."""
+
+    ttft: Percentiles
+    tpot: Percentiles
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ttft_s": self.ttft.to_dict(), "tpot_s": self.tpot.to_dict()}
+
+
+@dataclass
+class BenchReport:
+    workload: str
+    model: str
+    device: str
+    requests: int
+    prompt_tokens: int
+    results: list[RunResult]
+    latency: Latency | None
+    matmul_gflops: float
+    model_gflop: float  # the workload's FLOPs (see flops.workload_flops), in GFLOP
+    skipped: dict[str, str] = field(default_factory=dict)  # baseline name -> why it did not run
+
+    def result(self, name: str) -> RunResult | None:
+        return next((r for r in self.results if r.name == name), None)
+
+    @property
+    def engine_gflops(self) -> float:
+        engine = self.result("minisgl")
+        return self.model_gflop / engine.wall_s if engine and engine.wall_s > 0 else 0.0
+
+    @property
+    def model_flops_fraction(self) -> float:
+        return self.engine_gflops / self.matmul_gflops if self.matmul_gflops > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload, "model": self.model, "device": self.device, "requests": self.requests,
+            "prompt_tokens": self.prompt_tokens,
+            "results": [r.to_dict() for r in self.results],
+            "latency": self.latency.to_dict() if self.latency else None,
+            "matmul_gflops": round(self.matmul_gflops, 2),
+            "model_gflop": round(self.model_gflop, 2),
+            "engine_gflops": round(self.engine_gflops, 2),
+            "model_flops_fraction": round(self.model_flops_fraction, 4),
+            "skipped": self.skipped,
+        }

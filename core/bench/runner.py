@@ -1,0 +1,107 @@
+"""One benchmark run: the workload, the engine, the baselines and the matmul ceiling, in one process.
+
+Everything is measured in the same run because the machines are shared and noisy: only ratios between runs
+made side by side mean much.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from core.bench.engine_run import run_engine, warm_up
+from core.bench.flops import matmul_gflops, workload_flops
+from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
+from core.bench.report import BenchReport, ProgressFn, no_progress
+from core.bench.workload import Workload, make_workload, workload_spec
+from core.errors import InvalidParamsError
+from core.llm import LLM
+from core.models.loader import read_model_config
+from core.models.random_spec import RandomSpec
+from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
+
+BASELINES = ("hf-sequential", "hf-static", "hf-continuous")
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    workload: str | None = None  # None: 'cpu' without CUDA, else 'nanovllm'
+    model: str | None = None  # None: the embedded SmolLM2-135M
+    requests: int | None = None  # None: the workload's own count
+    seed: int = 0
+    skip_baselines: bool = False
+    device: str | None = None
+    threads: int | None = None  # torch intra-op threads for the whole run (engine, baselines and ceiling alike)
+
+    def workload_name(self) -> str:
+        if self.workload is not None:
+            return self.workload
+        return "nanovllm" if torch.cuda.is_available() else "cpu"
+
+
+def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
+              warn: Callable[[str], None] = lambda message: None,
+              log: Callable[[str], None] | None = None) -> BenchReport:
+    """Run the engine and (unless skipped) each baseline on the same requests; ``warn`` hears why a baseline
+    could not run."""
+    spec = workload_spec(options.workload_name())
+    if options.threads is not None:
+        if isinstance(options.threads, bool) or not isinstance(options.threads, int) or options.threads < 1:
+            raise InvalidParamsError(f"threads must be an integer >= 1, got {options.threads!r}")
+        torch.set_num_threads(options.threads)
+    if options.requests is not None and (isinstance(options.requests, bool) or not isinstance(options.requests, int)
+                                         or options.requests < 1):
+        raise InvalidParamsError(f"requests must be an integer >= 1, got {options.requests!r}")
+    cfg = read_model_config(resolve_model_dir(options.model, log))
+    model_name = options.model or DEFAULT_MODEL_NAME
+    workload = make_workload(spec, cfg.vocab_size, options.seed, options.requests, cfg.max_position_embeddings)
+    longest = max(len(r.prompt_ids) + r.max_tokens for r in workload.requests)
+    llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
+              max_seq_len=longest, log=log)
+    warm_up(llm)
+    engine_result, latency = run_engine(llm, workload, progress)
+    results = [engine_result]
+    skipped: dict[str, str] = {}
+    if options.skip_baselines:
+        pass
+    elif isinstance(llm.model_dir, RandomSpec):
+        for name in BASELINES:
+            skipped[name] = f"transformers needs a checkpoint directory and {model_name} has none"
+            warn(f"{name} left out: {skipped[name]}")
+    else:
+        results += _run_baselines(llm, workload, progress, skipped, warn)
+    return BenchReport(
+        workload=spec.name, model=model_name, device=_describe(llm.device), requests=len(workload.requests),
+        prompt_tokens=workload.prompt_tokens, results=results, latency=latency,
+        matmul_gflops=matmul_gflops(dtype=llm.engine.dtype) if llm.device.type == "cpu" else 0.0,
+        model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped)
+
+
+def _run_baselines(llm: LLM, workload: Workload, progress: ProgressFn, skipped: dict[str, str],
+                   warn: Callable[[str], None]) -> list:
+    model = load_hf_model(llm.model_dir, llm.device, llm.engine.dtype)
+    _warm_up_hf(model)
+    runs = {"hf-sequential": hf_sequential, "hf-static": hf_static, "hf-continuous": hf_continuous}
+    results = []
+    for name in BASELINES:
+        try:
+            results.append(runs[name](model, workload, progress))
+        except Exception as exc:  # a baseline that cannot run here is reported, never fatal
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+            warn(f"{name} left out: {skipped[name]}")
+    return results
+
+
+def _warm_up_hf(model) -> None:
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]], device=model.device)
+    with torch.inference_mode():
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, min_new_tokens=4,
+                       do_sample=False, pad_token_id=0)
+
+
+def _describe(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({torch.get_num_threads()} threads)"

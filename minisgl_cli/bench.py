@@ -1,0 +1,45 @@
+"""``minisgl bench``: the engine and transformers side by side on the same requests."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from core.bench import BenchOptions, run_bench
+from core.bench.workload import WORKLOADS
+from core.errors import MinisglError
+
+
+def bench(
+    workload: Optional[str] = typer.Option(
+        None, help=f"One of {', '.join(WORKLOADS)}; default 'cpu' without CUDA, else 'nanovllm'."),
+    model: Optional[str] = typer.Option(
+        None, help="Model directory, .gguf file or random:NAME spec; default the embedded SmolLM2."),
+    requests: Optional[int] = typer.Option(None, min=1, help="Number of requests; default the workload's."),
+    seed: int = typer.Option(0, help="Seed for the random prompts and lengths."),
+    skip_baselines: bool = typer.Option(False, "--skip-baselines", help="Run only the engine."),
+    device: Optional[str] = typer.Option(None, help="cpu or cuda; default cuda when available."),
+    threads: Optional[int] = typer.Option(
+        None, min=1, help="torch threads for the whole run; default torch's (one per core). On a busy machine "
+                          "1 gives steadier figures."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
+) -> None:
+    """Measure throughput against transformers (one at a time, static batch, continuous batching)."""
+    err = Console(stderr=True)
+    options = BenchOptions(workload=workload, model=model, requests=requests, seed=seed,
+                           skip_baselines=skip_baselines, device=device, threads=threads)
+    from render.bench import BenchProgress, bench_view
+
+    try:
+        with BenchProgress(err) as progress:
+            report = run_bench(options, progress=progress, warn=lambda message: err.print(message, markup=False))
+    except MinisglError as exc:
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    if as_json:
+        typer.echo(json.dumps(report.to_dict()))
+    else:
+        Console().print(bench_view(report))

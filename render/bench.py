@@ -1,0 +1,65 @@
+"""Rich views of a benchmark: a progress bar while it runs, and the side-by-side table when it is done."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from core.bench.report import BenchReport, Percentiles
+
+
+class BenchProgress:
+    """One bar per stage (the engine, then each baseline), fed by the benchmark's progress callback."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> "BenchProgress":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(*exc)
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            self.tasks[stage] = self.progress.add_task(stage, total=total)
+        self.progress.update(self.tasks[stage], completed=done, total=total)
+
+
+def _ms(p: Percentiles) -> tuple[str, str, str]:
+    return f"{p.mean * 1e3:.1f}", f"{p.p50 * 1e3:.1f}", f"{p.p99 * 1e3:.1f}"
+
+
+def bench_view(report: BenchReport) -> Group:
+    engine = report.result("minisgl")
+    title = (f"{report.workload} workload: {report.requests} requests, {report.prompt_tokens} prompt tokens, "
+             f"{report.model} on {report.device}")
+    table = Table(title=title, title_justify="left")
+    table.add_column("engine")
+    table.add_column("wall s", justify="right")
+    table.add_column("output tokens", justify="right")
+    table.add_column("tokens/s", justify="right")
+    table.add_column("minisgl is", justify="right")
+    for result in report.results:
+        ratio = engine.output_tokens_per_s / result.output_tokens_per_s if engine and result.output_tokens_per_s else 0
+        table.add_row(result.name, f"{result.wall_s:.2f}", str(result.output_tokens),
+                      f"{result.output_tokens_per_s:.1f}", "-" if result is engine else f"{ratio:.2f}x")
+    parts: list = [table]
+    parts += [f"[dim]{name} left out: {escape(why)}[/dim]" for name, why in report.skipped.items()]
+    if report.latency is not None:
+        latency = Table(title="minisgl latency (ms)", title_justify="left")
+        for column in ("", "mean", "p50", "p99"):
+            latency.add_column(column, justify="right" if column else "left")
+        latency.add_row("time to first token", *_ms(report.latency.ttft))
+        latency.add_row("time per output token", *_ms(report.latency.tpot))
+        parts.append(latency)
+    if report.matmul_gflops > 0:
+        parts.append(f"matmul ceiling {report.matmul_gflops:.1f} GFLOP/s; minisgl did {report.model_gflop:.1f} GFLOP "
+                     f"of model work at {report.engine_gflops:.1f} GFLOP/s = "
+                     f"{report.model_flops_fraction:.0%} of the ceiling")
+    return Group(*parts)
