@@ -10,7 +10,6 @@ from rich.console import Console
 
 from core.bench import BenchOptions, run_bench
 from core.bench.workload import WORKLOADS
-from core.errors import MinisglError
 
 
 def bench(
@@ -25,20 +24,17 @@ def bench(
     threads: Optional[int] = typer.Option(
         None, min=1, help="torch threads for the whole run; default torch's (one per core). On a busy machine "
                           "1 gives steadier figures."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks for the engine."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the table."),
 ) -> None:
     """Measure throughput against transformers (one at a time, static batch, continuous batching)."""
     err = Console(stderr=True)
     options = BenchOptions(workload=workload, model=model, requests=requests, seed=seed,
-                           skip_baselines=skip_baselines, device=device, threads=threads)
+                           skip_baselines=skip_baselines, device=device, threads=threads, tp=tp)
     from render.bench import BenchProgress, bench_view
 
-    try:
-        with BenchProgress(err) as progress:
-            report = run_bench(options, progress=progress, warn=lambda message: err.print(message, markup=False))
-    except MinisglError as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+    with BenchProgress(err) as progress:  # a MinisglError becomes one line and exit 2 at the app's boundary
+        report = run_bench(options, progress=progress, warn=lambda message: err.print(message, markup=False))
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
     else:

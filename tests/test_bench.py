@@ -51,7 +51,7 @@ def test_random_spec_runs_the_engine_and_says_why_baselines_are_left_out():
 
 def test_unknown_workload_is_one_line_on_stderr():
     result = runner.invoke(app, ["bench", "--workload", "huge", "--model", "random:tiny-qwen3"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert result.stderr.strip() == "error: unknown workload 'huge'; use one of cpu, nanovllm"
     assert "Traceback" not in result.output
 

@@ -34,6 +34,7 @@ class BenchOptions:
     skip_baselines: bool = False
     device: str | None = None
     threads: int | None = None  # torch intra-op threads for the whole run (engine, baselines and ceiling alike)
+    tp: int = 1  # tensor-parallel ranks for the engine (the baselines run on one device)
 
     def workload_name(self) -> str:
         if self.workload is not None:
@@ -59,7 +60,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     workload = make_workload(spec, cfg.vocab_size, options.seed, options.requests, cfg.max_position_embeddings)
     longest = max(len(r.prompt_ids) + r.max_tokens for r in workload.requests)
     llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
-              max_seq_len=longest, log=log)
+              max_seq_len=longest, tp=options.tp, log=log)
     warm_up(llm)
     engine_result, latency = run_engine(llm, workload, progress)
     results = [engine_result]
