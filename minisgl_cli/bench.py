@@ -19,6 +19,9 @@ def bench(
         None, help="Model directory, .gguf file or random:NAME spec; default the embedded SmolLM2."),
     requests: Optional[int] = typer.Option(None, min=1, help="Number of requests; default the workload's."),
     seed: int = typer.Option(0, help="Seed for the random prompts and lengths."),
+    hf_requests: Optional[int] = typer.Option(
+        None, "--hf-requests", help="Run the transformers baselines on only the first N requests (their tokens/s "
+                                    "is measured on those); default all."),
     skip_baselines: bool = typer.Option(False, "--skip-baselines", help="Run only the engine."),
     device: Optional[str] = typer.Option(None, help="cpu or cuda; default cuda when available."),
     threads: Optional[int] = typer.Option(
@@ -30,7 +33,8 @@ def bench(
     """Measure throughput against transformers (one at a time, static batch, continuous batching)."""
     err = Console(stderr=True)
     options = BenchOptions(workload=workload, model=model, requests=requests, seed=seed,
-                           skip_baselines=skip_baselines, device=device, threads=threads, tp=tp)
+                           skip_baselines=skip_baselines, device=device, threads=threads, tp=tp,
+                           hf_requests=hf_requests)
     from render.bench import BenchProgress, bench_view
 
     with BenchProgress(err) as progress:  # a MinisglError becomes one line and exit 2 at the app's boundary

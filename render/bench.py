@@ -41,13 +41,14 @@ def bench_view(report: BenchReport) -> Group:
              f"{report.model} on {report.device}")
     table = Table(title=title, title_justify="left")
     table.add_column("engine")
+    table.add_column("requests", justify="right")
     table.add_column("wall s", justify="right")
     table.add_column("output tokens", justify="right")
     table.add_column("tokens/s", justify="right")
     table.add_column("minisgl is", justify="right")
     for result in report.results:
         ratio = engine.output_tokens_per_s / result.output_tokens_per_s if engine and result.output_tokens_per_s else 0
-        table.add_row(result.name, f"{result.wall_s:.2f}", str(result.output_tokens),
+        table.add_row(result.name, str(result.requests), f"{result.wall_s:.2f}", str(result.output_tokens),
                       f"{result.output_tokens_per_s:.1f}", "-" if result is engine else f"{ratio:.2f}x")
     parts: list = [table]
     parts += [f"[dim]{name} left out: {escape(why)}[/dim]" for name, why in report.skipped.items()]

@@ -33,20 +33,53 @@ def test_bench_json_reports_engine_and_every_baseline(model_dirs):
     assert {"hf-sequential", "hf-static"} <= set(names)
     expected = make_workload(workload_spec("cpu"), 320, seed=0, num_requests=4).output_tokens
     for r in report["results"]:
-        assert set(r) == {"name", "wall_s", "output_tokens", "output_tokens_per_s"}
+        assert set(r) == {"name", "wall_s", "output_tokens", "output_tokens_per_s", "requests"}
+        assert r["requests"] == 4
         assert r["output_tokens"] == expected  # EOS ignored: each request makes exactly max_tokens
         assert r["wall_s"] > 0 and r["output_tokens_per_s"] > 0
     assert report["matmul_gflops"] > 0 and report["model_flops_fraction"] > 0
     assert report["latency"]["ttft_s"]["p50"] > 0 and report["latency"]["tpot_s"]["p99"] > 0
 
 
-def test_random_spec_runs_the_engine_and_says_why_baselines_are_left_out():
-    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json"])
+def test_random_spec_baselines_run_on_the_first_hf_requests():
+    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "4", "--hf-requests", "2",
+                                 "--json", "--threads", "1"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert [r["name"] for r in report["results"]] == ["minisgl"]
-    assert set(report["skipped"]) == {"hf-sequential", "hf-static", "hf-continuous"}
-    assert "hf-static left out: transformers needs a checkpoint directory" in result.stderr
+    by_name = {r["name"]: r for r in report["results"]}
+    assert report["requests"] == 4 and by_name["minisgl"]["requests"] == 4
+    workload = make_workload(workload_spec("cpu"), 320, seed=0, num_requests=4, max_seq_len=512)
+    assert by_name["minisgl"]["output_tokens"] == workload.output_tokens
+    assert by_name["hf-static"]["requests"] == 2
+    assert by_name["hf-static"]["output_tokens"] == sum(r.max_tokens for r in workload.requests[:2])
+    assert set(by_name) | set(report["skipped"]) == {"minisgl", "hf-sequential", "hf-static", "hf-continuous"}
+
+
+def test_random_spec_hf_twin_decodes_the_engines_greedy_tokens():
+    import torch
+
+    from core import LLM, SamplingParams
+    from core.models.random_hf import random_hf_model
+    from core.models.random_spec import parse_random_spec
+
+    prompts = [[5, 17, 200, 33, 90, 1, 2], [300, 4, 4, 4, 8]]
+    llm = LLM("random:tiny-qwen3", device="cpu")
+    engine = [o["token_ids"] for o in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=12,
+                                                                            ignore_eos=True))]
+    model = random_hf_model(parse_random_spec("random:tiny-qwen3"), torch.device("cpu"), torch.float32)
+    for prompt, tokens in zip(prompts, engine):
+        ids = torch.tensor([prompt])
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
+                             min_new_tokens=12, do_sample=False, pad_token_id=0)
+        assert out[0, len(prompt):].tolist() == tokens
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_hf_requests_below_one_is_one_line_on_stderr(value):
+    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--hf-requests", value])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: hf_requests must be an integer >= 1, got {value}"
+    assert "Traceback" not in result.output
 
 
 def test_unknown_workload_is_one_line_on_stderr():

@@ -72,4 +72,4 @@ def run_engine(llm: LLM, workload: Workload, progress: ProgressFn) -> tuple[RunR
     ttft = [clock.first[uid] - start for uid in clock.first]
     tpot = [(clock.last[uid] - clock.first[uid]) / (clock.count[uid] - 1) for uid in clock.first
             if clock.count[uid] > 1]
-    return RunResult("minisgl", wall, tokens), Latency(Percentiles.of(ttft), Percentiles.of(tpot))
+    return RunResult("minisgl", wall, tokens, len(workload.requests)), Latency(Percentiles.of(ttft), Percentiles.of(tpot))

@@ -21,11 +21,16 @@ import torch
 
 from core.bench.report import ProgressFn, RunResult
 from core.bench.workload import Workload
+from core.models.random_hf import random_hf_model
+from core.models.random_spec import RandomSpec
 
 
-def load_hf_model(model_dir: Path, device: torch.device, dtype: torch.dtype) -> Any:
+def load_hf_model(model_dir: Path | RandomSpec, device: torch.device, dtype: torch.dtype) -> Any:
+    """transformers' model of a checkpoint directory, or of a random spec with the engine's very weights."""
     from transformers import AutoModelForCausalLM
 
+    if isinstance(model_dir, RandomSpec):
+        return random_hf_model(model_dir, device, dtype)
     # sdpa is what continuous batching pages in transformers 5 (the older 'paged|sdpa' spelling is deprecated)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa")
     return model.to(device).eval()
@@ -54,7 +59,7 @@ def hf_sequential(model: Any, workload: Workload, progress: ProgressFn) -> RunRe
         ids = torch.tensor([req.prompt_ids], device=device)
         _generate(model, ids, torch.ones_like(ids), req.max_tokens, temperature)
         progress("hf-sequential", i + 1, total)
-    return RunResult("hf-sequential", time.perf_counter() - start, workload.output_tokens)
+    return RunResult("hf-sequential", time.perf_counter() - start, workload.output_tokens, total)
 
 
 class _StepStreamer:
@@ -89,7 +94,7 @@ def hf_static(model: Any, workload: Workload, progress: ProgressFn) -> RunResult
     start = time.perf_counter()
     _generate(model, ids.to(model.device), mask.to(model.device), steps, workload.spec.temperature,
               _StepStreamer(progress, steps))
-    return RunResult("hf-static", time.perf_counter() - start, workload.output_tokens)
+    return RunResult("hf-static", time.perf_counter() - start, workload.output_tokens, len(workload.requests))
 
 
 def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, page_size: int = 64) -> RunResult:
@@ -127,4 +132,4 @@ def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, page_siz
             wall = time.perf_counter() - start
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
-    return RunResult("hf-continuous", wall, tokens)
+    return RunResult("hf-continuous", wall, tokens, len(requests))

@@ -15,11 +15,12 @@ def no_progress(stage: str, done: int, total: int) -> None:
 
 @dataclass(frozen=True)
 class RunResult:
-    """One engine's run over the whole workload."""
+    """One engine's run over its requests: the whole workload, or its first ``requests`` for a baseline."""
 
     name: str
     wall_s: float
     output_tokens: int
+    requests: int
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -27,7 +28,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "wall_s": round(self.wall_s, 4), "output_tokens": self.output_tokens,
-                "output_tokens_per_s": round(self.output_tokens_per_s, 2)}
+                "output_tokens_per_s": round(self.output_tokens_per_s, 2), "requests": self.requests}
 
 
 @dataclass(frozen=True)

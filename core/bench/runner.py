@@ -6,7 +6,7 @@ made side by side mean much.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -19,7 +19,6 @@ from core.bench.workload import Workload, make_workload, workload_spec
 from core.errors import InvalidParamsError
 from core.llm import LLM
 from core.models.loader import read_model_config
-from core.models.random_spec import RandomSpec
 from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
 
 BASELINES = ("hf-sequential", "hf-static", "hf-continuous")
@@ -35,6 +34,7 @@ class BenchOptions:
     device: str | None = None
     threads: int | None = None  # torch intra-op threads for the whole run (engine, baselines and ceiling alike)
     tp: int = 1  # tensor-parallel ranks for the engine (the baselines run on one device)
+    hf_requests: int | None = None  # the baselines run on the first N requests only; None: all of them
 
     def workload_name(self) -> str:
         if self.workload is not None:
@@ -55,6 +55,9 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     if options.requests is not None and (isinstance(options.requests, bool) or not isinstance(options.requests, int)
                                          or options.requests < 1):
         raise InvalidParamsError(f"requests must be an integer >= 1, got {options.requests!r}")
+    if options.hf_requests is not None and (isinstance(options.hf_requests, bool)
+                                            or not isinstance(options.hf_requests, int) or options.hf_requests < 1):
+        raise InvalidParamsError(f"hf_requests must be an integer >= 1, got {options.hf_requests!r}")
     cfg = read_model_config(resolve_model_dir(options.model, log))
     model_name = options.model or DEFAULT_MODEL_NAME
     workload = make_workload(spec, cfg.vocab_size, options.seed, options.requests, cfg.max_position_embeddings)
@@ -65,14 +68,8 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     engine_result, latency = run_engine(llm, workload, progress)
     results = [engine_result]
     skipped: dict[str, str] = {}
-    if options.skip_baselines:
-        pass
-    elif isinstance(llm.model_dir, RandomSpec):
-        for name in BASELINES:
-            skipped[name] = f"transformers needs a checkpoint directory and {model_name} has none"
-            warn(f"{name} left out: {skipped[name]}")
-    else:
-        results += _run_baselines(llm, workload, progress, skipped, warn)
+    if not options.skip_baselines:
+        results += _run_baselines(llm, _first(workload, options.hf_requests), progress, skipped, warn)
     return BenchReport(
         workload=spec.name, model=model_name, device=_describe(llm.device), requests=len(workload.requests),
         prompt_tokens=workload.prompt_tokens, results=results, latency=latency,
@@ -80,8 +77,17 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped)
 
 
+def _first(workload: Workload, count: int | None) -> Workload:
+    """The workload cut to its first ``count`` requests: transformers' static batch of all 256 GPU requests
+    would take long, and its throughput on a prefix of the same requests is what the ratio needs."""
+    if count is None or count >= len(workload.requests):
+        return workload
+    return replace(workload, requests=workload.requests[:count])
+
+
 def _run_baselines(llm: LLM, workload: Workload, progress: ProgressFn, skipped: dict[str, str],
                    warn: Callable[[str], None]) -> list:
+    # for a random spec, the weights of a one-rank engine from the same spec (the engine's own when tp == 1)
     model = load_hf_model(llm.model_dir, llm.device, llm.engine.dtype)
     _warm_up_hf(model)
     runs = {"hf-sequential": hf_sequential, "hf-static": hf_static, "hf-continuous": hf_continuous}
