@@ -418,3 +418,15 @@ class RadixCacheMachine(RuleBasedStateMachine):
 RadixCacheMachine.TestCase.settings = settings(
     max_examples=150, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 test_radix_cache_state_machine = RadixCacheMachine.TestCase
+
+
+def test_evictable_in_is_what_locking_the_handle_takes_out_of_the_evictable_pages():
+    cache = cache_with(1, ([1, 2, 3, 4], [10, 11, 12, 13]), ([1, 2, 7], [20, 21, 22]))
+    shared = cache.match([1, 2, 7, 9]).handle  # path: [1, 2] (shared node) then [7]
+    other = cache.match([1, 2, 3, 4]).handle
+    cache.lock(other)  # pins [1, 2] and [3, 4]: only [7] of ``shared``'s path is still unlocked
+    before = cache.evictable_pages
+    assert cache.evictable_in(shared) == 1
+    cache.lock(shared)
+    assert before - cache.evictable_pages == 1
+    assert cache.evictable_in(shared) == 0 and cache.evictable_in(None) == 0

@@ -21,6 +21,9 @@ class NaivePrefixCache:
     def unlock(self, handle: object) -> None:
         pass
 
+    def evictable_in(self, handle: object) -> int:
+        return 0
+
     def owned_prefix_pages(self, handle: object) -> int:
         return 0
 

@@ -185,6 +185,11 @@ class RadixPrefixCache:
                 self._evictable += len(node.pages)
             self._refresh_leaf(node)
 
+    def evictable_in(self, handle: object) -> int:
+        """Pages on the handle's path that nobody has locked: locking the handle takes them out of
+        ``evictable_pages``."""
+        return sum(len(node.pages) for node in self._path(handle) if node.ref == 0)
+
     def owned_prefix_pages(self, handle: object) -> int:
         """How many of the request's leading pages belong to the tree (the caller must not free them)."""
         return 0 if handle is None else self._as_node(handle).depth

@@ -82,7 +82,8 @@ class PrefillAdder:
             return None
         lifetime_pages = pages_for(pending.max_kv_len, self.page_size) - len(match.pages)
         # matched pages that nobody else holds are counted as evictable; locking them takes them out of that pool
-        if lifetime_pages + self.reserved_pages > self.cache.available_pages - self._evictable_in(match):
+        available = self.cache.available_pages - self.cache.prefix_cache.evictable_in(match.handle)
+        if lifetime_pages + self.reserved_pages > available:
             return None
         req = Req(uid=pending.uid, input_ids=list(pending.input_ids), prompt_len=len(pending.input_ids),
                   table_idx=self.table.allocate(), cached_len=match.cached_len, device_len=match.cached_len,
@@ -104,13 +105,6 @@ class PrefillAdder:
             if shared - cached_len >= IN_BATCH_SHARED_TOKENS:
                 return True
         return False
-
-    def _evictable_in(self, match) -> int:
-        before = self.cache.available_pages
-        self.cache.prefix_cache.lock(match.handle)
-        after = self.cache.available_pages
-        self.cache.prefix_cache.unlock(match.handle)
-        return before - after
 
 
 class PrefillManager:
