@@ -84,11 +84,6 @@ class Req:
         return self.max_device_len - 1
 
     @property
-    def remain_len(self) -> int:
-        """Tokens of KV this request may still need beyond what it holds now."""
-        return self.max_device_len - self.device_len
-
-    @property
     def can_decode(self) -> bool:
         """True while a generated token would still be fed back (more tokens are allowed after it)."""
         return self.device_len < self.max_device_len
@@ -129,7 +124,3 @@ class Batch:
     @property
     def is_decode(self) -> bool:
         return self.phase == "decode"
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(r.extend_len for r in self.reqs)

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from checks import assert_pages_accounted, greedy
 from core import LLM, SamplingParams
+from core.scheduler.decode import pages_for
 
 _rng = random.Random(0)
 PIECES = [[_rng.randrange(256) for _ in range(n)] for n in (24, 9, 13, 3)]
@@ -22,10 +23,6 @@ MAX_TOKENS = 6
 MAX_KV_LEN = 3 * max(map(len, PIECES)) + 2 + MAX_TOKENS - 1  # three pieces, a tail of two, then decoding
 
 _llms: dict[tuple, LLM] = {}
-
-
-def pages_for(tokens: int, page_size: int) -> int:
-    return -(-tokens // page_size)
 
 
 @st.composite
