@@ -1,0 +1,135 @@
+"""Where a decode step's time goes on the GPU: device time of the captured graphs, kernel tables, the sampler.
+
+Run on a CUDA machine after ``. scripts/gpu_env.sh`` (flashinfer from .whl, kernels from .jitcache):
+
+    python3 scripts/gpu_profile.py --out $OUT
+
+Prints, and writes to --out: the device time of one graph replay per batch size (CUDA events around
+back-to-back replays, so host work is excluded), the engine's wall time per decode step at the same sizes,
+torch.profiler kernel tables of eager decode steps at batch 1 and 256, and the sampler's time on a full
+batch of logits. The gap between the engine's step time and the graph's device time is what the host and
+the work outside the graph cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from core import LLM, SamplingParams  # noqa: E402
+from core.engine.sampler import SampleArgs  # noqa: E402
+
+MODEL = "random:qwen3-0.6b"
+
+
+def time_device(fn, repeats: int = 50) -> float:
+    """Median ms of ``fn`` on the device, timed with events around single calls after a warm-up."""
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def decode_steps(llm: LLM, batch: int, context: int, tokens: int, temperature: float = 0.0) -> float:
+    """Median wall ms of the engine's decode steps with ``batch`` requests of ``context`` prompt tokens."""
+    rng = random.Random(batch)
+    prompts = [[rng.randrange(10000) for _ in range(context)] for _ in range(batch)]
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=temperature,
+                            seed=1 if temperature else None)
+    steps: list = []
+    llm.add_step_callback(steps.append)
+    llm.generate(prompts, params)
+    llm.step_callbacks.remove(steps.append)
+    llm.reset_prefix_cache()
+    decode = [e.elapsed_s * 1e3 for e in steps if e.phase == "decode" and e.batch_size == batch]
+    return statistics.median(decode)
+
+
+def graph_replay_ms(llm: LLM, batch: int, context: int) -> float:
+    """Device ms of one replay of the graph for ``batch`` rows, planned for a real batch of that size."""
+    decode_steps(llm, batch, context, 4)  # leaves the last plan for this size in the graph's buffers
+    graph = llm.engine.graph_runner.graphs[llm.engine.graph_runner.padded_size(batch)]
+    with torch.cuda.stream(llm.engine.stream):
+        return time_device(graph.replay)
+
+
+def kernel_table(llm: LLM, batch: int, context: int, tokens: int, temperature: float, path: Path) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    rng = random.Random(7)
+    prompts = [[rng.randrange(10000) for _ in range(context)] for _ in range(batch)]
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=temperature,
+                            seed=1 if temperature else None)
+    llm.generate(prompts, SamplingParams(max_tokens=2, ignore_eos=True))
+    llm.reset_prefix_cache()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        llm.generate(prompts, params)
+    llm.reset_prefix_cache()
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=45, max_name_column_width=70)
+    path.write_text(table)
+    return table
+
+
+def sampler_ms(llm: LLM, batch: int) -> dict[str, float]:
+    vocab = llm.engine.model_config.vocab_size
+    dev = llm.engine.device
+    logits = torch.randn(batch, vocab, device=dev)
+    args = SampleArgs(temperatures=torch.full((batch,), 0.6, device=dev), top_p=torch.ones(batch, device=dev),
+                      seeds=torch.arange(batch, device=dev), positions=torch.full((batch,), 300, device=dev),
+                      top_k=torch.full((batch,), -1, device=dev), greedy_rows=torch.zeros(batch, dtype=torch.bool,
+                                                                                           device=dev))
+    sampler = llm.engine.sampler
+    return {"greedy": time_device(lambda: sampler.sample(logits, SampleArgs())),
+            "temperature": time_device(lambda: sampler.sample(logits, args)),
+            "logits.float()": time_device(lambda: logits.bfloat16().float())}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=str(ROOT / "out" / "profile"))
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    llm = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=40.0, log=print)
+    for batch, context in ((1, 300), (8, 300), (64, 300), (256, 300), (256, 800)):
+        step = decode_steps(llm, batch, context, 40, temperature=0.6 if batch > 1 else 0.0)
+        replay = graph_replay_ms(llm, batch, context)
+        say(f"batch {batch:3d} context {context}: engine decode step {step:.3f} ms, graph replay {replay:.3f} ms")
+    for name, ms in sampler_ms(llm, 256).items():
+        say(f"sampler at batch 256, {name}: {ms:.3f} ms")
+    say(f"sampler at batch 1, greedy: {sampler_ms(llm, 1)['greedy']:.3f} ms")
+    del llm
+    torch.cuda.empty_cache()
+
+    eager = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=20.0,
+                cuda_graph_max_bs=0)
+    for batch, context, temperature in ((1, 300, 0.0), (256, 300, 0.6)):
+        table = kernel_table(eager, batch, context, 6, temperature, out / f"kernels_bs{batch}.txt")
+        say(f"==== eager kernels, batch {batch}, 6 tokens (prefill included)\n{table}")
+    (out / "profile.txt").write_text("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
