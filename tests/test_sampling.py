@@ -67,3 +67,19 @@ def test_hashed_noise_is_uniform_and_a_pure_function():
     assert 0 < u.min() and u.max() < 1
     assert abs(u.mean().item() - 0.5) < 0.01
     assert abs((u < 0.1).float().mean().item() - 0.1) < 0.01
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_draws_follow_the_softmax_of_logits_over_temperature(temperature):
+    """Over many seeds, each token is drawn about as often as softmax(logits / T) says."""
+    from core.engine.sampler import SampleArgs, Sampler
+
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+    rows = 40000
+    args = SampleArgs(temperatures=torch.full((rows,), temperature), top_k=torch.full((rows,), -1),
+                      top_p=torch.ones(rows), seeds=torch.arange(rows) * 7919 + 13,
+                      positions=torch.full((rows,), 5), greedy_rows=torch.zeros(rows, dtype=torch.bool))
+    drawn = Sampler(torch.device("cpu"), compile=False).sample(logits.expand(rows, -1), args)
+    observed = torch.bincount(drawn, minlength=len(logits)).float() / rows
+    expected = torch.softmax(logits / temperature, dim=-1)
+    assert torch.allclose(observed, expected, atol=0.01), (observed, expected)

@@ -46,25 +46,29 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
 
 
 def hashed_uniform(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
-    """[rows, vocab] uniforms in (0, 1), a pure function of (seed, position, column)."""
+    """[rows, vocab] uniforms in (0, 1), a pure function of (seed, position, column).
+
+    The row key is mixed thoroughly once per row; each of the rows x vocab elements gets one mix of the key
+    with its scrambled column (the per-element work is what costs). 24 bits per uniform: exact in float32,
+    never 0 or 1."""
     seeds = seeds.to(torch.int64)
     key = _mix(_mix((seeds ^ (seeds >> 31)) & _MASK31) ^ (positions.to(torch.int64) & _MASK31))
     cols = (torch.arange(vocab, device=seeds.device, dtype=torch.int64) * 0x27D4EB2D) & _MASK31
-    bits = _mix(_mix((key[:, None] ^ cols[None, :]) & _MASK31))
-    return (bits.to(torch.float64) + 0.5).div_(2.0 ** 31).to(torch.float32)
+    bits = _mix((key[:, None] ^ cols[None, :]) & _MASK31) >> 7
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
 
 
 def _race(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
           positions: torch.Tensor) -> torch.Tensor:
-    """The exponential race over the whole vocabulary (no top-k/top-p filter)."""
-    probs = torch.softmax(logits / temperatures[:, None], dim=-1)
+    """The race over the whole vocabulary (no top-k/top-p filter), in log space:
+    ``log(softmax(l / T) / E) = l / T - log E - log Z``, and the constant ``log Z`` does not move the argmax."""
     noise = hashed_uniform(seeds, positions, logits.shape[-1])
-    return (probs / -torch.log(noise)).argmax(dim=-1)
+    return (logits.float() / temperatures[:, None] - torch.log(-torch.log(noise))).argmax(dim=-1)
 
 
 def _compiled_race() -> Callable:
-    """On CUDA the race is a dozen passes over [batch, vocab] (the hash alone is ten integer ops); compiled, it
-    is one or two fused kernels. Falls back to eager if compilation is unavailable or fails."""
+    """On CUDA the race is several passes over [batch, vocab] (the hash alone is a handful of integer ops);
+    compiled, it is one fused kernel. Falls back to eager if compilation is unavailable or fails."""
     compiled = torch.compile(_race, dynamic=True)
     state = {"fn": compiled}
 
@@ -110,7 +114,7 @@ class Sampler:
         if args.all_greedy:
             return greedy
         if args.filtered:
-            probs = torch.softmax(logits / args.temperatures[:, None], dim=-1)
+            probs = torch.softmax(logits.float() / args.temperatures[:, None], dim=-1)
             probs = _top_k_top_p(probs, args.top_k, args.top_p)
             noise = hashed_uniform(args.seeds, args.positions, logits.shape[-1])
             sampled = (probs / -torch.log(noise)).argmax(dim=-1)

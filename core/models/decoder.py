@@ -62,6 +62,8 @@ class CausalLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, logits_indices: torch.Tensor) -> torch.Tensor:
-        """Logits only at ``logits_indices`` (each request's last token): the rest would be thrown away."""
+        """Logits only at ``logits_indices`` (each request's last token): the rest would be thrown away. They stay
+        in the model's dtype; the sampler reads them in float32 inside its own fused pass, which saves writing a
+        float32 copy of [batch, vocab] every step."""
         hidden = self.model(input_ids, positions)
-        return self.lm_head(hidden[logits_indices]).float()
+        return self.lm_head(hidden[logits_indices])
