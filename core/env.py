@@ -38,6 +38,11 @@ def tp_timeout_s() -> float:
     return value
 
 
+def fused_qkv_disabled() -> bool:
+    """MINISGL_DISABLE_FUSED_QKV=1 runs QK-norm, RoPE and the KV write as separate kernels (for comparisons)."""
+    return _flag("MINISGL_DISABLE_FUSED_QKV")
+
+
 def cpu_weight_packing_disabled() -> bool:
     """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/layers/packed.py)."""
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")

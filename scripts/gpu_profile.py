@@ -14,6 +14,7 @@ the work outside the graph cost.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -99,6 +100,38 @@ def sampler_ms(llm: LLM, batch: int) -> dict[str, float]:
             "logits.float()": time_device(lambda: logits.bfloat16().float())}
 
 
+def attention_variants() -> list[str]:
+    """flashinfer paged decode alone, Qwen3-0.6B's heads, page 16: CUDA-core vs tensor-core kernels, with and
+    without split-k, at the batch sizes and lengths the benchmarks meet."""
+    import flashinfer
+
+    dev = torch.device("cuda")
+    heads, kv_heads, dim, page = 16, 8, 128, 16
+    lines = []
+    for batch, context in ((1, 300), (1, 1000), (64, 600), (256, 300), (256, 800)):
+        pages_per_req = -(-context // page)
+        pool = torch.randn(batch * pages_per_req, 2, page, kv_heads, dim, dtype=torch.bfloat16, device=dev)
+        kv = (pool[:, 0], pool[:, 1])
+        indptr = torch.arange(batch + 1, dtype=torch.int32, device=dev) * pages_per_req
+        indices = torch.randperm(batch * pages_per_req, device=dev).int()
+        last = torch.full((batch,), context - (pages_per_req - 1) * page, dtype=torch.int32, device=dev)
+        q = torch.randn(batch, heads, dim, dtype=torch.bfloat16, device=dev)
+        results = []
+        for tensor_cores in (False, True):
+            for split in (True, False):
+                workspace = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
+                wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD",
+                                                                        use_tensor_cores=tensor_cores)
+                wrapper.plan(indptr, indices, last, heads, kv_heads, dim, page, q_data_type=torch.bfloat16,
+                             kv_data_type=torch.bfloat16, disable_split_kv=not split)
+                ms = time_device(lambda: wrapper.run(q, kv))
+                gbs = 2 * batch * context * kv_heads * dim * 2 / ms / 1e6
+                results.append(f"tc={int(tensor_cores)} split={int(split)}: {ms * 1e3:.1f} us ({gbs:.0f} GB/s)")
+        lines.append(f"decode attention batch {batch} context {context}: " + ", ".join(results))
+        del pool, kv
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(ROOT / "out" / "profile"))
@@ -121,10 +154,22 @@ def main() -> int:
     say(f"sampler at batch 1, greedy: {sampler_ms(llm, 1)['greedy']:.3f} ms")
     del llm
     torch.cuda.empty_cache()
+    for line in attention_variants():
+        say(line)
+    torch.cuda.empty_cache()
+
+    os.environ["MINISGL_DISABLE_FUSED_QKV"] = "1"
+    unfused = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=20.0)
+    for batch, context in ((1, 300), (256, 300)):
+        say(f"unfused QK-norm/RoPE/KV write, batch {batch} context {context}: graph replay "
+            f"{graph_replay_ms(unfused, batch, context):.3f} ms")
+    del unfused
+    os.environ.pop("MINISGL_DISABLE_FUSED_QKV")
+    torch.cuda.empty_cache()
 
     eager = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=20.0,
                 cuda_graph_max_bs=0)
-    for batch, context, temperature in ((1, 300, 0.0), (256, 300, 0.6)):
+    for batch, context, temperature in ((1, 300, 0.0),):
         table = kernel_table(eager, batch, context, 6, temperature, out / f"kernels_bs{batch}.txt")
         say(f"==== eager kernels, batch {batch}, 6 tokens (prefill included)\n{table}")
     (out / "profile.txt").write_text("\n".join(lines))

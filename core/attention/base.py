@@ -53,3 +53,11 @@ class AttentionBackend(ABC):
     @abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         """q: [tokens, heads, dim]; k, v: [tokens, kv_heads, dim]. Returns [tokens, heads, dim]."""
+
+    # A backend whose kernels read every key and value from the pool can take them already written there (by a
+    # fused kernel that also normalised and rotated them): the layer then calls ``attend`` instead of ``forward``.
+    attends_from_pool = False
+
+    def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
+        """Attention for a contiguous q once this step's k and v are in the pool at ``batch.out_loc``."""
+        raise NotImplementedError(f"{type(self).__name__} needs k and v passed to forward")

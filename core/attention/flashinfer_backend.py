@@ -133,11 +133,16 @@ class FlashInferBackend(AttentionBackend):
             self._plan_copied = torch.cuda.Event()
             self._plan_copied.record()
 
+    attends_from_pool = True
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         self.pool.store(layer, batch.out_loc, k, v)
+        return self.attend(q.contiguous(), layer, batch)
+
+    def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         shape = (-1, self.page_size, self.num_kv_heads, self.head_dim)
         kv = (self.pool.k[layer].view(shape), self.pool.v[layer].view(shape))
-        return batch.attn_metadata.wrapper.run(q.contiguous(), kv)
+        return batch.attn_metadata.wrapper.run(q, kv)
 
     # ---- CUDA graphs ---------------------------------------------------------------------------------------
     supports_cuda_graph = True

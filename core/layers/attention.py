@@ -7,6 +7,8 @@ from torch import nn
 
 from core.distributed.info import get_tp_info
 from core.engine.context import get_context
+from core.layers.fused_qkv import qkv_norm_rope_store
+from core.layers.kernels import TorchKernels
 from core.layers.linear import RowParallelLinear, ShardedLinear, local_kv_heads, qkv_blocks
 from core.layers.norm import RMSNorm
 from core.layers.rope import RotaryEmbedding
@@ -28,10 +30,15 @@ class SelfAttention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.rope = rope
+        self.kernels = TorchKernels
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         ctx = get_context()
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = self.qkv_proj(x)
+        if ctx.backend.attends_from_pool and self.kernels.fuses_qkv():
+            return self.o_proj(ctx.backend.attend(self._fused_to_pool(qkv, positions, ctx), self.layer_id,
+                                                  ctx.batch).reshape(-1, self.q_size))
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
@@ -40,3 +47,12 @@ class SelfAttention(nn.Module):
         q, k = self.rope(positions, q, k)
         out = ctx.backend.forward(q, k, v, self.layer_id, ctx.batch)
         return self.o_proj(out.reshape(-1, self.q_size))
+
+    def _fused_to_pool(self, qkv: torch.Tensor, positions: torch.Tensor, ctx) -> torch.Tensor:
+        """QK-norm, RoPE and the KV write in one kernel; returns q, ready for the backend's ``attend``."""
+        pool = ctx.backend.pool
+        norm = self.q_norm is not None
+        return qkv_norm_rope_store(
+            qkv, self.num_heads, self.num_kv_heads, self.head_dim, positions, self.rope.cos_sin,
+            self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
+            self.q_norm.eps if norm else 0.0, pool.k[self.layer_id], pool.v[self.layer_id], ctx.batch.out_loc)

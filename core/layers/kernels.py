@@ -13,6 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.env import fused_qkv_disabled
+from core.layers.fused_qkv import fused_qkv_available
+
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
@@ -26,6 +29,11 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 class TorchKernels:
     name = "torch"
+
+    @staticmethod
+    def fuses_qkv() -> bool:
+        """Whether attention layers take the fused QK-norm + RoPE + KV-write kernel (core/layers/fused_qkv.py)."""
+        return False
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -59,6 +67,10 @@ class TorchKernels:
 
 class FlashInferKernels(TorchKernels):
     name = "flashinfer"
+
+    @staticmethod
+    def fuses_qkv() -> bool:
+        return fused_qkv_available() and not fused_qkv_disabled()
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

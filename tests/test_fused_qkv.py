@@ -1,0 +1,89 @@
+"""The fused QK-norm + RoPE + KV-write kernel gives what the separate torch steps give.
+
+It runs on CUDA, or on a CPU under Triton's interpreter (``TRITON_INTERPRET=1`` with triton installed); it is
+skipped elsewhere, and the GPU check runs it for real.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from core.layers.fused_qkv import fused_qkv_available, qkv_norm_rope_store
+from core.layers.kernels import TorchKernels
+from core.layers.rope import RotaryEmbedding
+from core.models.config import RopeScaling
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(
+    not fused_qkv_available() or (DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1"),
+    reason="needs triton on CUDA, or TRITON_INTERPRET=1 on a CPU")
+
+
+def unfused(qkv, heads, kv_heads, dim, positions, rope, q_w, k_w, eps):
+    """The model's path without the fused kernel: split, per-head RMSNorm, RoPE."""
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q, k, v = q.reshape(-1, heads, dim), k.reshape(-1, kv_heads, dim), v.reshape(-1, kv_heads, dim)
+    if q_w is not None:
+        q = (q.float() * torch.rsqrt(q.float().pow(2).mean(-1, keepdim=True) + eps) * q_w.float()).to(qkv.dtype)
+        k = (k.float() * torch.rsqrt(k.float().pow(2).mean(-1, keepdim=True) + eps) * k_w.float()).to(qkv.dtype)
+    cos = rope.cos[positions].unsqueeze(1)
+    sin = rope.sin[positions].unsqueeze(1)
+    half = dim // 2
+
+    def rotate(x):
+        x = x.float()
+        return (x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin).to(qkv.dtype)
+
+    return rotate(q), rotate(k), v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dim,norm", [(16, True), (128, True), (64, False)])
+def test_fused_kernel_matches_the_separate_steps(dtype, dim, norm):
+    gen = torch.Generator().manual_seed(dim)
+    tokens, heads, kv_heads, slots, eps = 5, 4, 2, 12, 1e-6
+    rope = RotaryEmbedding(dim, 64, 10000.0, RopeScaling()).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(DEVICE, dtype)
+    positions = torch.tensor([0, 3, 17, 40, 63], device=DEVICE)
+    out_loc = torch.tensor([7, 2, 11, 0, 5], device=DEVICE)
+    q_w = (1 + 0.1 * torch.randn(dim, generator=gen)).to(DEVICE, dtype) if norm else None
+    k_w = (1 + 0.1 * torch.randn(dim, generator=gen)).to(DEVICE, dtype) if norm else None
+    k_cache = torch.full((slots, kv_heads, dim), 9.0, dtype=dtype, device=DEVICE)
+    v_cache = torch.full((slots, kv_heads, dim), 9.0, dtype=dtype, device=DEVICE)
+
+    q = qkv_norm_rope_store(qkv, heads, kv_heads, dim, positions, rope.cos_sin, q_w, k_w, eps, k_cache, v_cache,
+                            out_loc)
+
+    ref_q, ref_k, ref_v = unfused(qkv, heads, kv_heads, dim, positions, rope, q_w, k_w, eps)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    assert q.shape == (tokens, heads, dim) and q.is_contiguous()
+    torch.testing.assert_close(q, ref_q, **tol)
+    torch.testing.assert_close(k_cache[out_loc], ref_k, **tol)
+    assert torch.equal(v_cache[out_loc], ref_v)  # a plain copy
+    untouched = torch.ones(slots, dtype=torch.bool, device=DEVICE)
+    untouched[out_loc] = False
+    assert (k_cache[untouched] == 9).all() and (v_cache[untouched] == 9).all()
+
+
+def test_fused_kernel_agrees_with_the_models_torch_kernels_in_float32():
+    """Against TorchKernels themselves (what the torch backend runs): same q and k to float32 rounding."""
+    gen = torch.Generator().manual_seed(0)
+    tokens, heads, kv_heads, dim, eps = 3, 2, 1, 32, 1e-6
+    rope = RotaryEmbedding(dim, 16, 1e6, RopeScaling()).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(DEVICE)
+    w = (1 + 0.1 * torch.randn(dim, generator=gen)).to(DEVICE)
+    positions = torch.tensor([1, 2, 9], device=DEVICE)
+    k_cache = torch.zeros(4, kv_heads, dim, device=DEVICE)
+    v_cache = torch.zeros(4, kv_heads, dim, device=DEVICE)
+    q = qkv_norm_rope_store(qkv, heads, kv_heads, dim, positions, rope.cos_sin, w, w, eps, k_cache, v_cache,
+                            torch.tensor([3, 0, 1], device=DEVICE))
+    q_ref, k_ref, v_ref = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q_ref = TorchKernels.rms_norm(q_ref.reshape(tokens, heads, dim), w, eps)
+    k_ref = TorchKernels.rms_norm(k_ref.reshape(tokens, kv_heads, dim), w, eps)
+    q_ref, k_ref = TorchKernels.rope(positions, q_ref, k_ref, rope.cos, rope.sin, rope.cos_sin)
+    torch.testing.assert_close(q, q_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(k_cache[[3, 0, 1]], k_ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v_cache[[3, 0, 1]], v_ref.reshape(tokens, kv_heads, dim), atol=0, rtol=0)
