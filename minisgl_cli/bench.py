@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from core.bench import BenchOptions, run_bench
+from core.bench import BASELINES, CUDA_BASELINES, BenchOptions, run_bench
 from core.bench.workload import WORKLOADS
 
 
@@ -23,6 +23,9 @@ def bench(
         None, "--hf-requests", help="Run the transformers baselines on only the first N requests (their tokens/s "
                                     "is measured on those); default all."),
     skip_baselines: bool = typer.Option(False, "--skip-baselines", help="Run only the engine."),
+    baselines: Optional[str] = typer.Option(
+        None, help=f"Comma-separated subset of {','.join(BASELINES)}; default all of them on a CPU, "
+                   f"{','.join(CUDA_BASELINES)} on CUDA."),
     device: Optional[str] = typer.Option(None, help="cpu or cuda; default cuda when available."),
     threads: Optional[int] = typer.Option(
         None, min=1, help="torch threads for the whole run; default torch's (one per core). On a busy machine "
@@ -34,7 +37,7 @@ def bench(
     err = Console(stderr=True)
     options = BenchOptions(workload=workload, model=model, requests=requests, seed=seed,
                            skip_baselines=skip_baselines, device=device, threads=threads, tp=tp,
-                           hf_requests=hf_requests)
+                           hf_requests=hf_requests, baselines=baselines)
     from render.bench import BenchProgress, bench_view
 
     with BenchProgress(err) as progress:  # a MinisglError becomes one line and exit 2 at the app's boundary

@@ -59,6 +59,8 @@ def bench_view(report: BenchReport) -> Group:
         latency.add_row("time to first token", *_ms(report.latency.ttft))
         latency.add_row("time per output token", *_ms(report.latency.tpot))
         parts.append(latency)
+    if report.batch1_ms_per_token is not None:
+        parts.append(f"batch-1 decode: {report.batch1_ms_per_token:.2f} ms per token (median, one request alone)")
     if report.matmul_gflops > 0:
         parts.append(f"matmul ceiling {report.matmul_gflops:.1f} GFLOP/s; minisgl did {report.model_gflop:.1f} GFLOP "
                      f"of model work at {report.engine_gflops:.1f} GFLOP/s = "

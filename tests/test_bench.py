@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from core.bench.engine_run import batch1_request, run_batch1, run_engine, warm_up
 from core.bench.flops import body_params, workload_flops
-from core.bench.report import Percentiles
+from core.bench.report import BenchReport, Latency, Percentiles, RunResult
+from core.bench.runner import BASELINES, CUDA_BASELINES, default_baselines, parse_baselines
 from core.bench.workload import BenchRequest, Workload, make_workload, workload_spec
 from core.errors import InvalidParamsError
 from core.models.loader import read_model_config
@@ -39,6 +41,7 @@ def test_bench_json_reports_engine_and_every_baseline(model_dirs):
         assert r["wall_s"] > 0 and r["output_tokens_per_s"] > 0
     assert report["matmul_gflops"] > 0 and report["model_flops_fraction"] > 0
     assert report["latency"]["ttft_s"]["p50"] > 0 and report["latency"]["tpot_s"]["p99"] > 0
+    assert report["batch1_ms_per_token"] > 0
 
 
 def test_random_spec_baselines_run_on_the_first_hf_requests():
@@ -72,6 +75,82 @@ def test_random_spec_hf_twin_decodes_the_engines_greedy_tokens():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12,
                              min_new_tokens=12, do_sample=False, pad_token_id=0)
         assert out[0, len(prompt):].tolist() == tokens
+
+
+def test_baselines_option_runs_only_the_named_ones():
+    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json",
+                                 "--threads", "1", "--baselines", "hf-static"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [r["name"] for r in report["results"]] == ["minisgl", "hf-static"] and report["skipped"] == {}
+
+
+def test_baselines_default_to_the_batched_ones_on_cuda():
+    import torch
+
+    assert default_baselines(torch.device("cpu")) == BASELINES
+    assert default_baselines(torch.device("cuda", 0)) == CUDA_BASELINES == ("hf-static", "hf-continuous")
+    assert parse_baselines(None) is None
+    assert parse_baselines(" hf-continuous,hf-sequential ") == ("hf-sequential", "hf-continuous")
+    assert parse_baselines(["hf-static"]) == ("hf-static",)
+
+
+@pytest.mark.parametrize("value, named", [("hf-static,hf-fast", "unknown baseline 'hf-fast'"),
+                                          (",", "no baseline named")])
+def test_bad_baselines_are_one_line_on_stderr(value, named):
+    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--baselines", value])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {named}; use a comma-separated subset of "
+                                     "hf-sequential, hf-static, hf-continuous")
+    assert "Traceback" not in result.output
+
+
+def test_warm_up_runs_every_prompt_and_leaves_nothing_cached_for_the_timed_run():
+    from core import LLM
+
+    workload = make_workload(workload_spec("cpu"), 320, seed=0, num_requests=4, max_seq_len=512)
+    llm = LLM("random:tiny-qwen3", device="cpu")
+    warm_up(llm, workload)
+    warmed = llm.stats()
+    assert warmed["prompt_tokens"] == workload.prompt_tokens and warmed["cached_pages"] == 0
+    result, _ = run_engine(llm, workload, lambda *args: None)
+    timed = llm.stats()
+    assert result.output_tokens == workload.output_tokens
+    assert timed["prompt_tokens"] - warmed["prompt_tokens"] == workload.prompt_tokens
+    assert timed["cached_prompt_tokens"] == warmed["cached_prompt_tokens"] == 0  # the same prompts, none reused
+
+
+def test_batch1_request_takes_128_workload_ids_and_fits_the_context():
+    workload = make_workload(workload_spec("cpu"), 320, seed=0, num_requests=4)
+    ids = [t for r in workload.requests for t in r.prompt_ids]
+    request = batch1_request(workload, max_seq_len=2048)
+    assert request.prompt_ids == ids[:128] and request.max_tokens == 32  # the cpu workload's cheap decode
+    assert workload_spec("nanovllm").batch1_tokens == 128
+    short = batch1_request(workload, max_seq_len=100)
+    assert len(short.prompt_ids) == 50 and short.max_tokens == 32
+
+
+def test_batch1_latency_is_the_median_gap_of_one_request():
+    from core import LLM
+
+    llm = LLM("random:tiny-qwen3", device="cpu")
+    assert run_batch1(llm, BenchRequest(list(range(1, 20)), 6)) > 0
+    assert run_batch1(llm, BenchRequest([1, 2, 3], 1)) is None  # one token: no gap between tokens
+
+
+def test_bench_view_shows_the_batch1_line():
+    from rich.console import Console
+
+    from render.bench import bench_view
+
+    report = BenchReport(workload="nanovllm", model="m", device="d", requests=1, prompt_tokens=2,
+                         results=[RunResult("minisgl", 1.0, 10, 1)],
+                         latency=Latency(Percentiles.of([0.1]), Percentiles.of([0.002])),
+                         matmul_gflops=0.0, model_gflop=1.0, batch1_ms_per_token=1.875)
+    console = Console(width=120, record=True)
+    console.print(bench_view(report))
+    assert "batch-1 decode: 1.88 ms per token" in console.export_text()
+    assert report.to_dict()["batch1_ms_per_token"] == 1.875
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])

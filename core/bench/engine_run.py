@@ -1,16 +1,18 @@
 """The engine's side of the benchmark: the workload through ``LLM.generate``, timed per token.
 
 Every request is submitted at once, so time to first token includes queueing behind earlier prefills, as it
-would for a burst of requests arriving together.
+would for a burst of requests arriving together. After it, one request runs alone for the batch-1 decode
+latency, the figure a single interactive user sees.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Callable
 
 from core.bench.report import Latency, Percentiles, ProgressFn, RunResult
-from core.bench.workload import Workload
+from core.bench.workload import BenchRequest, Workload
 from core.llm import LLM
 from core.request import SamplingParams
 from core.scheduler.scheduler import Reply
@@ -43,9 +45,24 @@ def sampling_params(workload: Workload) -> list[SamplingParams]:
             for i, r in enumerate(workload.requests)]
 
 
-def warm_up(llm: LLM) -> None:
-    """Run a tiny batch so one-off costs (allocator growth, first kernel calls) stay out of the timing."""
-    llm.generate([[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]], SamplingParams(max_tokens=4, ignore_eos=True))
+WARM_UP_TOKENS = 8  # tokens per request in the warm-up run
+BATCH1_PROMPT_LEN = 128
+
+
+def warm_up(llm: LLM, workload: Workload, reset_cache: bool = True) -> None:
+    """Run the workload once, cut short to a few tokens per request, so one-off costs stay out of the timing:
+    allocator growth, every prefill shape, the first replay of each CUDA graph, the compiled sampler.
+
+    The prefix cache is emptied afterwards, or the timed run would find every prompt already cached. With
+    ``reset_cache`` false (several tensor-parallel ranks, whose caches a reset on rank 0 alone would set
+    apart) only a tiny batch runs, whose prompts the workload's can hardly share.
+    """
+    if not reset_cache:
+        llm.generate([[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]], SamplingParams(max_tokens=4, ignore_eos=True))
+        return
+    params = [replace(p, max_tokens=min(p.max_tokens, WARM_UP_TOKENS)) for p in sampling_params(workload)]
+    llm.generate([r.prompt_ids for r in workload.requests], params)
+    llm.reset_prefix_cache()
 
 
 def run_engine(llm: LLM, workload: Workload, progress: ProgressFn) -> tuple[RunResult, Latency]:
@@ -73,3 +90,42 @@ def run_engine(llm: LLM, workload: Workload, progress: ProgressFn) -> tuple[RunR
     tpot = [(clock.last[uid] - clock.first[uid]) / (clock.count[uid] - 1) for uid in clock.first
             if clock.count[uid] > 1]
     return RunResult("minisgl", wall, tokens, len(workload.requests)), Latency(Percentiles.of(ttft), Percentiles.of(tpot))
+
+
+def batch1_request(workload: Workload, max_seq_len: int) -> BenchRequest:
+    """The batch-1 request: 128 prompt ids taken from the workload's own prompts (so from its id range) and
+    the spec's ``batch1_tokens``, both cut to fit ``max_seq_len``."""
+    ids = [t for r in workload.requests for t in r.prompt_ids]
+    prompt_len = max(1, min(BATCH1_PROMPT_LEN, len(ids), max_seq_len // 2))
+    return BenchRequest(ids[:prompt_len], max(1, min(workload.spec.batch1_tokens, max_seq_len - prompt_len)))
+
+
+class _TokenTimes:
+    """Arrival time of every token while active (the LLM keeps its callbacks, so this one is switched off)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.active = True
+
+    def __call__(self, reply: Reply) -> None:
+        if reply.token is not None and self.active:
+            self.times.append(time.perf_counter())
+
+
+def run_batch1(llm: LLM, request: BenchRequest) -> float | None:
+    """One greedy request alone; the median time between consecutive tokens in ms (None with one token).
+
+    The median leaves out the prefill before the first token and any one-off step, so it is the decode step's
+    latency at batch size 1.
+    """
+    stamps = _TokenTimes()
+    llm.add_reply_callback(stamps)
+    try:
+        [out] = llm.generate([request.prompt_ids], SamplingParams(max_tokens=request.max_tokens, temperature=0,
+                                                                  ignore_eos=True))
+    finally:
+        stamps.active = False
+    if out["finish_reason"] == "error":
+        raise RuntimeError(f"the batch-1 request failed: {out['error']}")
+    gaps = [b - a for a, b in zip(stamps.times, stamps.times[1:])]
+    return Percentiles.of(gaps).p50 * 1e3 if gaps else None

@@ -75,6 +75,7 @@ class BenchReport:
     matmul_gflops: float
     model_gflop: float  # the workload's FLOPs (see flops.workload_flops), in GFLOP
     skipped: dict[str, str] = field(default_factory=dict)  # baseline name -> why it did not run
+    batch1_ms_per_token: float | None = None  # median decode time per token of one request running alone
 
     def result(self, name: str) -> RunResult | None:
         return next((r for r in self.results if r.name == name), None)
@@ -99,4 +100,5 @@ class BenchReport:
             "engine_gflops": round(self.engine_gflops, 2),
             "model_flops_fraction": round(self.model_flops_fraction, 4),
             "skipped": self.skipped,
+            "batch1_ms_per_token": None if self.batch1_ms_per_token is None else round(self.batch1_ms_per_token, 4),
         }

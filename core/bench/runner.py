@@ -7,11 +7,11 @@ made side by side mean much.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
-from core.bench.engine_run import run_engine, warm_up
+from core.bench.engine_run import batch1_request, run_batch1, run_engine, warm_up
 from core.bench.flops import matmul_gflops, workload_flops
 from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
 from core.bench.report import BenchReport, ProgressFn, no_progress
@@ -22,6 +22,8 @@ from core.models.loader import read_model_config
 from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
 
 BASELINES = ("hf-sequential", "hf-static", "hf-continuous")
+# one long request at a time says little on a GPU and takes minutes there
+CUDA_BASELINES = ("hf-static", "hf-continuous")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class BenchOptions:
     threads: int | None = None  # torch intra-op threads for the whole run (engine, baselines and ceiling alike)
     tp: int = 1  # tensor-parallel ranks for the engine (the baselines run on one device)
     hf_requests: int | None = None  # the baselines run on the first N requests only; None: all of them
+    # names from BASELINES, as a list or comma-separated; None: all of them on a CPU, CUDA_BASELINES on CUDA
+    baselines: str | Sequence[str] | None = None
 
     def workload_name(self) -> str:
         if self.workload is not None:
@@ -45,8 +49,8 @@ class BenchOptions:
 def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
               warn: Callable[[str], None] = lambda message: None,
               log: Callable[[str], None] | None = None) -> BenchReport:
-    """Run the engine and (unless skipped) each baseline on the same requests; ``warn`` hears why a baseline
-    could not run."""
+    """Run the engine (after a warm-up run), then one request alone for the batch-1 decode latency, then
+    (unless skipped) each chosen baseline on the same requests; ``warn`` hears why a baseline could not run."""
     spec = workload_spec(options.workload_name())
     if options.threads is not None:
         if isinstance(options.threads, bool) or not isinstance(options.threads, int) or options.threads < 1:
@@ -58,23 +62,45 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     if options.hf_requests is not None and (isinstance(options.hf_requests, bool)
                                             or not isinstance(options.hf_requests, int) or options.hf_requests < 1):
         raise InvalidParamsError(f"hf_requests must be an integer >= 1, got {options.hf_requests!r}")
+    chosen = parse_baselines(options.baselines)
     cfg = read_model_config(resolve_model_dir(options.model, log))
     model_name = options.model or DEFAULT_MODEL_NAME
     workload = make_workload(spec, cfg.vocab_size, options.seed, options.requests, cfg.max_position_embeddings)
-    longest = max(len(r.prompt_ids) + r.max_tokens for r in workload.requests)
+    batch1 = batch1_request(workload, cfg.max_position_embeddings)
+    longest = max(len(r.prompt_ids) + r.max_tokens for r in workload.requests + [batch1])
     llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
               max_seq_len=longest, tp=options.tp, log=log)
-    warm_up(llm)
+    warm_up(llm, workload, reset_cache=options.tp == 1)
     engine_result, latency = run_engine(llm, workload, progress)
+    batch1_ms = run_batch1(llm, batch1)
     results = [engine_result]
     skipped: dict[str, str] = {}
     if not options.skip_baselines:
-        results += _run_baselines(llm, _first(workload, options.hf_requests), progress, skipped, warn)
+        results += _run_baselines(llm, _first(workload, options.hf_requests), chosen or default_baselines(llm.device),
+                                  progress, skipped, warn)
     return BenchReport(
         workload=spec.name, model=model_name, device=_describe(llm.device), requests=len(workload.requests),
         prompt_tokens=workload.prompt_tokens, results=results, latency=latency,
         matmul_gflops=matmul_gflops(dtype=llm.engine.dtype) if llm.device.type == "cpu" else 0.0,
-        model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped)
+        model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped, batch1_ms_per_token=batch1_ms)
+
+
+def parse_baselines(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """The baselines asked for, in BASELINES' order; None (the device's default) when none were given."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()] if isinstance(value, str) else list(value)
+    valid = ", ".join(BASELINES)
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise InvalidParamsError(f"unknown baseline {unknown[0]!r}; use a comma-separated subset of {valid}")
+    if not names:
+        raise InvalidParamsError(f"no baseline named; use a comma-separated subset of {valid}")
+    return tuple(n for n in BASELINES if n in names)
+
+
+def default_baselines(device: torch.device) -> tuple[str, ...]:
+    return CUDA_BASELINES if device.type == "cuda" else BASELINES
 
 
 def _first(workload: Workload, count: int | None) -> Workload:
@@ -85,14 +111,14 @@ def _first(workload: Workload, count: int | None) -> Workload:
     return replace(workload, requests=workload.requests[:count])
 
 
-def _run_baselines(llm: LLM, workload: Workload, progress: ProgressFn, skipped: dict[str, str],
-                   warn: Callable[[str], None]) -> list:
+def _run_baselines(llm: LLM, workload: Workload, names: Sequence[str], progress: ProgressFn,
+                   skipped: dict[str, str], warn: Callable[[str], None]) -> list:
     # for a random spec, the weights of a one-rank engine from the same spec (the engine's own when tp == 1)
     model = load_hf_model(llm.model_dir, llm.device, llm.engine.dtype)
     _warm_up_hf(model)
     runs = {"hf-sequential": hf_sequential, "hf-static": hf_static, "hf-continuous": hf_continuous}
     results = []
-    for name in BASELINES:
+    for name in names:
         try:
             results.append(runs[name](model, workload, progress))
         except Exception as exc:  # a baseline that cannot run here is reported, never fatal

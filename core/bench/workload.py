@@ -22,11 +22,12 @@ class WorkloadSpec:
     max_tokens: tuple[int, int]  # inclusive range
     token_id_limit: int  # prompt ids are uniform in [0, min(limit, vocab))
     temperature: float
+    batch1_tokens: int = 128  # tokens the batch-1 decode request generates (see engine_run.run_batch1)
 
 
 WORKLOADS = {
     # small enough for two CPU cores: the embedded SmolLM2-135M in float32, greedy
-    "cpu": WorkloadSpec("cpu", 32, (16, 128), (16, 64), 10000, 0.0),
+    "cpu": WorkloadSpec("cpu", 32, (16, 128), (16, 64), 10000, 0.0, batch1_tokens=32),
     # the workload nano-vllm and mini-sglang publish, for a GPU
     "nanovllm": WorkloadSpec("nanovllm", 256, (100, 1024), (100, 1024), 10000, 0.6),
 }
