@@ -196,3 +196,24 @@ def test_percentiles_use_nearest_rank():
     p = Percentiles.of([float(i) for i in range(1, 101)])
     assert (p.mean, p.p50, p.p99) == (50.5, 50.0, 99.0)
     assert Percentiles.of([]) == Percentiles(0.0, 0.0, 0.0)
+
+
+def test_continuous_batching_config_takes_the_page_size_under_either_name():
+    """transformers 5.x called it block_size before page_size; options it does not know are left out."""
+    from dataclasses import dataclass
+
+    from core.bench.hf import _continuous_config
+
+    @dataclass
+    class Older:
+        block_size: int = 256
+        num_blocks: int | None = None
+
+    @dataclass
+    class Newer:
+        page_size: int = 256
+        num_blocks: int | None = None
+        auto_switch_to_flash: bool = True
+
+    assert _continuous_config(Older, 64, num_blocks=9, auto_switch_to_flash=False) == Older(64, 9)
+    assert _continuous_config(Newer, 64, num_blocks=9, auto_switch_to_flash=False) == Newer(64, 9, False)

@@ -97,6 +97,18 @@ def hf_static(model: Any, workload: Workload, progress: ProgressFn) -> RunResult
     return RunResult("hf-static", time.perf_counter() - start, workload.output_tokens, len(workload.requests))
 
 
+def _continuous_config(config_cls: Any, page_size: int, **settings: Any) -> Any:
+    """transformers renamed ``block_size`` to ``page_size`` and added options across 5.x releases: pass the page
+    size under whichever name this version has, and only the settings it knows."""
+    import dataclasses
+    import inspect
+
+    known = ({f.name for f in dataclasses.fields(config_cls)} if dataclasses.is_dataclass(config_cls)
+             else set(inspect.signature(config_cls).parameters))
+    settings["page_size" if "page_size" in known else "block_size"] = page_size
+    return config_cls(**{name: value for name, value in settings.items() if name in known})
+
+
 def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, page_size: int = 64) -> RunResult:
     """Transformers' continuous batching; the cache is sized to hold the whole workload at once."""
     from transformers import GenerationConfig
@@ -104,9 +116,9 @@ def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, page_siz
 
     requests = workload.requests
     lifetime = sum(-(-(len(r.prompt_ids) + r.max_tokens) // page_size) for r in requests)
-    cb_config = ContinuousBatchingConfig(page_size=page_size, num_blocks=lifetime + len(requests),
-                                         max_batch_tokens=2048, max_requests_per_batch=len(requests),
-                                         auto_switch_to_flash=False)
+    cb_config = _continuous_config(ContinuousBatchingConfig, page_size=page_size, num_blocks=lifetime + len(requests),
+                                   max_batch_tokens=2048, max_requests_per_batch=len(requests),
+                                   auto_switch_to_flash=False)
     gen_config = GenerationConfig(eos_token_id=-1, pad_token_id=0, max_new_tokens=max(r.max_tokens for r in requests),
                                   **_sampling_kwargs(workload.spec.temperature))
     done, tokens, errors = 0, 0, []

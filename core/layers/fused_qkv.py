@@ -32,7 +32,9 @@ def _kernel():
     import triton
     import triton.language as tl
 
-    @triton.jit
+    # positions and KV slots are slices of the step's one upload, at any offset: specialising on their
+    # alignment would compile a new variant in the middle of a run
+    @triton.jit(do_not_specialize_on_alignment=["positions_ptr", "loc_ptr"])
     def qkv_norm_rope_store(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, positions_ptr, loc_ptr, cos_sin_ptr,
                             q_weight_ptr, k_weight_ptr, eps, qkv_row_stride,
                             NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
