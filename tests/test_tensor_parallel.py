@@ -79,6 +79,9 @@ class TestTwoRanks:
         unseeded = llm.generate(prompts, SamplingParams(max_tokens=5, temperature=1.0, ignore_eos=True))
         assert [len(r["token_ids"]) for r in unseeded] == [5, 5, 5]
         assert [r["token_ids"] for r in llm.generate(prompts, seeded)] == single
+        # emptied on every rank: were the workers' caches left full, their batches would differ from rank 0's
+        assert llm.reset_prefix_cache() > 0
+        assert [r["token_ids"] for r in llm.generate(prompts, seeded)] == single
         stats = llm.stats()
         assert stats["free_pages"] + stats["cached_pages"] == stats["total_pages"]  # every page came back
 

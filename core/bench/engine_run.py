@@ -49,17 +49,12 @@ WARM_UP_TOKENS = 8  # tokens per request in the warm-up run
 BATCH1_PROMPT_LEN = 128
 
 
-def warm_up(llm: LLM, workload: Workload, reset_cache: bool = True) -> None:
+def warm_up(llm: LLM, workload: Workload) -> None:
     """Run the workload once, cut short to a few tokens per request, so one-off costs stay out of the timing:
     allocator growth, every prefill shape, the first replay of each CUDA graph, the compiled sampler.
 
-    The prefix cache is emptied afterwards, or the timed run would find every prompt already cached. With
-    ``reset_cache`` false (several tensor-parallel ranks, whose caches a reset on rank 0 alone would set
-    apart) only a tiny batch runs, whose prompts the workload's can hardly share.
+    The prefix cache is emptied afterwards (on every rank), or the timed run would find every prompt cached.
     """
-    if not reset_cache:
-        llm.generate([[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11]], SamplingParams(max_tokens=4, ignore_eos=True))
-        return
     params = [replace(p, max_tokens=min(p.max_tokens, WARM_UP_TOKENS)) for p in sampling_params(workload)]
     llm.generate([r.prompt_ids for r in workload.requests], params)
     llm.reset_prefix_cache()

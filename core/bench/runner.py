@@ -70,7 +70,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     longest = max(len(r.prompt_ids) + r.max_tokens for r in workload.requests + [batch1])
     llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
               max_seq_len=longest, tp=options.tp, log=log)
-    warm_up(llm, workload, reset_cache=options.tp == 1)
+    warm_up(llm, workload)
     engine_result, latency = run_engine(llm, workload, progress)
     batch1_ms = run_batch1(llm, batch1)
     results = [engine_result]

@@ -53,10 +53,12 @@ Request = tuple[int, list[int], SamplingParams]
 
 @dataclass(frozen=True)
 class Command:
-    """What rank 0 sends the workers: requests to queue and run (seeds already decided), or stop."""
+    """What rank 0 sends the workers: requests to queue and run (seeds already decided), empty the prefix cache
+    (every rank's cache must hold the same pages, or their batches would differ), or stop."""
 
     requests: tuple[Request, ...] = ()
     eos_token_ids: frozenset[int] = frozenset()
+    reset_prefix_cache: bool = False
     stop: bool = False
 
 
@@ -77,6 +79,9 @@ class LocalGroup:
 
     def share(self, requests: list[Request], eos_token_ids: frozenset[int]) -> list[Request]:
         return requests
+
+    def reset_prefix_cache(self) -> None:
+        pass
 
     def close(self) -> None:
         pass
@@ -150,6 +155,10 @@ class TPGroup:
         """Send this call's requests to every worker; rank 0 queues the same list itself."""
         _broadcast(Command(tuple(requests), frozenset(eos_token_ids)), self._control)
         return requests
+
+    def reset_prefix_cache(self) -> None:
+        """Have every worker empty its prefix cache, as rank 0 does with its own."""
+        _broadcast(Command(reset_prefix_cache=True), self._control)
 
     def close(self, force: bool = False) -> None:
         """Stop the workers (politely unless ``force`` or after a failure), then tear the groups down."""
@@ -311,6 +320,8 @@ def _worker_main(rank: int, size: int, port: int, backend: str, config: EngineCo
             command = _broadcast(Command(), control)
             if command.stop:
                 break
+            if command.reset_prefix_cache:
+                scheduler.reset_prefix_cache()
             scheduler.eos_token_ids = command.eos_token_ids
             for uid, input_ids, params in command.requests:
                 scheduler.submit(uid, input_ids, params)

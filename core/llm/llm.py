@@ -140,6 +140,12 @@ class LLM(Scheduler):
             if got is not None and got.finish_reason is None and self._group.info.size == 1:
                 super().abort(uid)
 
+    def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache on every rank; returns the pages rank 0 freed."""
+        with self._group.guard():
+            self._group.reset_prefix_cache()
+        return super().reset_prefix_cache()
+
     def close(self) -> None:
         """Stop the tensor-parallel workers, if any. Further ``generate`` calls then raise WorkerError."""
         self._group.close()
