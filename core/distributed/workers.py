@@ -47,6 +47,7 @@ from core.request import SamplingParams
 
 _CONTROL_TIMEOUT = timedelta(days=30)  # idle workers wait for the next command this long
 _STOP_JOIN_S = 10.0  # a worker told to stop gets this long to exit before it is terminated
+_TEARDOWN_WAIT_S = 10.0  # how long leaving the process groups may take before a rank goes without it
 _DEATH_NOTICE_S = 5.0  # after a failed collective, how long rank 0 waits for the watchdog to name a dead rank
 Request = tuple[int, list[int], SamplingParams]
 
@@ -171,6 +172,8 @@ class TPGroup:
                 _broadcast(Command(stop=True), self._control)
             except Exception:  # noqa: BLE001 - a worker already gone; the terminate below covers it
                 polite = False
+        if polite:  # the workers leave the groups now too: NCCL's teardown wants every rank at it together
+            _leave_groups()
         started = [proc for proc in self._procs if proc.pid is not None]
         deadline = time.monotonic() + (_STOP_JOIN_S if polite else 0.0)
         for proc in started:
@@ -179,11 +182,10 @@ class TPGroup:
             _stop_process(proc)
         if self._watchdog.is_alive():
             self._watchdog.join()
-        if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - the groups may be broken after a failure; nothing left to free
-                pass
+        if not polite:
+            if self.backend == "nccl":
+                _abort_nccl()
+            _leave_groups()
         self._errors.close()
 
     @property
@@ -281,6 +283,24 @@ def _broadcast(command: Command, control: dist.ProcessGroup) -> Command:
     return box[0]
 
 
+def _leave_groups() -> None:
+    """destroy_process_group, bounded in time. NCCL's teardown can wait on peers (it did, with collectives
+    captured in CUDA graphs, once a peer had gone); past the wait this rank goes on without it, since a
+    closed group is never used again."""
+    if not dist.is_initialized():
+        return
+
+    def destroy() -> None:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - the groups may be broken after a failure; nothing left to free
+            pass
+
+    thread = threading.Thread(target=destroy, name="minisgl-tp-teardown", daemon=True)
+    thread.start()
+    thread.join(_TEARDOWN_WAIT_S)
+
+
 def _abort_nccl() -> None:
     """Unlike gloo, NCCL does not notice a vanished peer: abort the communicators so rank 0's pending
     collective fails now instead of at the timeout (an experimental torch API, hence best effort)."""
@@ -326,7 +346,8 @@ def _worker_main(rank: int, size: int, port: int, backend: str, config: EngineCo
             for uid, input_ids, params in command.requests:
                 scheduler.submit(uid, input_ids, params)
             scheduler.run_until_idle()
-        dist.destroy_process_group()
+        scheduler.engine.release_cuda_graphs()  # graphs hold NCCL work: free them before the communicators
+        _leave_groups()
     except BaseException as exc:  # noqa: BLE001 - report, then leave: rank 0 turns this into WorkerError
         errors.put((rank, f"{type(exc).__name__}: {exc}"))
         if not isinstance(exc, (RuntimeError, MinisglError)) or not str(exc):

@@ -7,6 +7,7 @@ device (fed back into the token pool) and on their way to the host (for the sche
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -161,6 +162,15 @@ class Engine:
         cap = min(asked or DEFAULT_GRAPH_MAX_BS, self.config.max_running_req)
         return CudaGraphRunner(self.model, self.attn_backend, cap, self.dummy_page * self.page_size,
                                self.dummy_page, self.device, log)
+
+    def release_cuda_graphs(self) -> None:
+        """Drop the captured graphs (decode runs eagerly from here on). Under tensor parallelism they hold NCCL
+        work, and must be gone before the communicators are torn down."""
+        if self.graph_runner is None:
+            return
+        self.graph_runner = None
+        torch.cuda.synchronize(self.device)
+        gc.collect()
 
     def padded_size(self, batch: Batch) -> int:
         """Rows the batch will run with: a decode batch under CUDA graphs is padded to a captured size."""

@@ -148,6 +148,9 @@ class LLM(Scheduler):
 
     def close(self) -> None:
         """Stop the tensor-parallel workers, if any. Further ``generate`` calls then raise WorkerError."""
+        engine = getattr(self, "engine", None)  # absent when construction failed part way
+        if engine is not None and self._group.info.size > 1:
+            engine.release_cuda_graphs()  # they hold NCCL work: gone before the communicators are
         self._group.close()
 
     def __enter__(self) -> "LLM":
