@@ -93,6 +93,8 @@ class Engine:
         self.packed_linears = (pack_linears(self.model) if packing_available(self.device, self.dtype)
                                and not cpu_weight_packing_disabled() else 0)
         self.sampler = Sampler(self.device)
+        if self.device.type == "cuda":
+            self.sampler.warm_up(cfg.vocab_size, self.dtype)
         self.graph_runner = self._make_graph_runner(log)
         # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None

@@ -92,6 +92,16 @@ class Sampler:
             compile = device.type == "cuda"
         self._race = _compiled_race() if compile else _race
 
+    def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:
+        """Compile the race now rather than inside the first sampled step. Compiled code is shared by every
+        batch of two rows or more, but a batch of one gets its own (sizes 0 and 1 are specialised): without
+        this, the step where a run's batch first shrinks to one request would stall for the compilation."""
+        for rows in (1, 2):
+            logits = torch.zeros(rows, vocab_size, dtype=dtype, device=self.device)
+            ones = torch.ones(rows, dtype=torch.float32, device=self.device)
+            ids = torch.zeros(rows, dtype=torch.int64, device=self.device)
+            self._race(logits, ones, ids, ids.clone())
+
     def prepare(self, batch: Batch) -> SampleArgs:
         params = [r.params for r in batch.reqs]
         if all(p.greedy for p in params):
