@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from core.distributed.info import get_tp_info
-from core.engine.context import get_context
+from core.engine.context import ForwardContext, get_context
 from core.layers.fused_qkv import qkv_norm_rope_store
 from core.layers.kernels import TorchKernels
 from core.layers.linear import RowParallelLinear, ShardedLinear, local_kv_heads, qkv_blocks
@@ -48,7 +48,7 @@ class SelfAttention(nn.Module):
         out = ctx.backend.forward(q, k, v, self.layer_id, ctx.batch)
         return self.o_proj(out.reshape(-1, self.q_size))
 
-    def _fused_to_pool(self, qkv: torch.Tensor, positions: torch.Tensor, ctx) -> torch.Tensor:
+    def _fused_to_pool(self, qkv: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """QK-norm, RoPE and the KV write in one kernel; returns q, ready for the backend's ``attend``."""
         pool = ctx.backend.pool
         norm = self.q_norm is not None
