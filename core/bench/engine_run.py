@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from itertools import chain, islice
 from typing import Callable
 
 from core.bench.report import Latency, Percentiles, ProgressFn, RunResult
@@ -19,22 +20,18 @@ from core.scheduler.scheduler import Reply
 
 
 class _TokenClock:
-    """Records, per uid, when the first and the last token arrived and how many came."""
+    """Records, per uid, when each token arrived, while active (the LLM keeps its callbacks, so a finished
+    measurement switches its clock off)."""
 
-    def __init__(self, on_token: Callable[[], None]) -> None:
-        self.first: dict[int, float] = {}
-        self.last: dict[int, float] = {}
-        self.count: dict[int, int] = {}
+    def __init__(self, on_token: Callable[[], None] = lambda: None) -> None:
+        self.times: dict[int, list[float]] = {}
         self.on_token = on_token
         self.active = True
 
     def __call__(self, reply: Reply) -> None:
         if reply.token is None or not self.active:
             return
-        now = time.perf_counter()
-        self.first.setdefault(reply.uid, now)
-        self.last[reply.uid] = now
-        self.count[reply.uid] = self.count.get(reply.uid, 0) + 1
+        self.times.setdefault(reply.uid, []).append(time.perf_counter())
         self.on_token()
 
 
@@ -81,30 +78,17 @@ def run_engine(llm: LLM, workload: Workload, progress: ProgressFn) -> tuple[RunR
     if failed:
         raise RuntimeError(f"{len(failed)} benchmark requests failed: {failed[0]['error']}")
     tokens = sum(len(o["token_ids"]) for o in outputs)
-    ttft = [clock.first[uid] - start for uid in clock.first]
-    tpot = [(clock.last[uid] - clock.first[uid]) / (clock.count[uid] - 1) for uid in clock.first
-            if clock.count[uid] > 1]
+    ttft = [times[0] - start for times in clock.times.values()]
+    tpot = [(times[-1] - times[0]) / (len(times) - 1) for times in clock.times.values() if len(times) > 1]
     return RunResult("minisgl", wall, tokens, len(workload.requests)), Latency(Percentiles.of(ttft), Percentiles.of(tpot))
 
 
 def batch1_request(workload: Workload, max_seq_len: int) -> BenchRequest:
     """The batch-1 request: 128 prompt ids taken from the workload's own prompts (so from its id range) and
     the spec's ``batch1_tokens``, both cut to fit ``max_seq_len``."""
-    ids = [t for r in workload.requests for t in r.prompt_ids]
-    prompt_len = max(1, min(BATCH1_PROMPT_LEN, len(ids), max_seq_len // 2))
+    ids = list(islice(chain.from_iterable(r.prompt_ids for r in workload.requests), BATCH1_PROMPT_LEN))
+    prompt_len = max(1, min(len(ids), max_seq_len // 2))
     return BenchRequest(ids[:prompt_len], max(1, min(workload.spec.batch1_tokens, max_seq_len - prompt_len)))
-
-
-class _TokenTimes:
-    """Arrival time of every token while active (the LLM keeps its callbacks, so this one is switched off)."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.active = True
-
-    def __call__(self, reply: Reply) -> None:
-        if reply.token is not None and self.active:
-            self.times.append(time.perf_counter())
 
 
 def run_batch1(llm: LLM, request: BenchRequest) -> float | None:
@@ -113,14 +97,15 @@ def run_batch1(llm: LLM, request: BenchRequest) -> float | None:
     The median leaves out the prefill before the first token and any one-off step, so it is the decode step's
     latency at batch size 1.
     """
-    stamps = _TokenTimes()
-    llm.add_reply_callback(stamps)
+    clock = _TokenClock()
+    llm.add_reply_callback(clock)
     try:
         [out] = llm.generate([request.prompt_ids], SamplingParams(max_tokens=request.max_tokens, temperature=0,
                                                                   ignore_eos=True))
     finally:
-        stamps.active = False
+        clock.active = False
     if out["finish_reason"] == "error":
         raise RuntimeError(f"the batch-1 request failed: {out['error']}")
-    gaps = [b - a for a, b in zip(stamps.times, stamps.times[1:])]
+    times = clock.times.get(out["uid"], [])
+    gaps = [b - a for a, b in zip(times, times[1:])]
     return Percentiles.of(gaps).p50 * 1e3 if gaps else None
