@@ -43,6 +43,12 @@ def fused_qkv_disabled() -> bool:
     return _flag("MINISGL_DISABLE_FUSED_QKV")
 
 
+def gemv_disabled() -> bool:
+    """MINISGL_DISABLE_GEMV=1 runs small-batch linears on cuBLAS, with the norms and activations as kernels of
+    their own (see core/layers/gemv.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_GEMV")
+
+
 def cpu_weight_packing_disabled() -> bool:
     """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/layers/packed.py)."""
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")

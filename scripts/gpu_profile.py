@@ -29,6 +29,7 @@ from core import LLM, SamplingParams  # noqa: E402
 from core.engine.sampler import SampleArgs  # noqa: E402
 
 MODEL = "random:qwen3-0.6b"
+HOST_FLOOR_MODEL = "random:small-qwen3"  # 4 layers of width 512: a step's time is nearly all host work
 
 
 def time_device(fn, repeats: int = 50) -> float:
@@ -132,6 +133,19 @@ def attention_variants() -> list[str]:
     return lines
 
 
+def replays_with(variable: str, cases: tuple[tuple[int, int], ...]) -> list[tuple[int, int, float]]:
+    """Graph replay times of an engine built with the environment variable ``variable=1`` (a kernel turned off)."""
+    os.environ[variable] = "1"
+    try:
+        llm = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=20.0)
+        try:
+            return [(batch, context, graph_replay_ms(llm, batch, context)) for batch, context in cases]
+        finally:
+            llm.close()
+    finally:
+        os.environ.pop(variable)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(ROOT / "out" / "profile"))
@@ -158,13 +172,16 @@ def main() -> int:
         say(line)
     torch.cuda.empty_cache()
 
-    os.environ["MINISGL_DISABLE_FUSED_QKV"] = "1"
-    unfused = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=20.0)
-    for batch, context in ((1, 300), (256, 300)):
-        say(f"unfused QK-norm/RoPE/KV write, batch {batch} context {context}: graph replay "
-            f"{graph_replay_ms(unfused, batch, context):.3f} ms")
-    del unfused
-    os.environ.pop("MINISGL_DISABLE_FUSED_QKV")
+    for variable, what in (("MINISGL_DISABLE_FUSED_QKV", "unfused QK-norm/RoPE/KV write"),
+                           ("MINISGL_DISABLE_GEMV", "cuBLAS small-batch linears, separate norms/activation")):
+        for batch, context, ms in replays_with(variable, ((1, 300), (8, 300), (256, 300))):
+            say(f"{what}, batch {batch} context {context}: graph replay {ms:.3f} ms")
+        torch.cuda.empty_cache()
+
+    small = LLM(HOST_FLOOR_MODEL, page_size=16, max_running_req=8, max_seq_len=2048, kv_cache_gb=2.0)
+    say(f"host floor: engine decode step of {HOST_FLOOR_MODEL} (device time ~0.1 ms) at batch 1: "
+        f"{decode_steps(small, 1, 300, 60):.3f} ms, graph replay {graph_replay_ms(small, 1, 300):.3f} ms")
+    del small
     torch.cuda.empty_cache()
 
     eager = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=20.0,

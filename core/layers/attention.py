@@ -33,8 +33,18 @@ class SelfAttention(nn.Module):
         self.kernels = TorchKernels
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_qkv(positions, self.qkv_proj(x))
+
+    def forward_after_norm(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None,
+                           norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention over ``norm(x + residual)``, and the new residual: the norm runs inside the QKV projection's
+        kernel when the kernels can fold it in."""
+        qkv, residual = self.qkv_proj.forward_after_norm(x, residual, norm)
+        return self.forward_qkv(positions, qkv), residual
+
+    def forward_qkv(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
+        """Everything after the QKV projection: QK-norm, RoPE, the KV write, attention and the output projection."""
         ctx = get_context()
-        qkv = self.qkv_proj(x)
         if ctx.backend.attends_from_pool and self.kernels.fuses_qkv():
             return self.o_proj(ctx.backend.attend(self._fused_to_pool(qkv, positions, ctx), self.layer_id,
                                                   ctx.batch).reshape(-1, self.q_size))

@@ -1,8 +1,10 @@
-"""The small per-token kernels (RMSNorm, residual add + RMSNorm, SiLU-and-mul, RoPE), chosen in one place.
+"""The per-token kernels (RMSNorm, residual add + RMSNorm, SiLU-and-mul, RoPE) and the linears, chosen in one
+place.
 
 ``TorchKernels`` is plain torch and runs anywhere; in float32 it matches transformers bit for bit.
 ``FlashInferKernels`` swaps in flashinfer's fused CUDA kernels (one launch instead of several, no float32
-intermediates in memory), in bf16/fp16 on CUDA. Layers hold a ``kernels`` attribute, set for the whole model
+intermediates in memory), in bf16/fp16 on CUDA, and for a few rows (decode at small batch) runs each linear,
+with the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/layers/gemv.py). Layers hold a ``kernels`` attribute, set for the whole model
 by ``install_kernels``; the engine picks flashinfer's set exactly when it runs flashinfer attention, so
 ``attention='torch'`` runs the whole model in plain torch, the reference to compare against.
 """
@@ -13,8 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.env import fused_qkv_disabled
+from core.env import fused_qkv_disabled, gemv_disabled
+from core.layers import packed
 from core.layers.fused_qkv import fused_qkv_available
+from core.layers.gemv import GEMV_MAX_ROWS, gemv, gemv_available, gemv_runs_on, rms_norm_gemv, silu_mul_gemv
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -55,6 +59,28 @@ class TorchKernels:
     def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate).mul_(up)
+
+    @staticmethod
+    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               packed_weight: torch.Tensor | None) -> torch.Tensor:
+        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's pre-packed copy, if any (core/layers/packed.py)."""
+        return packed.linear(x, weight, bias, packed_weight)
+
+    @classmethod
+    def rms_norm_linear(cls, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                        weight: torch.Tensor, bias: torch.Tensor | None,
+                        packed_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(linear(rms_norm(x + residual)), x + residual); with no residual yet, x itself is the residual."""
+        if residual is None:
+            residual, x = x, cls.rms_norm(x, norm_weight, eps)
+        else:
+            x, residual = cls.add_rms_norm(x, residual, norm_weight, eps)
+        return cls.linear(x, weight, bias, packed_weight), residual
+
+    @classmethod
+    def silu_mul_linear(cls, gate_up: torch.Tensor, weight: torch.Tensor,
+                        packed_weight: torch.Tensor | None) -> torch.Tensor:
+        return cls.linear(cls.silu_and_mul(gate_up), weight, None, packed_weight)
 
     @staticmethod
     def rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -100,6 +126,33 @@ class FlashInferKernels(TorchKernels):
 
         apply_rope_with_cos_sin_cache_inplace(positions, q, k, q.shape[-1], cos_sin, is_neox=True)
         return q, k
+
+    @staticmethod
+    def uses_gemv(x: torch.Tensor) -> bool:
+        """Few enough rows that the Triton kernels beat cuBLAS (and can fold the norm or activation in)."""
+        return x.shape[0] <= GEMV_MAX_ROWS and gemv_runs_on(x) and gemv_available() and not gemv_disabled()
+
+    @classmethod
+    def linear(cls, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               packed_weight: torch.Tensor | None) -> torch.Tensor:
+        if cls.uses_gemv(x):
+            return gemv(x, weight, bias)
+        return super().linear(x, weight, bias, packed_weight)
+
+    @classmethod
+    def rms_norm_linear(cls, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                        weight: torch.Tensor, bias: torch.Tensor | None,
+                        packed_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        if cls.uses_gemv(x):
+            return rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
+        return super().rms_norm_linear(x, residual, norm_weight, eps, weight, bias, packed_weight)
+
+    @classmethod
+    def silu_mul_linear(cls, gate_up: torch.Tensor, weight: torch.Tensor,
+                        packed_weight: torch.Tensor | None) -> torch.Tensor:
+        if cls.uses_gemv(gate_up):
+            return silu_mul_gemv(gate_up, weight)
+        return super().silu_mul_linear(gate_up, weight, packed_weight)
 
 
 def install_kernels(model: nn.Module, kernels: type[TorchKernels]) -> None:

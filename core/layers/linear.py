@@ -13,7 +13,8 @@ from torch import nn
 
 from core.distributed.comm import all_reduce
 from core.distributed.info import get_tp_info
-from core.layers.packed import linear
+from core.layers.kernels import TorchKernels
+from core.layers.norm import RMSNorm
 
 
 def _param(*shape: int) -> nn.Parameter:
@@ -38,6 +39,7 @@ class ShardedLinear(nn.Module):
         self.weight = _param(offset, in_features)
         self.bias = _param(offset) if bias else None
         self.packed: torch.Tensor | None = None  # the weight in oneDNN's layout (core/layers/packed.py)
+        self.kernels = TorchKernels
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         rows, start = self.blocks[shard]
@@ -48,7 +50,12 @@ class ShardedLinear(nn.Module):
         target.data[offset:offset + rows].copy_(tensor[start:start + rows])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, self.packed)
+        return self.kernels.linear(x, self.weight, self.bias, self.packed)
+
+    def forward_after_norm(self, x: torch.Tensor, residual: torch.Tensor | None,
+                           norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """``self(norm(x + residual))`` and the new residual ``x + residual``: at small batch one kernel."""
+        return self.kernels.rms_norm_linear(x, residual, norm.weight, norm.eps, self.weight, self.bias, self.packed)
 
 
 def column_blocks(sizes: dict[str, int]) -> dict[str, tuple[int, int]]:
@@ -103,6 +110,7 @@ class RowParallelLinear(nn.Module):
         self.start = tp.rank * self.part
         self.weight = _param(out_features, self.part)
         self.packed: torch.Tensor | None = None
+        self.kernels = TorchKernels
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         if kind != "weight":
@@ -110,4 +118,8 @@ class RowParallelLinear(nn.Module):
         self.weight.data.copy_(tensor[:, self.start:self.start + self.part])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return all_reduce(linear(x, self.weight, None, self.packed), self.tp_size)
+        return all_reduce(self.kernels.linear(x, self.weight, None, self.packed), self.tp_size)
+
+    def forward_after_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``self(silu(gate) * up)`` for a gate_up projection's output: at small batch one kernel."""
+        return all_reduce(self.kernels.silu_mul_linear(gate_up, self.weight, self.packed), self.tp_size)

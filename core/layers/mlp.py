@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from core.layers.kernels import TorchKernels
 from core.layers.linear import RowParallelLinear, ShardedLinear, column_blocks
+from core.layers.norm import RMSNorm
 
 
 class GatedMLP(nn.Module):
@@ -15,7 +15,13 @@ class GatedMLP(nn.Module):
         self.gate_up_proj = ShardedLinear(
             hidden_size, column_blocks({"gate": intermediate_size, "up": intermediate_size}), bias=False)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size)
-        self.kernels = TorchKernels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.kernels.silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj.forward_after_silu_mul(self.gate_up_proj(x))
+
+    def forward_after_norm(self, x: torch.Tensor, residual: torch.Tensor,
+                           norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        """The MLP of ``norm(x + residual)``, and the new residual: the norm runs inside gate_up's kernel when
+        the kernels can fold it in."""
+        gate_up, residual = self.gate_up_proj.forward_after_norm(x, residual, norm)
+        return self.down_proj.forward_after_silu_mul(gate_up), residual

@@ -27,13 +27,10 @@ class DecoderLayer(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor,
                 residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None:
-            residual, x = x, self.input_layernorm(x)
-        else:
-            x, residual = self.input_layernorm.forward_with_residual(x, residual)
-        x = self.self_attn(positions, x)
-        x, residual = self.post_attention_layernorm.forward_with_residual(x, residual)
-        return self.mlp(x), residual
+        """Each block takes the norm in front of it, so a small batch runs norm and projection as one kernel.
+        ``residual`` is None on the first layer (the embeddings are the residual stream)."""
+        x, residual = self.self_attn.forward_after_norm(positions, x, residual, self.input_layernorm)
+        return self.mlp.forward_after_norm(x, residual, self.post_attention_layernorm)
 
 
 class DecoderModel(nn.Module):
