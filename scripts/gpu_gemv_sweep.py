@@ -1,5 +1,5 @@
-"""Small-batch linears on the GPU: cuBLAS against the Triton kernels of core/layers/gemv.py, for each linear of
-the Qwen3-0.6B shape and a few row counts, with a sweep over tile sizes.
+"""Batch-1 linears on the GPU: cuBLAS against the Triton kernels of core/layers/gemv.py, for each linear of the
+Qwen3-0.6B shape, with a sweep over tile sizes.
 
 Run on a CUDA machine after ``. scripts/gpu_env.sh``:
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -26,46 +25,24 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from core.layers.gemv import GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv  # noqa: E402
+from gpu_profile import graph_time_us  # noqa: E402  (this folder is on the path of a script run from it)
+
+from core.layers.gemv import NORM, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv  # noqa: E402
 
 # name -> (out features, in features) of Qwen3-0.6B's linears
 SHAPES = {"qkv_proj": (4096, 1024), "o_proj": (1024, 2048), "gate_up_proj": (6144, 1024), "down_proj": (1024, 3072)}
-ROWS = (1, 2, 4, 8)
-SWEEP_ROWS = (1, 4)
 COPIES = 16
 SWEEP = [GemvConfig(n, k, w) for n, k, w in itertools.product((1, 2, 4, 8, 16), (256, 512, 1024), (2, 4, 8))]
-
-
-def graph_time_us(fn, calls: int = COPIES, repeats: int = 20) -> float:
-    """Median device microseconds per call of ``fn(i)`` for i in range(calls), captured as one graph."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for i in range(calls):  # compile and warm up outside the capture
-            fn(i)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(calls):
-            fn(i)
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
 
 
 def _weights(out_f: int, in_f: int) -> list[torch.Tensor]:
     return [torch.randn(out_f, in_f, dtype=torch.bfloat16, device="cuda") * in_f ** -0.5 for _ in range(COPIES)]
 
 
-def _compile(jobs: list[tuple[int, int, int, GemvConfig]]) -> int:
-    """Compile each (rows, out, in, config) by calling it once; the binaries land in Triton's cache."""
-    for rows, out_f, in_f, cfg in jobs:
-        x = torch.randn(rows, in_f, dtype=torch.bfloat16, device="cuda")
+def _compile(jobs: list[tuple[int, int, GemvConfig]]) -> int:
+    """Compile each (out, in, config) by calling it once; the binaries land in Triton's cache."""
+    for out_f, in_f, cfg in jobs:
+        x = torch.randn(1, in_f, dtype=torch.bfloat16, device="cuda")
         w = torch.randn(out_f, in_f, dtype=torch.bfloat16, device="cuda")
         gemv(x, w, None, cfg)
     torch.cuda.synchronize()
@@ -73,7 +50,7 @@ def _compile(jobs: list[tuple[int, int, int, GemvConfig]]) -> int:
 
 
 def precompile(workers: int) -> None:
-    jobs = [(rows, *shape, cfg) for rows in SWEEP_ROWS for shape in SHAPES.values() for cfg in SWEEP]
+    jobs = [(*shape, cfg) for shape in SHAPES.values() for cfg in SWEEP]
     chunks = [jobs[i::workers] for i in range(workers)]
     import multiprocessing
 
@@ -82,30 +59,44 @@ def precompile(workers: int) -> None:
     print(f"compiled {done} kernel variants with {workers} processes", flush=True)
 
 
-def sweep(out_f: int, in_f: int, rows: int) -> list[tuple[float, GemvConfig]]:
+def sweep(out_f: int, in_f: int) -> list[tuple[float, GemvConfig]]:
     weights = _weights(out_f, in_f)
-    x = torch.randn(rows, in_f, dtype=torch.bfloat16, device="cuda")
-    results = [(graph_time_us(lambda i, c=cfg: gemv(x, weights[i], None, c)), cfg) for cfg in SWEEP]
+    x = torch.randn(1, in_f, dtype=torch.bfloat16, device="cuda")
+    results = [(graph_time_us(lambda i, c=cfg: gemv(x, weights[i], None, c), COPIES), cfg) for cfg in SWEEP]
     return sorted(results, key=lambda r: r[0])
 
 
-def compare(name: str, out_f: int, in_f: int, rows: int, best: GemvConfig | None) -> str:
+def sweep_norm(out_f: int, in_f: int) -> list[tuple[float, GemvConfig]]:
+    """The folded-norm variant reads the whole row in one chunk: only block_n and the warps vary."""
+    weights = _weights(out_f, in_f)
+    x, res = (torch.randn(1, in_f, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    gain = torch.ones(in_f, dtype=torch.bfloat16, device="cuda")
+    block_k = gemv_config(out_f, in_f, NORM).block_k
+    configs = [GemvConfig(n, block_k, w) for n, w in itertools.product((1, 2, 4, 8), (2, 4, 8))]
+    results = []
+    for cfg in configs:
+        results.append((graph_time_us(lambda i, c=cfg: rms_norm_gemv(x, res, gain, 1e-6, weights[i], None, c),
+                                      COPIES), cfg))
+    return sorted(results, key=lambda r: r[0])
+
+
+def compare(name: str, out_f: int, in_f: int, best: GemvConfig | None) -> str:
     """cuBLAS, the default tiles and the best swept tiles; the norm and activation folded in or not."""
     from flashinfer.activation import silu_and_mul
     from flashinfer.norm import fused_add_rmsnorm
 
     weights = _weights(out_f, in_f)
     mb = out_f * in_f * 2 / 1e6
-    x = torch.randn(rows, in_f, dtype=torch.bfloat16, device="cuda")
-    parts = [f"{name} rows={rows} ({mb:.1f} MB)"]
+    x = torch.randn(1, in_f, dtype=torch.bfloat16, device="cuda")
+    parts = [f"{name} ({mb:.1f} MB)"]
 
     def add(label: str, us: float) -> None:
         parts.append(f"{label} {us:.2f} us ({mb / us:.2f} TB/s)")
 
-    add("cublas", graph_time_us(lambda i: F.linear(x, weights[i])))
-    add("gemv", graph_time_us(lambda i: gemv(x, weights[i])))
-    if best is not None and best != gemv_config(rows, out_f, in_f):
-        add(f"gemv{best}", graph_time_us(lambda i: gemv(x, weights[i], None, best)))
+    add("cublas", graph_time_us(lambda i: F.linear(x, weights[i]), COPIES))
+    add("gemv", graph_time_us(lambda i: gemv(x, weights[i]), COPIES))
+    if best is not None and best != gemv_config(out_f, in_f):
+        add(f"gemv{best}", graph_time_us(lambda i: gemv(x, weights[i], None, best), COPIES))
     if name in ("qkv_proj", "gate_up_proj"):
         res = torch.randn_like(x)
         gain = torch.ones(in_f, dtype=torch.bfloat16, device="cuda")
@@ -114,12 +105,12 @@ def compare(name: str, out_f: int, in_f: int, rows: int, best: GemvConfig | None
             fused_add_rmsnorm(x, res, gain, 1e-6)
             F.linear(x, weights[i])
 
-        add("add+norm,cublas", graph_time_us(separate))
-        add("add+norm folded", graph_time_us(lambda i: rms_norm_gemv(x, res, gain, 1e-6, weights[i])))
+        add("add+norm,cublas", graph_time_us(separate, COPIES))
+        add("add+norm folded", graph_time_us(lambda i: rms_norm_gemv(x, res, gain, 1e-6, weights[i]), COPIES))
     if name == "down_proj":
-        gate_up = torch.randn(rows, 2 * in_f, dtype=torch.bfloat16, device="cuda")
-        add("silu_mul,cublas", graph_time_us(lambda i: F.linear(silu_and_mul(gate_up), weights[i])))
-        add("silu_mul folded", graph_time_us(lambda i: silu_mul_gemv(gate_up, weights[i])))
+        gate_up = torch.randn(1, 2 * in_f, dtype=torch.bfloat16, device="cuda")
+        add("silu_mul,cublas", graph_time_us(lambda i: F.linear(silu_and_mul(gate_up), weights[i]), COPIES))
+        add("silu_mul folded", graph_time_us(lambda i: silu_mul_gemv(gate_up, weights[i]), COPIES))
     return ", ".join(parts)
 
 
@@ -137,21 +128,22 @@ def main() -> int:
         print(text, flush=True)
         lines.append(text)
 
-    best: dict[tuple[str, int], GemvConfig] = {}
+    best: dict[str, GemvConfig] = {}
     if not args.no_sweep:
         precompile(args.workers)
-        for rows in SWEEP_ROWS:
-            for name, (out_f, in_f) in SHAPES.items():
-                ranked = sweep(out_f, in_f, rows)
-                best[(name, rows)] = ranked[0][1]
-                default = gemv_config(rows, out_f, in_f)
-                default_us = next(us for us, cfg in ranked if cfg == default)
-                top = ", ".join(f"{cfg.block_n}/{cfg.block_k}/{cfg.num_warps} {us:.2f}" for us, cfg in ranked[:5])
-                say(f"sweep {name} rows={rows}: best (block_n/block_k/warps us) {top}; default {default} "
-                    f"{default_us:.2f} us")
-    for rows in ROWS:
         for name, (out_f, in_f) in SHAPES.items():
-            say(compare(name, out_f, in_f, rows, best.get((name, rows))))
+            ranked = sweep(out_f, in_f)
+            best[name] = ranked[0][1]
+            default = gemv_config(out_f, in_f)
+            default_us = next(us for us, cfg in ranked if cfg == default)
+            top = ", ".join(f"{cfg.block_n}/{cfg.block_k}/{cfg.num_warps} {us:.2f}" for us, cfg in ranked[:5])
+            say(f"sweep {name}: best (block_n/block_k/warps us) {top}; default {default} {default_us:.2f} us")
+            if name in ("qkv_proj", "gate_up_proj"):
+                ranked = sweep_norm(out_f, in_f)
+                top = ", ".join(f"{cfg.block_n}/{cfg.block_k}/{cfg.num_warps} {us:.2f}" for us, cfg in ranked[:5])
+                say(f"sweep {name} with the norm folded in: best {top}")
+    for name, (out_f, in_f) in SHAPES.items():
+        say(compare(name, out_f, in_f, best.get(name)))
     (out / "gemv_sweep.txt").write_text("\n".join(lines) + "\n")
     return 0
 

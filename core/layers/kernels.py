@@ -3,9 +3,9 @@ place.
 
 ``TorchKernels`` is plain torch and runs anywhere; in float32 it matches transformers bit for bit.
 ``FlashInferKernels`` swaps in flashinfer's fused CUDA kernels (one launch instead of several, no float32
-intermediates in memory), in bf16/fp16 on CUDA, and for a few rows (decode at small batch) runs each linear,
-with the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/layers/gemv.py). Layers hold a ``kernels`` attribute, set for the whole model
-by ``install_kernels``; the engine picks flashinfer's set exactly when it runs flashinfer attention, so
+intermediates in memory), in bf16/fp16 on CUDA, and for one row (decode at batch 1) runs each linear, with
+the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/layers/gemv.py).
+Layers hold a ``kernels`` attribute, set for the whole model by ``install_kernels``; the engine picks flashinfer's set exactly when it runs flashinfer attention, so
 ``attention='torch'`` runs the whole model in plain torch, the reference to compare against.
 """
 
@@ -129,7 +129,7 @@ class FlashInferKernels(TorchKernels):
 
     @staticmethod
     def uses_gemv(x: torch.Tensor) -> bool:
-        """Few enough rows that the Triton kernels beat cuBLAS (and can fold the norm or activation in)."""
+        """One row, where the Triton kernels beat cuBLAS (and fold the norm or the activation in)."""
         return x.shape[0] <= GEMV_MAX_ROWS and gemv_runs_on(x) and gemv_available() and not gemv_disabled()
 
     @classmethod
