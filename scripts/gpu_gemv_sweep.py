@@ -27,7 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from gpu_profile import graph_time_us  # noqa: E402  (this folder is on the path of a script run from it)
 
-from core.layers.gemv import NORM, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv  # noqa: E402
+from core.layers.gemv import NORM, SILU_MUL, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv  # noqa: E402
 
 # name -> (out features, in features) of Qwen3-0.6B's linears
 SHAPES = {"qkv_proj": (4096, 1024), "o_proj": (1024, 2048), "gate_up_proj": (6144, 1024), "down_proj": (1024, 3072)}
@@ -66,17 +66,23 @@ def sweep(out_f: int, in_f: int) -> list[tuple[float, GemvConfig]]:
     return sorted(results, key=lambda r: r[0])
 
 
-def sweep_norm(out_f: int, in_f: int) -> list[tuple[float, GemvConfig]]:
-    """The folded-norm variant reads the whole row in one chunk: only block_n and the warps vary."""
+def sweep_folded(out_f: int, in_f: int, prologue: int) -> list[tuple[float, GemvConfig]]:
+    """The variants with a prologue: the folded norm reads the whole row in one chunk (only block_n and the
+    warps vary); SiLU-and-mul reads two inputs per column."""
     weights = _weights(out_f, in_f)
     x, res = (torch.randn(1, in_f, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    gate_up = torch.randn(1, 2 * in_f, dtype=torch.bfloat16, device="cuda")
     gain = torch.ones(in_f, dtype=torch.bfloat16, device="cuda")
-    block_k = gemv_config(out_f, in_f, NORM).block_k
-    configs = [GemvConfig(n, block_k, w) for n, w in itertools.product((1, 2, 4, 8), (2, 4, 8))]
-    results = []
-    for cfg in configs:
-        results.append((graph_time_us(lambda i, c=cfg: rms_norm_gemv(x, res, gain, 1e-6, weights[i], None, c),
-                                      COPIES), cfg))
+    block_ks = (gemv_config(out_f, in_f, NORM).block_k,) if prologue == NORM else (512, 1024)
+    configs = [GemvConfig(n, k, w) for n, k, w in itertools.product((1, 2, 4, 8), block_ks, (2, 4, 8))]
+
+    def call(i: int, cfg: GemvConfig) -> None:
+        if prologue == NORM:
+            rms_norm_gemv(x, res, gain, 1e-6, weights[i], None, cfg)
+        else:
+            silu_mul_gemv(gate_up, weights[i], cfg)
+
+    results = [(graph_time_us(lambda i, c=cfg: call(i, c), COPIES), cfg) for cfg in configs]
     return sorted(results, key=lambda r: r[0])
 
 
@@ -138,10 +144,12 @@ def main() -> int:
             default_us = next(us for us, cfg in ranked if cfg == default)
             top = ", ".join(f"{cfg.block_n}/{cfg.block_k}/{cfg.num_warps} {us:.2f}" for us, cfg in ranked[:5])
             say(f"sweep {name}: best (block_n/block_k/warps us) {top}; default {default} {default_us:.2f} us")
-            if name in ("qkv_proj", "gate_up_proj"):
-                ranked = sweep_norm(out_f, in_f)
+            folded = {"qkv_proj": NORM, "gate_up_proj": NORM, "down_proj": SILU_MUL}.get(name)
+            if folded is not None:
+                ranked = sweep_folded(out_f, in_f, folded)
                 top = ", ".join(f"{cfg.block_n}/{cfg.block_k}/{cfg.num_warps} {us:.2f}" for us, cfg in ranked[:5])
-                say(f"sweep {name} with the norm folded in: best {top}")
+                say(f"sweep {name} with the {'norm' if folded == NORM else 'SiLU-and-mul'} folded in: best {top}; "
+                    f"default {gemv_config(out_f, in_f, folded)}")
     for name, (out_f, in_f) in SHAPES.items():
         say(compare(name, out_f, in_f, best.get(name)))
     (out / "gemv_sweep.txt").write_text("\n".join(lines) + "\n")
