@@ -43,6 +43,12 @@ def fused_qkv_disabled() -> bool:
     return _flag("MINISGL_DISABLE_FUSED_QKV")
 
 
+def small_decode_disabled() -> bool:
+    """MINISGL_DISABLE_SMALL_DECODE=1 keeps flashinfer's decode kernels for small captured batches instead of
+    the one-kernel Triton decode (see core/attention/small_decode.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_SMALL_DECODE")
+
+
 def gemv_disabled() -> bool:
     """MINISGL_DISABLE_GEMV=1 runs small-batch linears on cuBLAS, with the norms and activations as kernels of
     their own (see core/layers/gemv.py; for comparisons)."""

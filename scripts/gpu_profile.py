@@ -203,7 +203,8 @@ def main() -> int:
     if sections & {"engine", "graph_kernels"}:
         llm = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=40.0, log=print)
         if "engine" in sections:
-            for batch, context in ((1, 300), (8, 300), (64, 300), (256, 300), (256, 800)):
+            for batch, context in ((1, 300), (1, 2000), (2, 300), (4, 300), (8, 300), (64, 300), (256, 300),
+                                   (256, 800)):
                 step = decode_steps(llm, batch, context, 40, temperature=0.6 if batch > 1 else 0.0)
                 replay = graph_replay_ms(llm, batch, context)
                 say(f"batch {batch:3d} context {context}: engine decode step {step:.3f} ms, "
@@ -224,9 +225,10 @@ def main() -> int:
         torch.cuda.empty_cache()
 
     if "kernels_off" in sections:
-        for variable, what in (("MINISGL_DISABLE_FUSED_QKV", "unfused QK-norm/RoPE/KV write"),
+        for variable, what in (("MINISGL_DISABLE_SMALL_DECODE", "flashinfer decode at small batch"),
+                               ("MINISGL_DISABLE_FUSED_QKV", "unfused QK-norm/RoPE/KV write"),
                                ("MINISGL_DISABLE_GEMV", "cuBLAS batch-1 linears, separate norms/activation")):
-            for batch, context, ms in replays_with(variable, ((1, 300), (256, 300))):
+            for batch, context, ms in replays_with(variable, ((1, 300), (1, 2000), (4, 300), (256, 300))):
                 say(f"{what}, batch {batch} context {context}: graph replay {ms:.3f} ms")
             torch.cuda.empty_cache()
 

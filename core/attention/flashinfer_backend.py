@@ -10,6 +10,10 @@ CUDA graphs each captured batch size has its own decode wrapper whose metadata l
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
 dummy page that no request owns.
 
+Captured batches of at most ``SMALL_DECODE_MAX_BS`` rows skip flashinfer altogether: one Triton kernel per
+layer does QK-norm, RoPE, the KV write and the attention (core/attention/small_decode.py), reading the same
+fixed page-list buffers, which are then filled by plain copies instead of a plan.
+
 ``plan`` writes its schedule into a pinned host buffer and queues a copy of it to the device. Under overlap
 scheduling the next plan can come before the device has run that copy, and would overwrite the buffer under
 it: every plan therefore records an event, and the next plan waits for it first.
@@ -17,15 +21,19 @@ it: every plan therefore records an event, and the next plan waits for it first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from core.attention.base import AttentionBackend
 from core.attention.paging import PagedLayout, pages_of, paged_layout
+from core.attention.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
+                                         small_decode_attention)
+from core.env import fused_qkv_disabled, small_decode_disabled
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
+from core.layers.fused_qkv import QKVSpec, fused_qkv_available
 from core.request import Batch
 from core.transfer import pinned
 
@@ -51,6 +59,7 @@ class FlashInferMetadata:
     layout: PagedLayout | None
     qo_indptr: torch.Tensor | None  # host int32, prefill only
     wrapper: Any = None  # the planned flashinfer wrapper whose run() the layers call
+    small_decode: SmallDecodePlan | None = None  # a small captured batch: one Triton kernel per layer instead
 
 
 class FlashInferBackend(AttentionBackend):
@@ -72,6 +81,7 @@ class FlashInferBackend(AttentionBackend):
         self.decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, "NHD", use_tensor_cores=self.tensor_cores)
         self._graph_wrappers: dict[int, Any] = {}
+        self._small_decode: SmallDecodePlan | None = None
         self._dummy_page = 0
         self._plan_copied: torch.cuda.Event | None = None  # the last plan's host-to-device copy has run
 
@@ -140,9 +150,21 @@ class FlashInferBackend(AttentionBackend):
         return self.attend(q.contiguous(), layer, batch)
 
     def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
+        wrapper = batch.attn_metadata.wrapper
+        if wrapper is None:
+            raise RuntimeError("this batch was planned for the one-kernel small decode, which starts from the QKV "
+                               "projection's output (attend_qkv)")
         shape = (-1, self.page_size, self.num_kv_heads, self.head_dim)
         kv = (self.pool.k[layer].view(shape), self.pool.v[layer].view(shape))
-        return batch.attn_metadata.wrapper.run(q, kv)
+        return wrapper.run(q, kv)
+
+    def attend_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
+                   batch: Batch) -> torch.Tensor:
+        plan = batch.attn_metadata.small_decode
+        if plan is None:
+            return super().attend_qkv(qkv, positions, spec, layer, batch)
+        return small_decode_attention(qkv, positions, spec, self.pool.k[layer], self.pool.v[layer], batch.out_loc,
+                                      plan)
 
     # ---- CUDA graphs ---------------------------------------------------------------------------------------
     supports_cuda_graph = True
@@ -155,17 +177,34 @@ class FlashInferBackend(AttentionBackend):
         self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)
         self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
         self._dummy_page = dummy_page
+        if fused_qkv_available() and not fused_qkv_disabled() and not small_decode_disabled():
+            # the layers take the fused path (attend_qkv) exactly under these conditions
+            self._small_decode = make_plan(min(max_bs, SMALL_DECODE_MAX_BS), self.num_heads, self.num_kv_heads,
+                                           self.head_dim, self.page_size, self.scale, self._graph_indptr,
+                                           self._graph_indices, self._graph_last)
         for bs in batch_sizes:
             self._graph_wrappers[bs] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores,
                 paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
                 paged_kv_last_page_len_buffer=self._graph_last[:bs])
 
+    def _plan_small_decode(self, layout: PagedLayout) -> SmallDecodePlan:
+        """The page lists into the graphs' fixed buffers, queued on this stream after the previous replay (no
+        flashinfer plan: the small-decode kernel reads the lists as they are)."""
+        n, pages = layout.size, len(layout.indices)
+        self._graph_indptr[: n + 1].copy_(layout.indptr, non_blocking=True)
+        self._graph_indices[:pages].copy_(layout.indices, non_blocking=True)
+        self._graph_last[:n].copy_(layout.last_page_len, non_blocking=True)
+        return replace(self._small_decode, splits=num_splits(n, self.num_kv_heads))
+
     def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
         meta = batch.attn_metadata
         layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
         if layout is None or layout.size != padded_size:  # not prepared for this size (capture, tests)
             layout = self._layout(batch, padded_size)
+        if self._small_decode is not None and padded_size <= SMALL_DECODE_MAX_BS:
+            batch.attn_metadata = FlashInferMetadata(layout, None, None, self._plan_small_decode(layout))
+            return
         wrapper = self._graph_wrappers[padded_size]
         self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len)
         batch.attn_metadata = FlashInferMetadata(layout, None, wrapper)

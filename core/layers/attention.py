@@ -6,8 +6,8 @@ import torch
 from torch import nn
 
 from core.distributed.info import get_tp_info
-from core.engine.context import ForwardContext, get_context
-from core.layers.fused_qkv import qkv_norm_rope_store
+from core.engine.context import get_context
+from core.layers.fused_qkv import QKVSpec
 from core.layers.kernels import TorchKernels
 from core.layers.linear import RowParallelLinear, ShardedLinear, local_kv_heads, qkv_blocks
 from core.layers.norm import RMSNorm
@@ -46,8 +46,8 @@ class SelfAttention(nn.Module):
         """Everything after the QKV projection: QK-norm, RoPE, the KV write, attention and the output projection."""
         ctx = get_context()
         if ctx.backend.attends_from_pool and self.kernels.fuses_qkv():
-            return self.o_proj(ctx.backend.attend(self._fused_to_pool(qkv, positions, ctx), self.layer_id,
-                                                  ctx.batch).reshape(-1, self.q_size))
+            out = ctx.backend.attend_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch)
+            return self.o_proj(out.reshape(-1, self.q_size))
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
@@ -58,11 +58,10 @@ class SelfAttention(nn.Module):
         out = ctx.backend.forward(q, k, v, self.layer_id, ctx.batch)
         return self.o_proj(out.reshape(-1, self.q_size))
 
-    def _fused_to_pool(self, qkv: torch.Tensor, positions: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """QK-norm, RoPE and the KV write in one kernel; returns q, ready for the backend's ``attend``."""
-        pool = ctx.backend.pool
+    def _qkv_spec(self) -> QKVSpec:
+        """What the fused kernels need to turn this layer's QKV output into attention's inputs (built per call:
+        the tensors it names move with the model)."""
         norm = self.q_norm is not None
-        return qkv_norm_rope_store(
-            qkv, self.num_heads, self.num_kv_heads, self.head_dim, positions, self.rope.cos_sin,
-            self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
-            self.q_norm.eps if norm else 0.0, pool.k[self.layer_id], pool.v[self.layer_id], ctx.batch.out_loc)
+        return QKVSpec(self.num_heads, self.num_kv_heads, self.head_dim, self.rope.cos_sin,
+                       self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
+                       self.q_norm.eps if norm else 0.0)

@@ -155,7 +155,10 @@ def test_flashinfer_and_torch_backends_agree_in_bf16(hd128_dir, page_size):
 
 
 @needs_flashinfer
-def test_cuda_graphs_on_and_off_give_the_same_tokens(hd128_dir):
+def test_cuda_graphs_on_and_off_give_the_same_tokens(hd128_dir, monkeypatch):
+    """The same kernels captured or launched one by one: token for token (the small-batch decode kernel, which
+    only graphs use, is compared on its own below)."""
+    monkeypatch.setenv("MINISGL_DISABLE_SMALL_DECODE", "1")
     prompts, lengths = prompts_and_lengths(11, seed=7)  # 11 rows, shrinking: graphs of 11, 8, 4, 2 and 1
     common = dict(device="cuda", dtype="bfloat16", attention="flashinfer", max_running_req=11, page_size=16,
                   **SMALL)
@@ -165,6 +168,27 @@ def test_cuda_graphs_on_and_off_give_the_same_tokens(hd128_dir):
     assert generate(graphs, prompts, lengths) == generate(eager, prompts, lengths)
     # graphs larger than the running cap are never captured
     assert graphs.engine.graph_runner.sizes[-1] == 11
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_small_decode_kernel_agrees_with_flashinfer(hd128_dir, page_size):
+    """Graphs of 4, 2 and 1 rows run the one-kernel Triton decode; eager steps run flashinfer's kernels. bf16
+    roundings differ between them, so the near-tie rule judges; every request must also get its tokens."""
+    from core.attention.small_decode import SMALL_DECODE_MAX_BS
+
+    prompts, lengths = prompts_and_lengths(6, seed=page_size)
+    lengths = [n + 20 for n in lengths]  # long enough to decode alone at the end
+    common = dict(device="cuda", dtype="bfloat16", attention="flashinfer", max_running_req=6, page_size=page_size,
+                  **SMALL)
+    eager = LLM(hd128_dir, cuda_graph_max_bs=0, **common)
+    graphs = LLM(hd128_dir, cuda_graph_max_bs=8, **common)
+    assert graphs.engine.attn_backend._small_decode is not None and SMALL_DECODE_MAX_BS >= 4
+    outs_eager = generate(eager, prompts, lengths)
+    outs_graphs = generate(graphs, prompts, lengths)
+    assert [len(o) for o in outs_graphs] == lengths
+    verdict = near_tie_compare(eager, graphs, prompts, outs_eager, outs_graphs)
+    assert verdict.ok, verdict.details
 
 
 def test_compiled_sampling_draws_what_eager_sampling_draws():

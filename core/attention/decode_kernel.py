@@ -1,0 +1,133 @@
+"""The Triton kernel behind core/attention/small_decode.py (see there for what it does and why).
+
+A module of its own because it imports triton at the top: Triton resolves the helpers a kernel calls among
+its module's globals, and the rest of the engine must import without triton installed.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def norm_rope(qkv_row, heads, valid, gain_ptr, eps, cos, sin, NORM: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Heads ``heads`` ([rows]) of one token's QKV row, RMS-normalised (optional) and rotated (neox halves), in
+    float32 after rounding to the model's dtype at the points the separate kernels round."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    d = tl.arange(0, HEAD_DIM)
+    partner = (d + HALF) % HEAD_DIM  # rotate_half(x)[d] = -x[d + half] for d < half, x[d - half] after
+    x = tl.load(qkv_row + heads[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
+    dtype = x.dtype
+    x = x.to(tl.float32)
+    x_partner = tl.load(qkv_row + heads[:, None] * HEAD_DIM + partner[None, :], mask=valid[:, None],
+                        other=0.0).to(tl.float32)
+    if NORM:
+        inv_rms = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
+        x = (x * inv_rms[:, None] * tl.load(gain_ptr + d).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
+        x_partner = (x_partner * inv_rms[:, None] * tl.load(gain_ptr + partner).to(tl.float32)[None, :])
+        x_partner = x_partner.to(dtype).to(tl.float32)
+    sign = tl.where(d < HALF, -1.0, 1.0)
+    return (x * cos[None, :] + sign[None, :] * x_partner * sin[None, :]).to(dtype)
+
+
+@triton.jit(do_not_specialize_on_alignment=["positions_ptr", "out_loc_ptr"])
+def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_norm_ptr, k_norm_ptr, eps,
+                            k_cache_ptr, v_cache_ptr, out_loc_ptr, kv_indptr_ptr, kv_indices_ptr, kv_last_ptr,
+                            part_o_ptr, part_lse_ptr, counter_ptr, out_ptr, sm_scale,
+                            NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                            PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
+                            BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, NORM: tl.constexpr):
+    """One program per (request, KV head, split of the cached tokens). Split 0 also writes the new token's k
+    and v into the pool and attends to them from registers; the last split to finish merges all splits."""
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    HALF: tl.constexpr = HEAD_DIM // 2
+    KV_ROW: tl.constexpr = NUM_KV_HEADS * HEAD_DIM
+    d = tl.arange(0, HEAD_DIM)
+    g = tl.arange(0, BLOCK_G)
+    g_valid = g < GROUP
+    qkv_row = qkv_ptr + b * qkv_stride
+    position = tl.load(positions_ptr + b).to(tl.int64)
+    cos = tl.load(cos_sin_ptr + position * HEAD_DIM + d % HALF)
+    sin = tl.load(cos_sin_ptr + position * HEAD_DIM + HALF + d % HALF)
+
+    # this group's query heads and the new token's key and value
+    q = norm_rope(qkv_row, kv_head * GROUP + g, g_valid, q_norm_ptr, eps, cos, sin, NORM, HEAD_DIM)
+    one = tl.arange(0, 1)
+    k_new = norm_rope(qkv_row, NUM_HEADS + kv_head + one, one < 1, k_norm_ptr, eps, cos, sin, NORM, HEAD_DIM)
+    v_new = tl.load(qkv_row + (NUM_HEADS + NUM_KV_HEADS + kv_head) * HEAD_DIM + d)
+
+    # the cached tokens: positions [0, length - 1); this split's share, in whole blocks
+    first_page = tl.load(kv_indptr_ptr + b)
+    pages = tl.load(kv_indptr_ptr + b + 1) - first_page
+    cached = (pages - 1) * PAGE_SIZE + tl.load(kv_last_ptr + b) - 1
+    share = tl.cdiv(tl.cdiv(cached, SPLITS), BLOCK_T) * BLOCK_T
+    lo = split * share
+    hi = tl.minimum(lo + share, cached)
+
+    m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+    denom = tl.zeros((BLOCK_G,), tl.float32)
+    acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
+    t0 = lo
+    while t0 < hi:  # a while loop: Triton's interpreter (how the tests run it) takes no loaded loop bounds
+        t = t0 + tl.arange(0, BLOCK_T)
+        t_valid = t < hi
+        page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
+        slot = page * PAGE_SIZE + t % PAGE_SIZE
+        kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
+        k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
+        scores = tl.dot(q, tl.trans(k)) * sm_scale
+        scores = tl.where(t_valid[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        p = tl.exp(scores - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        denom = denom * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m = m_new
+        t0 += BLOCK_T
+
+    if split == 0:  # the new token: written into its slot, attended to from registers
+        slot_new = tl.load(out_loc_ptr + b).to(tl.int64)
+        new_offs = slot_new * KV_ROW + kv_head * HEAD_DIM + d
+        tl.store(k_cache_ptr + new_offs[None, :], k_new)
+        tl.store(v_cache_ptr + new_offs, v_new)
+        score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * sm_scale
+        m_new = tl.maximum(m, score)
+        p_new = tl.exp(score - m_new)
+        alpha = tl.exp(m - m_new)
+        denom = denom * alpha + p_new
+        acc = acc * alpha[:, None] + p_new[:, None] * v_new.to(tl.float32)[None, :]
+        m = m_new
+
+    heads = kv_head * GROUP + g
+    out_offs = (b * NUM_HEADS + heads)[:, None] * HEAD_DIM + d[None, :]
+    dtype = v_new.dtype
+    if SPLITS == 1:
+        tl.store(out_ptr + out_offs, (acc / denom[:, None]).to(dtype), mask=g_valid[:, None])
+    else:
+        # partial results, then a count of finished splits; the last split to arrive merges them all
+        part = (b * NUM_KV_HEADS + kv_head) * SPLITS + split
+        has_tokens = denom > 0
+        tl.store(part_o_ptr + (part * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
+                 tl.where(has_tokens[:, None], acc / denom[:, None], 0.0))
+        tl.store(part_lse_ptr + part * BLOCK_G + g, tl.where(has_tokens, m + tl.log(denom), float("-inf")))
+        tl.debug_barrier()  # every thread's partial results are written before the count says so
+        counter = counter_ptr + b * NUM_KV_HEADS + kv_head
+        if tl.atomic_add(counter, 1, sem="acq_rel") == SPLITS - 1:
+            first = (b * NUM_KV_HEADS + kv_head) * SPLITS
+            m_all = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+            for s in range(SPLITS):
+                lse = tl.load(part_lse_ptr + (first + s) * BLOCK_G + g, cache_modifier=".cg")
+                m_all = tl.maximum(m_all, lse)
+            total = tl.zeros((BLOCK_G,), tl.float32)
+            merged = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
+            for s in range(SPLITS):
+                lse = tl.load(part_lse_ptr + (first + s) * BLOCK_G + g, cache_modifier=".cg")
+                weight = tl.exp(lse - m_all)
+                o = tl.load(part_o_ptr + ((first + s) * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
+                            cache_modifier=".cg")
+                total += weight
+                merged += weight[:, None] * o
+            tl.store(out_ptr + out_offs, (merged / total[:, None]).to(dtype), mask=g_valid[:, None])
+            tl.store(counter, 0)  # ready for the next layer

@@ -1,0 +1,93 @@
+"""Decode attention for small CUDA-graph batches as one Triton kernel per layer: QK-norm, RoPE, the KV write,
+paged attention split over the cached tokens, and the merge of the splits.
+
+At batch 1 the flashinfer path costs three launches per layer (the fused QK-norm/RoPE/KV-write kernel,
+flashinfer's decode kernel, the merge of its split-k partial results), ~12 us of device time to read ~150 KB
+of KV at a 300-token context: almost all of it fixed costs, 28 times per token. Here one program handles one
+(request, KV head, split): it normalises and rotates the group's query heads and the new key itself, reads
+its share of the cached tokens page by page, and split 0 writes the new key and value into their slot and
+attends to them from registers (so no program reads a slot another may be writing). Each split stores its
+partial result and log-sum-exp and counts itself done on a per-(request, KV head) counter; the last one to
+arrive merges all splits and resets the counter for the next layer.
+
+Used by the flashinfer backend for captured batches of at most ``SMALL_DECODE_MAX_BS`` rows, where flashinfer's
+kernels are dominated by fixed costs; larger batches keep flashinfer's decode, which reads KV at 3-4 TB/s.
+``MINISGL_DISABLE_SMALL_DECODE=1`` turns it off (for comparisons).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from core.layers.fused_qkv import QKVSpec
+
+SMALL_DECODE_MAX_BS = 4
+TARGET_PROGRAMS = 128  # about one per SM: enough splits to read a short context in parallel
+MAX_SPLITS = 32
+BLOCK_T = 32  # cached tokens per loop iteration
+
+
+def num_splits(batch_size: int, num_kv_heads: int) -> int:
+    """Splits of the cached tokens per (request, KV head), fixed per captured batch size."""
+    return max(1, min(MAX_SPLITS, TARGET_PROGRAMS // (batch_size * num_kv_heads)))
+
+
+@dataclass
+class SmallDecodePlan:
+    """Device buffers shared by every captured size: the page lists (flashinfer's CSR form) and the splits'
+    partial results, plus the split count of this batch's size."""
+
+    kv_indptr: torch.Tensor  # [max_bs + 1] int32
+    kv_indices: torch.Tensor  # int32 pages
+    kv_last: torch.Tensor  # [max_bs] int32
+    part_o: torch.Tensor  # [max_bs * kv_heads * max splits * block_g, head_dim] float32
+    part_lse: torch.Tensor  # [max_bs * kv_heads * max splits * block_g] float32
+    counters: torch.Tensor  # [max_bs * kv_heads] int32, zero between launches
+    page_size: int
+    scale: float
+    splits: int = 1  # per captured size: part of the graph's launch
+
+
+def block_g(num_heads: int, num_kv_heads: int) -> int:
+    """Query heads per KV head, padded to the 16 rows a tensor-core product needs."""
+    group = num_heads // num_kv_heads
+    return max(16, 1 << (group - 1).bit_length())
+
+
+def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, scale: float,
+              kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last: torch.Tensor) -> SmallDecodePlan:
+    rows = max_bs * num_kv_heads * num_splits(1, num_kv_heads) * block_g(num_heads, num_kv_heads)
+    device = kv_indptr.device
+    return SmallDecodePlan(kv_indptr, kv_indices, kv_last,
+                           torch.empty(rows, head_dim, dtype=torch.float32, device=device),
+                           torch.empty(rows, dtype=torch.float32, device=device),
+                           torch.zeros(max_bs * num_kv_heads, dtype=torch.int32, device=device), page_size, scale)
+
+
+@functools.cache
+def _kernel():
+    from core.attention.decode_kernel import decode_attention_kernel  # imports triton
+
+    return decode_attention_kernel
+
+
+def small_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, k_cache: torch.Tensor,
+                           v_cache: torch.Tensor, out_loc: torch.Tensor, plan: SmallDecodePlan) -> torch.Tensor:
+    """qkv: [batch, (heads + 2 * kv_heads) * head_dim], one new token per request; k_cache, v_cache: one layer's
+    [slots, kv_heads, head_dim]. Writes the new k and v at ``out_loc``; returns [batch, heads, head_dim]."""
+    batch = qkv.shape[0]
+    out = torch.empty(batch, spec.num_heads, spec.head_dim, dtype=qkv.dtype, device=qkv.device)
+    norm = spec.q_norm_weight is not None
+    unused = spec.cos_sin  # a valid pointer when there is no QK-norm
+    _kernel()[(batch, spec.num_kv_heads, plan.splits)](
+        qkv, qkv.stride(0), positions, spec.cos_sin, spec.q_norm_weight if norm else unused,
+        spec.k_norm_weight if norm else unused, spec.eps, k_cache, v_cache, out_loc, plan.kv_indptr,
+        plan.kv_indices, plan.kv_last, plan.part_o, plan.part_lse, plan.counters, out, plan.scale,
+        NUM_HEADS=spec.num_heads, NUM_KV_HEADS=spec.num_kv_heads, HEAD_DIM=spec.head_dim,
+        PAGE_SIZE=plan.page_size, GROUP=spec.num_heads // spec.num_kv_heads,
+        BLOCK_G=block_g(spec.num_heads, spec.num_kv_heads), BLOCK_T=BLOCK_T, SPLITS=plan.splits, NORM=norm,
+        num_warps=4)
+    return out
