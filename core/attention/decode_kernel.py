@@ -35,7 +35,8 @@ def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_n
                             part_o_ptr, part_lse_ptr, counter_ptr, out_ptr, sm_scale,
                             NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                             PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
-                            BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, NORM: tl.constexpr):
+                            BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, NORM: tl.constexpr,
+                            DOT_PRECISION: tl.constexpr):
     """One program per (request, KV head, split of the cached tokens). Split 0 also writes the new token's k
     and v into the pool and attends to them from registers; the last split to finish merges all splits."""
     b = tl.program_id(0)
@@ -77,13 +78,13 @@ def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_n
         kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
         k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
         v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
-        scores = tl.dot(q, tl.trans(k)) * sm_scale
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * sm_scale
         scores = tl.where(t_valid[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         p = tl.exp(scores - m_new[:, None])
         alpha = tl.exp(m - m_new)
         denom = denom * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
         m = m_new
         t0 += BLOCK_T
 
@@ -110,24 +111,22 @@ def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_n
         part = (b * NUM_KV_HEADS + kv_head) * SPLITS + split
         has_tokens = denom > 0
         tl.store(part_o_ptr + (part * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
-                 tl.where(has_tokens[:, None], acc / denom[:, None], 0.0))
+                 tl.where(has_tokens[:, None], acc / denom[:, None], 0.0), mask=g_valid[:, None])
         tl.store(part_lse_ptr + part * BLOCK_G + g, tl.where(has_tokens, m + tl.log(denom), float("-inf")))
         tl.debug_barrier()  # every thread's partial results are written before the count says so
         counter = counter_ptr + b * NUM_KV_HEADS + kv_head
         if tl.atomic_add(counter, 1, sem="acq_rel") == SPLITS - 1:
+            # every split's log-sum-exp in one load; the partial outputs in an unrolled loop, so that all
+            # their loads are in flight together (bypassing L1: other SMs wrote them)
             first = (b * NUM_KV_HEADS + kv_head) * SPLITS
-            m_all = tl.full((BLOCK_G,), float("-inf"), tl.float32)
-            for s in range(SPLITS):
-                lse = tl.load(part_lse_ptr + (first + s) * BLOCK_G + g, cache_modifier=".cg")
-                m_all = tl.maximum(m_all, lse)
-            total = tl.zeros((BLOCK_G,), tl.float32)
+            splits = tl.arange(0, SPLITS)
+            lse = tl.load(part_lse_ptr + (first + splits)[:, None] * BLOCK_G + g[None, :], cache_modifier=".cg")
+            weights = tl.exp(lse - tl.max(lse, axis=0)[None, :])  # [SPLITS, BLOCK_G]
             merged = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
-            for s in range(SPLITS):
-                lse = tl.load(part_lse_ptr + (first + s) * BLOCK_G + g, cache_modifier=".cg")
-                weight = tl.exp(lse - m_all)
+            for s in tl.static_range(SPLITS):
                 o = tl.load(part_o_ptr + ((first + s) * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
-                            cache_modifier=".cg")
-                total += weight
-                merged += weight[:, None] * o
+                            mask=g_valid[:, None], other=0.0, cache_modifier=".cg")
+                merged += tl.sum(tl.where(splits[:, None] == s, weights, 0.0), axis=0)[:, None] * o
+            total = tl.sum(weights, axis=0)
             tl.store(out_ptr + out_offs, (merged / total[:, None]).to(dtype), mask=g_valid[:, None])
             tl.store(counter, 0)  # ready for the next layer

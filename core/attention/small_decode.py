@@ -31,8 +31,10 @@ BLOCK_T = 32  # cached tokens per loop iteration
 
 
 def num_splits(batch_size: int, num_kv_heads: int) -> int:
-    """Splits of the cached tokens per (request, KV head), fixed per captured batch size."""
-    return max(1, min(MAX_SPLITS, TARGET_PROGRAMS // (batch_size * num_kv_heads)))
+    """Splits of the cached tokens per (request, KV head), fixed per captured batch size; a power of two (the
+    merge loads every split's log-sum-exp as one block)."""
+    splits = max(1, min(MAX_SPLITS, TARGET_PROGRAMS // (batch_size * num_kv_heads)))
+    return 1 << (splits.bit_length() - 1)
 
 
 @dataclass
@@ -89,5 +91,5 @@ def small_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, spec: QKV
         NUM_HEADS=spec.num_heads, NUM_KV_HEADS=spec.num_kv_heads, HEAD_DIM=spec.head_dim,
         PAGE_SIZE=plan.page_size, GROUP=spec.num_heads // spec.num_kv_heads,
         BLOCK_G=block_g(spec.num_heads, spec.num_kv_heads), BLOCK_T=BLOCK_T, SPLITS=plan.splits, NORM=norm,
-        num_warps=4)
+        DOT_PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", num_warps=4)  # tf32: unused for bf16
     return out
