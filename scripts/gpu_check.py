@@ -184,7 +184,9 @@ def _warm_sampler() -> None:
 # ---- tests ------------------------------------------------------------------------------------------------
 def run_pytest(check: Check) -> tuple[str, str]:
     junit = Path("/tmp/minisgl-pytest.xml")
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", f"--junitxml={junit}", "-p",
+    # the GPU tests, and the Triton kernels' tests (which run on a CPU only under Triton's interpreter)
+    kernel_tests = ["tests/test_fused_qkv.py", "tests/test_gemv.py", "tests/test_small_decode.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "tests/gpu", *kernel_tests, f"--junitxml={junit}", "-p",
            "no:cacheprovider"]
     timeout = max(check.left() - 240, 60)  # leave the benchmarks their time
     with open(check.out / "pytest.log", "w") as log:
@@ -508,7 +510,7 @@ def main() -> int:
         if gpu:
             check.step("build flashinfer kernels + compile sampler", lambda: warm_kernels(check), need_s=60)
             if not args.skip_pytest:
-                check.step("pytest -m gpu tests/gpu", lambda: run_pytest(check), need_s=150)
+                check.step("pytest tests/gpu + kernel tests", lambda: run_pytest(check), need_s=150)
         check.step("torch vs flashinfer, real shape", lambda: backends_agree_on_real_shape(check), need_s=60)
         check.step("overlap on vs off, real shape", lambda: overlap_agrees_on_real_shape(check), need_s=40)
         state = BenchState()
