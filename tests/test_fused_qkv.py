@@ -6,20 +6,18 @@ skipped elsewhere, and the GPU check runs it for real.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-from core.layers.fused_qkv import fused_qkv_available, qkv_norm_rope_store
+from core.layers.fused_qkv import qkv_norm_rope_store
 from core.layers.kernels import TorchKernels
 from core.layers.rope import RotaryEmbedding
+from core.layers.triton_support import triton_runs_on
 from core.models.config import RopeScaling
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(
-    not fused_qkv_available() or (DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1"),
-    reason="needs triton on CUDA, or TRITON_INTERPRET=1 on a CPU")
+pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),
+                                reason="needs triton on CUDA, or TRITON_INTERPRET=1 on a CPU")
 
 
 def unfused(qkv, heads, kv_heads, dim, positions, rope, q_w, k_w, eps):

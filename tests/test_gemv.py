@@ -6,19 +6,17 @@ are skipped elsewhere, and the GPU check runs them for real.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from core.layers.gemv import NORM, GemvConfig, gemv, gemv_available, gemv_config, rms_norm_gemv, silu_mul_gemv
+from core.layers.gemv import NORM, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
 from core.layers.kernels import TorchKernels
+from core.layers.triton_support import triton_runs_on
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(
-    not gemv_available() or (DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1"),
-    reason="needs triton on CUDA, or TRITON_INTERPRET=1 on a CPU")
+pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),
+                                reason="needs triton on CUDA, or TRITON_INTERPRET=1 on a CPU")
 
 # (out, in, tiles): odd sizes so that both masks (features and columns) are exercised, and several chunks
 SHAPES = [(40, 96, GemvConfig(8, 32, 4)), (33, 64, GemvConfig(4, 64, 2)), (16, 200, None)]

@@ -7,22 +7,19 @@ skipped elsewhere, and the GPU check runs it for real (where the splits also rac
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch.nn.functional as F
 
 from core.attention.small_decode import QKVSpec, make_plan, num_splits, small_decode_attention
-from core.layers.fused_qkv import fused_qkv_available
 from core.layers.rope import RotaryEmbedding
+from core.layers.triton_support import triton_runs_on
 from core.models.config import RopeScaling
 from tests.test_fused_qkv import unfused
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-pytestmark = pytest.mark.skipif(
-    not fused_qkv_available() or (DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1"),
-    reason="needs triton on CUDA, or TRITON_INTERPRET=1 on a CPU")
+pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),
+                                reason="needs triton on CUDA, or TRITON_INTERPRET=1 on a CPU")
 
 
 def run_case(dtype, heads, kv_heads, dim, page_size, cached_lens, splits, norm, seed=0):

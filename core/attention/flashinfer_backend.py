@@ -30,10 +30,11 @@ from core.attention.base import AttentionBackend
 from core.attention.paging import PagedLayout, pages_of, paged_layout
 from core.attention.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
                                          small_decode_attention)
-from core.env import fused_qkv_disabled, small_decode_disabled
+from core.env import small_decode_disabled
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
-from core.layers.fused_qkv import QKVSpec, fused_qkv_available
+from core.layers.fused_qkv import QKVSpec
+from core.layers.kernels import FlashInferKernels
 from core.request import Batch
 from core.transfer import pinned
 
@@ -177,8 +178,7 @@ class FlashInferBackend(AttentionBackend):
         self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)
         self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
         self._dummy_page = dummy_page
-        if fused_qkv_available() and not fused_qkv_disabled() and not small_decode_disabled():
-            # the layers take the fused path (attend_qkv) exactly under these conditions
+        if FlashInferKernels.fuses_qkv() and not small_decode_disabled():  # the layers call attend_qkv
             self._small_decode = make_plan(min(max_bs, SMALL_DECODE_MAX_BS), self.num_heads, self.num_kv_heads,
                                            self.head_dim, self.page_size, self.scale, self._graph_indptr,
                                            self._graph_indices, self._graph_last)

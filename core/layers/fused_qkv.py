@@ -8,7 +8,7 @@ rotated and written straight into its KV-pool slot; a value head is copied into 
 
 The arithmetic follows the separate kernels: the norm in float32, its result rounded to the model's dtype,
 rotated in float32 (neox halves, cos/sin from the same table), rounded once more on the way out.
-Triton is imported lazily; ``fused_qkv_available`` says whether this path can run here.
+Triton is imported lazily (core/layers/triton_support.py says whether it can run).
 """
 
 from __future__ import annotations
@@ -30,15 +30,6 @@ class QKVSpec:
     q_norm_weight: torch.Tensor | None  # per-head RMSNorm gains (Qwen3), or None
     k_norm_weight: torch.Tensor | None
     eps: float
-
-
-@functools.cache
-def fused_qkv_available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except Exception:  # ImportError, or a broken install raising anything at import
-        return False
-    return True
 
 
 @functools.cache

@@ -16,35 +16,21 @@ The arithmetic follows the separate kernels: sums in float32, the residual sum r
 the prologue's output rounded to the dtype once before the product, the product accumulated in float32.
 
 Two or more rows stay on cuBLAS: a version of this kernel that multiplied each weight chunk with up to 8 rows
-lost to cuBLAS from 2 rows on (``scripts/gpu_gemv_sweep.py``). Triton is imported lazily;
-``gemv_available`` says whether this path can run here.
+lost to cuBLAS from 2 rows on (``scripts/gpu_gemv_sweep.py``). Triton is imported lazily
+(core/layers/triton_support.py says whether it can run).
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import torch
 
-from core.layers.fused_qkv import fused_qkv_available
-
 GEMV_MAX_ROWS = 1
 PLAIN, NORM, SILU_MUL = 0, 1, 2
 
-__all__ = ["GEMV_MAX_ROWS", "GemvConfig", "gemv", "gemv_available", "gemv_config", "gemv_runs_on",
-           "rms_norm_gemv", "silu_mul_gemv"]
-
-
-def gemv_available() -> bool:
-    """Whether Triton imports here (the same condition as the fused QKV kernel's)."""
-    return fused_qkv_available()
-
-
-def gemv_runs_on(x: torch.Tensor) -> bool:
-    """A CUDA tensor, or a CPU one under Triton's interpreter (``TRITON_INTERPRET=1``, how the tests run it)."""
-    return x.is_cuda or (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+__all__ = ["GEMV_MAX_ROWS", "GemvConfig", "gemv", "gemv_config", "rms_norm_gemv", "silu_mul_gemv"]
 
 
 @dataclass(frozen=True)

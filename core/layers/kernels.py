@@ -5,8 +5,9 @@ place.
 ``FlashInferKernels`` swaps in flashinfer's fused CUDA kernels (one launch instead of several, no float32
 intermediates in memory), in bf16/fp16 on CUDA, and for one row (decode at batch 1) runs each linear, with
 the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/layers/gemv.py).
-Layers hold a ``kernels`` attribute, set for the whole model by ``install_kernels``; the engine picks flashinfer's set exactly when it runs flashinfer attention, so
-``attention='torch'`` runs the whole model in plain torch, the reference to compare against.
+Layers hold a ``kernels`` attribute, set for the whole model by ``install_kernels``; the engine picks
+flashinfer's set exactly when it runs flashinfer attention, so ``attention='torch'`` runs the whole model in
+plain torch, the reference to compare against.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from torch import nn
 
 from core.env import fused_qkv_disabled, gemv_disabled
 from core.layers import packed
-from core.layers.fused_qkv import fused_qkv_available
-from core.layers.gemv import GEMV_MAX_ROWS, gemv, gemv_available, gemv_runs_on, rms_norm_gemv, silu_mul_gemv
+from core.layers.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
+from core.layers.triton_support import triton_available, triton_runs_on
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -96,7 +97,7 @@ class FlashInferKernels(TorchKernels):
 
     @staticmethod
     def fuses_qkv() -> bool:
-        return fused_qkv_available() and not fused_qkv_disabled()
+        return triton_available() and not fused_qkv_disabled()
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -130,7 +131,7 @@ class FlashInferKernels(TorchKernels):
     @staticmethod
     def uses_gemv(x: torch.Tensor) -> bool:
         """One row, where the Triton kernels beat cuBLAS (and fold the norm or the activation in)."""
-        return x.shape[0] <= GEMV_MAX_ROWS and gemv_runs_on(x) and gemv_available() and not gemv_disabled()
+        return x.shape[0] <= GEMV_MAX_ROWS and triton_runs_on(x.device) and not gemv_disabled()
 
     @classmethod
     def linear(cls, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
