@@ -7,26 +7,7 @@ its module's globals, and the rest of the engine must import without triton inst
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def norm_rope(qkv_row, heads, valid, gain_ptr, eps, cos, sin, NORM: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """Heads ``heads`` ([rows]) of one token's QKV row, RMS-normalised (optional) and rotated (neox halves), in
-    float32 after rounding to the model's dtype at the points the separate kernels round."""
-    HALF: tl.constexpr = HEAD_DIM // 2
-    d = tl.arange(0, HEAD_DIM)
-    partner = (d + HALF) % HEAD_DIM  # rotate_half(x)[d] = -x[d + half] for d < half, x[d - half] after
-    x = tl.load(qkv_row + heads[:, None] * HEAD_DIM + d[None, :], mask=valid[:, None], other=0.0)
-    dtype = x.dtype
-    x = x.to(tl.float32)
-    x_partner = tl.load(qkv_row + heads[:, None] * HEAD_DIM + partner[None, :], mask=valid[:, None],
-                        other=0.0).to(tl.float32)
-    if NORM:
-        inv_rms = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / HEAD_DIM + eps)
-        x = (x * inv_rms[:, None] * tl.load(gain_ptr + d).to(tl.float32)[None, :]).to(dtype).to(tl.float32)
-        x_partner = (x_partner * inv_rms[:, None] * tl.load(gain_ptr + partner).to(tl.float32)[None, :])
-        x_partner = x_partner.to(dtype).to(tl.float32)
-    sign = tl.where(d < HALF, -1.0, 1.0)
-    return (x * cos[None, :] + sign[None, :] * x_partner * sin[None, :]).to(dtype)
+from core.layers.qkv_kernel import norm_rope
 
 
 @triton.jit(do_not_specialize_on_alignment=["positions_ptr", "out_loc_ptr"])

@@ -34,59 +34,9 @@ class QKVSpec:
 
 @functools.cache
 def _kernel():
-    import triton
-    import triton.language as tl
+    from core.layers.qkv_kernel import qkv_norm_rope_store_kernel  # imports triton
 
-    # positions and KV slots are slices of the step's one upload, at any offset: specialising on their
-    # alignment would compile a new variant in the middle of a run
-    @triton.jit(do_not_specialize_on_alignment=["positions_ptr", "loc_ptr"])
-    def qkv_norm_rope_store(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, positions_ptr, loc_ptr, cos_sin_ptr,
-                            q_weight_ptr, k_weight_ptr, eps, qkv_row_stride,
-                            NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                            NORM: tl.constexpr):
-        token = tl.program_id(0)
-        head = tl.program_id(1)
-        HALF: tl.constexpr = HEAD_DIM // 2
-        offs = tl.arange(0, HALF)
-        src = qkv_ptr + token * qkv_row_stride + head * HEAD_DIM
-        x1 = tl.load(src + offs)
-        x2 = tl.load(src + HALF + offs)
-        slot = tl.load(loc_ptr + token).to(tl.int64)
-        slot_base = slot * (NUM_KV_HEADS * HEAD_DIM)
-        if head >= NUM_HEADS + NUM_KV_HEADS:  # a value head: copied into its slot
-            dst = v_cache_ptr + slot_base + (head - NUM_HEADS - NUM_KV_HEADS) * HEAD_DIM
-            tl.store(dst + offs, x1)
-            tl.store(dst + HALF + offs, x2)
-        else:
-            is_query = head < NUM_HEADS
-            a = x1.to(tl.float32)
-            b = x2.to(tl.float32)
-            if NORM:
-                if is_query:
-                    w1 = tl.load(q_weight_ptr + offs).to(tl.float32)
-                    w2 = tl.load(q_weight_ptr + HALF + offs).to(tl.float32)
-                else:
-                    w1 = tl.load(k_weight_ptr + offs).to(tl.float32)
-                    w2 = tl.load(k_weight_ptr + HALF + offs).to(tl.float32)
-                mean_square = (tl.sum(a * a, axis=0) + tl.sum(b * b, axis=0)) / HEAD_DIM
-                inv = 1.0 / tl.sqrt(mean_square + eps)
-                a = (a * inv * w1).to(x1.dtype).to(tl.float32)
-                b = (b * inv * w2).to(x2.dtype).to(tl.float32)
-            position = tl.load(positions_ptr + token).to(tl.int64)
-            cos = tl.load(cos_sin_ptr + position * HEAD_DIM + offs)
-            sin = tl.load(cos_sin_ptr + position * HEAD_DIM + HALF + offs)
-            r1 = (a * cos - b * sin).to(x1.dtype)
-            r2 = (b * cos + a * sin).to(x2.dtype)
-            if is_query:
-                q_dst = q_out_ptr + (token * NUM_HEADS + head) * HEAD_DIM
-                tl.store(q_dst + offs, r1)
-                tl.store(q_dst + HALF + offs, r2)
-            else:
-                k_dst = k_cache_ptr + slot_base + (head - NUM_HEADS) * HEAD_DIM
-                tl.store(k_dst + offs, r1)
-                tl.store(k_dst + HALF + offs, r2)
-
-    return qkv_norm_rope_store
+    return qkv_norm_rope_store_kernel
 
 
 def qkv_norm_rope_store(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int,
