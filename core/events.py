@@ -37,6 +37,7 @@ class StepEvent:
     finished: tuple[int, ...] = field(default=())
     waiting: int = 0
     kv_pages_cached: int = 0  # of the used pages, those the prefix cache owns (shared, or kept for reuse)
+    arrived: tuple[int, ...] = field(default=())  # uids that entered the queue since the previous step
 
     def to_dict(self) -> dict:
         return asdict(self)
