@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core.events import StepEvent
+from render.step_detail import SHORT_REASON
 from render.style import PHASE_STYLE, one_line, titled_table
 
 PREFILL, DECODE, WAITING, ARRIVED, GONE = "P", "D", "·", "▸", " "
@@ -27,6 +28,17 @@ def arrival_steps(events: Sequence[StepEvent]) -> dict[int, int]:
         for uid in event.arrived:
             arrived.setdefault(uid, event.step)
     return arrived
+
+
+def wait_summary(events: Sequence[StepEvent]) -> dict[int, str]:
+    """Per uid, why it waited and for how many steps: ``row×3 FCFS×1``."""
+    counts: dict[int, dict[str, int]] = {}
+    for event in events:
+        for wait in event.waits:
+            kinds = counts.setdefault(wait.uid, {})
+            kinds[wait.kind] = kinds.get(wait.kind, 0) + 1
+    return {uid: " ".join(f"{SHORT_REASON.get(kind, kind)}×{n}" for kind, n in kinds.items())
+            for uid, kinds in counts.items()}
 
 
 def request_states(events: Sequence[StepEvent], uids: Sequence[int]) -> dict[int, str]:
@@ -64,7 +76,7 @@ def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Seq
     states = request_states(events, uids)
     table = titled_table(title, LEGEND)
     table.add_column("uid", justify="right")
-    table.add_column("prompt", max_width=28, no_wrap=True, overflow="ellipsis")
+    table.add_column("prompt", max_width=20, no_wrap=True, overflow="ellipsis")
     table.add_column(Text(ruler(len(events)) or "step", style="dim"), overflow="fold")
     arrived_at = arrival_steps(events)
     late = any(step > events[0].step for step in arrived_at.values()) if events else False
@@ -72,6 +84,9 @@ def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Seq
         table.add_column("arrived", justify="right")
     table.add_column("steps in", justify="right")
     table.add_column("waited", justify="right")
+    reasons = wait_summary(events)
+    if reasons:
+        table.add_column("why it waited", style="yellow", overflow="fold")
     for uid, label in zip(uids, labels):
         row = states[uid]
         ran = sum(c in (PREFILL, DECODE) for c in row)
@@ -83,5 +98,6 @@ def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Seq
                 cells.append(char, style=_CELL_STYLE.get(char, ""))
         waited = sum(c in (WAITING, ARRIVED) for c in row) if ran else 0
         arrival = [f"step {arrived_at[uid]}" if uid in arrived_at else ""] if late else []
-        table.add_row(str(uid), one_line(label), cells, *arrival, str(ran), str(waited))
+        why = [reasons.get(uid, "")] if reasons else []
+        table.add_row(str(uid), one_line(label), cells, *arrival, str(ran), str(waited), *why)
     return table
