@@ -8,8 +8,10 @@ import time
 from rich.console import Console
 
 from minisgl_cli import options as o
-from minisgl_cli.jobs import engine_inputs, generate_with_progress, load_job, load_llm
-from render.results import RunSummary, completion_block, summary_table
+from minisgl_cli.jobs import engine_inputs, exit_for, generate_with_progress, load_job, load_llm
+from minisgl_cli.output import print_completion
+from render.activity import Activity
+from render.results import RunSummary, summary_table
 
 
 def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.Temperature = None,
@@ -19,14 +21,16 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
              attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None, tp: o.Tp = 1,
              dtype: o.Dtype = None,
              json_out: o.Json = False) -> None:
-    """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary."""
-    out, err = Console(), Console(stderr=True)
+    """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
+
+    Exit code 0 when every prompt finished, 1 when some results are errors (they are still printed)."""
+    out, activity = Console(), Activity(Console(stderr=True))
     job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos))
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                   cuda_graph_max_bs, tp, dtype), err)
+                                   cuda_graph_max_bs, tp, dtype), activity)
     inputs = engine_inputs(llm, job, chat)
     started = time.perf_counter()
-    results = generate_with_progress(llm, inputs, job, err)
+    results = generate_with_progress(llm, inputs, job, activity)
     wall = time.perf_counter() - started
     if json_out:
         for i, (spec, result) in enumerate(zip(job.specs, results)):
@@ -34,8 +38,9 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
                               "token_ids": result["token_ids"], "finish_reason": result["finish_reason"],
                               "error": result["error"], "prompt_tokens": result["prompt_tokens"]},
                              ensure_ascii=False), flush=True)
-        return
-    for i, (label, result) in enumerate(zip(job.labels, results)):
-        out.print(completion_block(i, len(results), label, result, separator="\n" if chat else ""))
-    out.print()
-    out.print(summary_table(RunSummary.of(results, wall)))
+    else:
+        for i, (label, result) in enumerate(zip(job.labels, results)):
+            print_completion(out, i, len(results), label, result, separator="\n" if chat else "")
+        out.print()
+        out.print(summary_table(RunSummary.of(results, wall)))
+    exit_for(results, activity)

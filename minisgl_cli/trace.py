@@ -9,33 +9,35 @@ steps so far are printed, and the ``--trace-out`` file holds every finished step
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console, RenderableType
 from rich.live import Live
 
 import sample_prompts
-from core import LLM
 from core.events import StepEvent
 from core.prompts import Prompt
 from minisgl_cli import options as o
-from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, load_job, load_llm,
+from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
+from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, exit_for, load_job, load_llm,
                                  require_greedy)
+from minisgl_cli.paths import check_output_file
 from minisgl_cli.trace_file import TraceFile
 from render.export import save_svg
 from render.results import generations_table
 from render.steps import LiveSteps, step_table
 from render.timeline import timeline_table
+from render.activity import Activity
 from render.verify import summary_line
 
-INTERRUPTED = 130
-MISMATCH = 1
+if TYPE_CHECKING:
+    from core.llm import LLM
 
 TraceOut = Annotated[Optional[Path], typer.Option(
     "--trace-out", metavar="FILE.jsonl", help="Write every step event as a JSON line (flushed as it happens).")]
 Svg = Annotated[Optional[Path], typer.Option("--svg", metavar="FILE.svg", help="Save the final screen as SVG.")]
-Verify = Annotated[bool, typer.Option("--verify", help="Check each generation against transformers greedy.")]
+Verify = Annotated[bool, typer.Option("--verify", metavar=o.FLAG, help="Check each generation against transformers greedy.")]
 
 
 def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Svg = None, verify: Verify = False,
@@ -54,11 +56,12 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
                                                                          seed, ignore_eos))
     if verify:
         require_greedy(job)
-    _check_writable(svg, "--svg")
+    check_output_file(svg, "--svg")
+    check_output_file(trace_out, "--trace-out")
     trace_file = TraceFile(trace_out) if trace_out else None
     try:
         llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype), err)
+                                         cuda_graph_max_bs, tp, dtype), Activity(err))
         inputs = engine_inputs(llm, job, chat)
         view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs))
         try:
@@ -69,7 +72,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     finally:
         if trace_file:
             trace_file.close()
-    verdicts = check_against_reference(llm, inputs, job, results, err) if verify else None
+    verdicts = check_against_reference(llm, inputs, job, results, Activity(err)) if verify else None
     screen: list[RenderableType] = [step_table(view.events, view.show_cached),
                                     generations_table(job.labels, results, verdicts),
                                     timeline_table(view.events, job.labels)]
@@ -83,7 +86,8 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     if trace_file:
         err.print(f"[dim]wrote {trace_file.lines} step events to {trace_file.path}[/]")
     if verdicts is not None and not all(v.exact for v in verdicts):
-        raise typer.Exit(MISMATCH)
+        raise typer.Exit(SOME_FAILED)
+    exit_for(results, Activity(err))
 
 
 def _run_live(llm: LLM, inputs: list[Prompt], job: Job, view: LiveSteps, trace_file: TraceFile | None,
@@ -108,7 +112,3 @@ def _report_interrupt(view: LiveSteps, trace_file: TraceFile | None, out: Consol
     where = f"; {trace_file.lines} complete step events are in {trace_file.path}" if trace_file else ""
     err.print(f"interrupted{where}")
 
-
-def _check_writable(path: Path | None, option: str) -> None:
-    if path is not None and not path.parent.resolve().is_dir():
-        raise typer.BadParameter(f"directory {path.parent} does not exist", param_hint=f"'{option}'")

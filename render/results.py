@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Group, RenderableType
+from rich.console import RenderableType
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from core.reference import Verdict
+from render.prompt_echo import echo_prompt
 from render.style import FINISH_STYLE, one_line, titled_table
 from render.verify import verdict_mark
+
+if TYPE_CHECKING:
+    from core.reference import Verdict
 
 Result = dict[str, Any]
 
@@ -45,18 +48,30 @@ def generations_table(labels: Sequence[str], results: Sequence[Result],
     return table
 
 
-def completion_block(index: int, total: int, label: str, result: Result, separator: str = "") -> RenderableType:
-    """A prompt followed by its continuation exactly as generated (newlines kept), under a small header.
-    ``separator`` goes between them: nothing for a plain continuation, a newline for a chat reply."""
+def completion_header(index: int, total: int, result: Result) -> RenderableType:
+    """A rule with the request's place, finish reason and token counts, above its prompt and continuation."""
     count = len(result["token_ids"])
     header = Text.assemble((f"{index + 1}/{total} ", "bold"), finish_text(result),
-                           (f" · {result['prompt_tokens']} prompt tokens · {count} generated", "dim"))
-    body = Text(label, style="bold")
+                           (f" · {result['prompt_tokens']:,} prompt tokens · {count:,} generated", "dim"))
+    return Rule(header, align="left", style="dim")
+
+
+def completion_body(label: str, result: Result, separator: str = "") -> Text:
+    """The prompt (cut when long) followed by its continuation exactly as generated (newlines kept), for a
+    terminal. ``separator`` goes between them: nothing for a plain continuation, a newline for a chat reply."""
+    body = Text(echo_prompt(label), style="bold")
     if result["finish_reason"] == "error":
-        body = Text.assemble(body, "\n", ("error: ", "bold red"), (result["error"] or "", "red"))
-    else:
-        body.append(separator + result["text"], style="green")
-    return Group(Rule(header, align="left", style="dim"), body)
+        return Text.assemble(body, "\n", ("error: ", "bold red"), (result["error"] or "", "red"))
+    body.append(separator + result["text"], style="green")
+    return body
+
+
+def completion_plain(label: str, result: Result, separator: str = "") -> str:
+    """The same as ``completion_body`` as plain text, for a pipe or a file: the continuation byte for byte
+    (Rich would expand tabs and drop control characters)."""
+    if result["finish_reason"] == "error":
+        return f"{echo_prompt(label)}\nerror: {result['error'] or ''}"
+    return echo_prompt(label) + separator + result["text"]
 
 
 @dataclass(frozen=True)

@@ -93,3 +93,16 @@ def test_ctrl_c_in_a_terminal_leaves_it_clean_and_the_trace_valid(tmux, model_di
     assert tmux.cursor_visible()
     lines = out.read_text().splitlines()
     assert lines and [json.loads(line)["step"] for line in lines] == list(range(len(lines)))
+
+
+def minisgl_command(*args: object) -> str:
+    return shlex.join([sys.executable, "-m", "minisgl_cli", *map(str, args)])
+
+
+def test_generate_from_stdin_on_a_terminal_says_how_to_end(tmux, model_dirs):
+    tmux.start(minisgl_command("generate", "-", "--model", model_dirs["llama"], "-n", "2"))
+    tmux.wait_for("end with Ctrl-D")
+    tmux("send-keys", "-t", "t", "hello there", "Enter")
+    tmux("send-keys", "-t", "t", "C-d")
+    screen = tmux.wait_for("EXIT=")
+    assert "EXIT=0" in screen and "1/1 length" in screen
