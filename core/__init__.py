@@ -1,4 +1,5 @@
-"""minisgl's engine: continuous batching over a paged KV cache, with an offline ``LLM`` interface.
+"""minisgl's engine: continuous batching over a paged KV cache, with an ``LLM`` interface that takes requests
+while it runs.
 
 ``LLM`` is imported on first use (PEP 562): importing ``core`` for its errors, options or prompt files costs
 no torch or transformers, which is what lets ``minisgl --help`` answer at once.
@@ -8,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from core.errors import (InvalidParamsError, MinisglError, ModelLoadError, PromptFileError, UnsupportedModelError,
-                         WorkerError)
+from core.errors import (EngineBusyError, InvalidParamsError, MinisglError, ModelLoadError, PromptFileError,
+                         UnsupportedModelError, WorkerError)
 from core.events import ReqStep, StepEvent
 from core.request import SamplingParams
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = ["LLM", "SamplingParams", "StepEvent", "ReqStep", "MinisglError", "InvalidParamsError",
-           "ModelLoadError", "PromptFileError", "UnsupportedModelError", "WorkerError", "__version__"]
+           "EngineBusyError", "ModelLoadError", "PromptFileError", "UnsupportedModelError", "WorkerError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

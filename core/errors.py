@@ -25,6 +25,10 @@ class UnsupportedModelError(ModelLoadError):
     """The checkpoint's architecture is not one the engine implements."""
 
 
+class EngineBusyError(MinisglError, RuntimeError):
+    """The engine's loop is already running (on another thread): join it with submit() instead."""
+
+
 class WorkerError(MinisglError, RuntimeError):
     """A tensor-parallel worker died or stopped answering."""
 

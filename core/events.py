@@ -6,7 +6,7 @@ The trace view, the benchmarks and the tests all consume these instead of reachi
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Literal
 
 from core.request import Phase
 
@@ -18,6 +18,52 @@ class ReqStep:
     uid: int
     extend_len: int
     cached_len: int
+
+
+WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", "shared_prefix"]
+
+
+@dataclass(frozen=True)
+class WaitReason:
+    """Why a queued request was not admitted in a step, as a kind for programs and words for a learner.
+
+    ``rows``: every table row is taken (the most requests that run at once); ``kv_pages``: the pages for its
+    whole life are more than free plus evictable (after those promised to running requests); ``token_budget``:
+    this step's prefill tokens are used up; ``forced_decode``: the step is a decode forced so running requests
+    are not starved; ``fcfs``: an earlier request did not fit, and nobody jumps the queue; ``shared_prefix``:
+    it waits one step for a request in this batch to cache the prefix they share.
+    """
+
+    uid: int
+    kind: WaitKind
+    text: str
+    pages_needed: int = 0  # for kv_pages: what it needs, and what there was
+    pages_free: int = 0
+    pages_evictable: int = 0
+
+
+@dataclass(frozen=True)
+class KVUsage:
+    """The KV pool after the step was scheduled. Every page is in exactly one part: a running request's own
+    pages, the prefix cache's pages (shared by running requests or kept for reuse), or free."""
+
+    by_request: tuple[tuple[int, int], ...]  # (uid, pages it holds that the prefix cache does not own)
+    cached: int
+    free: int
+    total: int
+
+
+@dataclass(frozen=True)
+class RadixNodeView:
+    """One node of the radix tree: a span of tokens (whole pages) below its parent."""
+
+    node_id: int
+    parent_id: int | None
+    num_tokens: int
+    first_tokens: tuple[int, ...]  # the span's first few token ids, to recognise it
+    pages: int
+    lock_count: int  # running requests reading it: a locked node cannot be evicted
+    holders: tuple[int, ...]  # uids of running requests whose matched prefix runs through it
 
 
 @dataclass(frozen=True)
@@ -37,6 +83,12 @@ class StepEvent:
     finished: tuple[int, ...] = field(default=())
     waiting: int = 0
     kv_pages_cached: int = 0  # of the used pages, those the prefix cache owns (shared, or kept for reuse)
+    arrived: tuple[int, ...] = field(default=())  # uids that entered the queue since the previous step
+    waits: tuple[WaitReason, ...] = field(default=())  # every request still queued after this step was formed
+    kv: KVUsage | None = None
+    evicted_pages: int = 0  # cached pages taken back in this step to make room
+    radix: tuple[RadixNodeView, ...] | None = None  # the tree after the step, when a watcher asked for it
+    started_s: float = 0.0  # when the step was scheduled, in seconds since the scheduler was built
 
     def to_dict(self) -> dict:
         return asdict(self)

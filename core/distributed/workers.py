@@ -43,23 +43,21 @@ from core.config import EngineConfig
 from core.distributed.info import TPInfo, tp_scope
 from core.env import tp_timeout_s
 from core.errors import InvalidParamsError, MinisglError, WorkerError
-from core.request import SamplingParams
 
 _CONTROL_TIMEOUT = timedelta(days=30)  # idle workers wait for the next command this long
 _STOP_JOIN_S = 10.0  # a worker told to stop gets this long to exit before it is terminated
 _TEARDOWN_WAIT_S = 10.0  # how long leaving the process groups may take before a rank goes without it
 _DEATH_NOTICE_S = 5.0  # after a failed collective, how long rank 0 waits for the watchdog to name a dead rank
-Request = tuple[int, list[int], SamplingParams]
 
 
 @dataclass(frozen=True)
 class Command:
-    """What rank 0 sends the workers: requests to queue and run (seeds already decided), empty the prefix cache
-    (every rank's cache must hold the same pages, or their batches would differ), or stop."""
+    """What rank 0 sends the workers before every step: the messages its loop took in (requests with their
+    seeds decided, aborts, prefix-cache resets: every rank applies them at the same point, so all keep forming
+    the same batches), or stop."""
 
-    requests: tuple[Request, ...] = ()
+    messages: tuple = ()
     eos_token_ids: frozenset[int] = frozenset()
-    reset_prefix_cache: bool = False
     stop: bool = False
 
 
@@ -78,11 +76,8 @@ class LocalGroup:
     def wait_ready(self) -> None:
         pass
 
-    def share(self, requests: list[Request], eos_token_ids: frozenset[int]) -> list[Request]:
-        return requests
-
-    def reset_prefix_cache(self) -> None:
-        pass
+    def share(self, messages: list, eos_token_ids: frozenset[int]) -> list:
+        return messages
 
     def close(self) -> None:
         pass
@@ -152,14 +147,11 @@ class TPGroup:
         """Return once every rank has built its model (a worker that failed to has exited and is reported)."""
         dist.all_gather_object([None] * self.size, "ready", group=self._control)
 
-    def share(self, requests: list[Request], eos_token_ids: frozenset[int]) -> list[Request]:
-        """Send this call's requests to every worker; rank 0 queues the same list itself."""
-        _broadcast(Command(tuple(requests), frozenset(eos_token_ids)), self._control)
-        return requests
-
-    def reset_prefix_cache(self) -> None:
-        """Have every worker empty its prefix cache, as rank 0 does with its own."""
-        _broadcast(Command(reset_prefix_cache=True), self._control)
+    def share(self, messages: list, eos_token_ids: frozenset[int]) -> list:
+        """Send the messages rank 0's loop took in before this step to every worker; rank 0 applies the same
+        list itself."""
+        _broadcast(Command(tuple(messages), frozenset(eos_token_ids)), self._control)
+        return messages
 
     def close(self, force: bool = False) -> None:
         """Stop the workers (politely unless ``force`` or after a failure), then tear the groups down."""
@@ -336,16 +328,7 @@ def _worker_main(rank: int, size: int, port: int, backend: str, config: EngineCo
         with tp_scope(TPInfo(rank, size)):
             scheduler = _follower(config, model_dir)
         dist.all_gather_object([None] * size, "ready", group=control)
-        while True:
-            command = _broadcast(Command(), control)
-            if command.stop:
-                break
-            if command.reset_prefix_cache:
-                scheduler.reset_prefix_cache()
-            scheduler.eos_token_ids = command.eos_token_ids
-            for uid, input_ids, params in command.requests:
-                scheduler.submit(uid, input_ids, params)
-            scheduler.run_until_idle()
+        scheduler.follow(control)  # until rank 0 says stop
         scheduler.engine.release_cuda_graphs()  # graphs hold NCCL work: free them before the communicators
         _leave_groups()
     except BaseException as exc:  # noqa: BLE001 - report, then leave: rank 0 turns this into WorkerError
@@ -360,10 +343,25 @@ def _worker_main(rank: int, size: int, port: int, backend: str, config: EngineCo
 
 
 def _follower(config: EngineConfig, model_dir: Path):
-    """A scheduler whose replies go nowhere: rank 0 reports the results."""
+    """A scheduler that takes its messages from rank 0 before every step and whose replies go nowhere: rank 0
+    reports the results. It runs one endless loop; when it has nothing to do it waits in the broadcast."""
     from core.scheduler.scheduler import Scheduler
 
     class Follower(Scheduler):
+        def follow(self, control: dist.ProcessGroup) -> None:
+            self._control = control
+            self._run_loop(stop_when_idle=False)
+
+        def _exchange(self, messages: list) -> list | None:
+            command = _broadcast(Command(), self._control)
+            if command.stop:
+                return None
+            self.eos_token_ids = command.eos_token_ids
+            return list(command.messages)
+
+        def _wait_for_work(self, stop_when_idle: bool) -> bool:
+            return True  # the next broadcast is the wait
+
         def send_result(self, replies: list) -> None:
             pass
 

@@ -1,8 +1,10 @@
-"""The offline interface: give it prompts, get completions, no server.
+"""The engine's interface: submit requests while its loop runs, or complete a list of prompts with generate().
 
-LLM is a Scheduler whose IO is in memory: ``generate`` queues the prompts, runs the scheduler's loop until
-nothing is left, and collects the replies. Because it is the same loop a server would run, testing the
-offline interface tests the scheduling itself.
+LLM is a Scheduler whose IO is in memory. ``submit`` (any thread) posts a request to the scheduler's inbox and
+returns its uid; the loop (``run_until_idle``, or ``serve_forever`` on a thread of its own) takes it in before
+its next step, and every token and the final reply reach the request's ``on_reply`` callback. ``generate`` is
+submit for each prompt, then the loop until idle: the same path a server takes, so testing the offline
+interface tests the online one.
 
 With ``tp=N > 1`` the LLM is rank 0 of N tensor-parallel ranks: it starts the other N-1 as worker processes,
 sends each call's requests to them, and every rank runs this same loop (core/distributed/workers.py).
@@ -11,29 +13,46 @@ sends each call's requests to them, and every rank runs this same loop (core/dis
 from __future__ import annotations
 
 import dataclasses
+import threading
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from core.config import EngineConfig
 from core.distributed.info import tp_scope
 from core.distributed.workers import start_group
-from core.errors import InvalidParamsError, ModelLoadError, one_line
+from core.errors import EngineBusyError, InvalidParamsError, ModelLoadError, one_line
 from core.models.random_spec import ByteTokenizer, RandomSpec
 from core.models.weights import resolve_model_dir
 from core.request import SamplingParams
+from core.scheduler.inbox import AbortRequest, AddRequest, Message, ResetPrefixCache
 from core.scheduler.scheduler import Reply, Scheduler
 
 Prompt = str | list[int]
 
 
+ReplyCallback = Callable[[Reply], None]
+
+
 @dataclass
 class _Collected:
+    """One prompt's result as generate() gathers it from the replies."""
+
     prompt_ids: list[int]
+    eos_token_ids: frozenset[int]
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     error: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def on_reply(self, reply: Reply) -> None:
+        if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in self.eos_token_ids):
+            self.token_ids.append(reply.token)
+        if reply.finished:
+            self.finish_reason, self.error = reply.finish_reason, reply.error
+            self.done.set()
 
 
 def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
@@ -76,12 +95,51 @@ class LLM(Scheduler):
         with self._group.guard(), tp_scope(self._group.info):
             super().__init__(self._group.config, model_dir, log)
             self._group.wait_ready()
+        self._lock = threading.RLock()  # guards the uid counter, the routes and the seed generator
         self._next_uid = 0
-        self._collected: dict[int, _Collected] = {}
-        self._reply_callbacks: list[Callable[[Reply], None]] = []
+        self._routes: dict[int, ReplyCallback | None] = {}  # every request submitted and not yet answered
+        self._reply_callbacks: list[ReplyCallback] = []
+        self._loop_thread: int | None = None  # the thread running the loop, while one does
+        self._stop_requested = threading.Event()
 
-    def add_reply_callback(self, fn: Callable[[Reply], None]) -> None:
-        """Called for every reply (each new token and each finish): progress bars and streaming use this."""
+    # ---- requests in: any thread -------------------------------------------------------------------------
+    def submit(self, prompt: Prompt, sampling_params: SamplingParams | None = None, *,
+               on_reply: ReplyCallback | None = None) -> int:
+        """Queue one request and return its uid. Safe from any thread, also while the loop runs: the loop takes
+        it in before its next step. ``on_reply`` gets every token and then exactly one final reply (finished,
+        with finish_reason 'stop', 'length', 'abort' or 'error' and its message), on the loop's thread.
+
+        A prompt that can never run here (too long, a token outside the vocabulary) is answered with an
+        'error' reply; ``rejection()`` tells that before submitting."""
+        params = sampling_params if sampling_params is not None else SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise InvalidParamsError("sampling_params must be SamplingParams")
+        return self._submit_ids(self.tokenize(prompt), params, on_reply)
+
+    def _submit_ids(self, input_ids: list[int], params: SamplingParams, on_reply: ReplyCallback | None) -> int:
+        with self._lock:
+            uid = self._next_uid
+            self._next_uid += 1
+            self._routes[uid] = on_reply
+            if params.seed is None:  # rank 0 decides every seed, so all tensor-parallel ranks sample alike
+                params = dataclasses.replace(params, seed=self._rng.getrandbits(62))
+        self.inbox.post(AddRequest(uid, tuple(input_ids), params))
+        return uid
+
+    def abort(self, uid: int) -> bool:
+        """Stop request ``uid``, from any thread. True if it was still unanswered: its final reply (finish_reason
+        'abort', with the tokens produced so far) is delivered now, and its row and pages are freed before the
+        next step. False for an unknown or already finished request."""
+        with self._lock:
+            if uid not in self._routes:
+                return False
+            self.inbox.post(AbortRequest(uid))
+            self._deliver(Reply(uid, None, True, "abort"))
+        return True
+
+    def add_reply_callback(self, fn: ReplyCallback) -> None:
+        """Called for every reply of every request (each new token and each finish), after the request's own
+        ``on_reply``: progress bars use this."""
         self._reply_callbacks.append(fn)
 
     def tokenize(self, prompt: Prompt) -> list[int]:
@@ -91,60 +149,119 @@ class LLM(Scheduler):
             return list(prompt)
         raise InvalidParamsError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
 
+    # ---- replies out: the loop's thread ------------------------------------------------------------------
     def send_result(self, replies: list[Reply]) -> None:
-        for reply in replies:
-            got = self._collected.get(reply.uid)
-            if got is None or got.finish_reason is not None:  # unknown, or already answered (aborted)
-                continue
-            if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in self.eos_token_ids):
-                got.token_ids.append(reply.token)
-            if reply.finished:
-                got.finish_reason, got.error = reply.finish_reason, reply.error
-            for fn in self._reply_callbacks:
-                fn(reply)
+        with self._lock:
+            for reply in replies:
+                if reply.uid in self._routes:  # else unknown, or already answered (aborted)
+                    self._deliver(reply)
 
+    def _deliver(self, reply: Reply) -> None:
+        on_reply = self._routes.pop(reply.uid) if reply.finished else self._routes[reply.uid]
+        if on_reply is not None:
+            on_reply(reply)
+        for fn in self._reply_callbacks:
+            fn(reply)
+
+    @property
+    def unanswered(self) -> int:
+        """Requests submitted and not yet answered with their final reply."""
+        with self._lock:
+            return len(self._routes)
+
+    # ---- the loop ----------------------------------------------------------------------------------------
+    def run_until_idle(self) -> None:
+        """Run the loop on this thread until nothing is queued, running or posted."""
+        with self._owning_the_loop():
+            super().run_until_idle()
+
+    def serve_forever(self) -> None:
+        """Run the loop on this thread, waiting for requests when there are none, until ``stop()``; then it
+        finishes every request already submitted and returns."""
+        self._stop_requested.clear()
+        with self._owning_the_loop():
+            self._run_loop(stop_when_idle=False)
+
+    def stop(self) -> None:
+        """Have ``serve_forever`` return once every submitted request is answered. Safe from any thread."""
+        self._stop_requested.set()
+        self.inbox.wake()
+
+    def _wait_for_work(self, stop_when_idle: bool) -> bool:
+        while not self.inbox.has_mail:
+            if stop_when_idle or self._stop_requested.is_set():
+                return False
+            self.inbox.wait(0.1)
+        return True
+
+    def _exchange(self, messages: list[Message]) -> list[Message] | None:
+        return self._group.share(messages, self.eos_token_ids)
+
+    @property
+    def loop_running_elsewhere(self) -> bool:
+        return self._loop_thread is not None and self._loop_thread != threading.get_ident()
+
+    @contextmanager
+    def _owning_the_loop(self) -> Iterator[None]:
+        """One loop at a time, on one thread; tensor-parallel failures inside it become WorkerError."""
+        with self._lock:
+            if self._loop_thread is not None:
+                raise EngineBusyError("the engine loop is already running"
+                                      + (" on another thread" if self.loop_running_elsewhere else ""))
+            self._loop_thread = threading.get_ident()
+        try:
+            with self._group.guard():
+                yield
+        finally:
+            self._loop_thread = None
+
+    # ---- offline: a list of prompts ----------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[dict[str, Any]]:
-        """Complete every prompt; results come back in prompt order, one per prompt, errors included."""
+        """Complete every prompt; results come back in prompt order, one per prompt, errors included.
+
+        If ``serve_forever`` runs on another thread, the requests join its loop and this waits for them;
+        otherwise this thread runs the loop until they are done."""
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise InvalidParamsError("prompts must be a list of strings or of token-id lists")
         params = self._params_per_prompt(prompts, sampling_params)
-        prompt_ids = [self.tokenize(p) for p in prompts]
-        uids = list(range(self._next_uid, self._next_uid + len(prompts)))
-        self._next_uid += len(prompts)
-        for uid, ids in zip(uids, prompt_ids):
-            self._collected[uid] = _Collected(ids)
-        # rank 0 decides every seed, so all tensor-parallel ranks sample alike
-        requests = [(uid, ids, sp if sp.seed is not None else dataclasses.replace(sp, seed=self._rng.getrandbits(62)))
-                    for uid, ids, sp in zip(uids, prompt_ids, params)]
+        prompt_ids = [self.tokenize(p) for p in prompts]  # every prompt checked before any is queued
+        collected = [_Collected(ids, frozenset(self.eos_token_ids)) for ids in prompt_ids]
+        uids = [self._submit_ids(ids, sp, got.on_reply) for ids, sp, got in zip(prompt_ids, params, collected)]
         try:
-            with self._group.guard():
-                for uid, ids, sp in self._group.share(requests, self.eos_token_ids):
-                    self.submit(uid, ids, sp)
+            if self.loop_running_elsewhere:
+                for got in collected:
+                    got.done.wait()
+            else:
                 self.run_until_idle()
         except BaseException:  # Ctrl-C or an error mid-run: free what this call holds, so the LLM stays usable
             self._abandon(uids)
             raise
-        return [self._result(uid) for uid in uids]
-
-    def abort(self, uid: int) -> bool:
-        """Stop request ``uid`` (from a step or reply callback while ``generate`` runs): its row and pages are
-        freed, its result has finish_reason 'abort' with the tokens produced so far, the others go on."""
-        if self._group.info.size > 1:
-            raise InvalidParamsError("abort is not available with tp > 1")
-        return super().abort(uid)
+        return [self._result(uid, got) for uid, got in zip(uids, collected)]
 
     def _abandon(self, uids: list[int]) -> None:
-        for uid in uids:
-            got = self._collected.pop(uid, None)
-            if got is not None and got.finish_reason is None and self._group.info.size == 1:
-                super().abort(uid)
+        if self.loop_running_elsewhere:  # that loop frees them
+            for uid in uids:
+                self.abort(uid)
+            return
+        self.inbox.discard_requests(set(uids))
+        with self._lock:
+            for uid in uids:
+                self._routes.pop(uid, None)
+        if self._group.info.size == 1:  # with tp > 1 the failed loop's guard has already stopped the workers
+            for uid in uids:
+                super()._abort(uid)  # its reply goes nowhere: the route is gone
 
-    def reset_prefix_cache(self) -> int:
-        """Empty the prefix cache on every rank; returns the pages rank 0 freed."""
-        with self._group.guard():
-            self._group.reset_prefix_cache()
-        return super().reset_prefix_cache()
+    def reset_prefix_cache(self) -> int | None:
+        """Empty the prefix cache on every rank, from any thread. Pages that running requests read are locked
+        and stay. When no loop runs, it happens now and returns the pages rank 0 freed; while the loop runs
+        (a step callback, or serve_forever on another thread), it happens before the next step and returns None."""
+        self.inbox.post(ResetPrefixCache())
+        if self._loop_thread is not None:
+            return None
+        self._freed_by_reset = 0
+        self.run_until_idle()
+        return self._freed_by_reset
 
     def close(self) -> None:
         """Stop the tensor-parallel workers, if any. Further ``generate`` calls then raise WorkerError."""
@@ -172,10 +289,11 @@ class LLM(Scheduler):
             raise InvalidParamsError("sampling_params must be SamplingParams or a list of them")
         return params
 
-    def _result(self, uid: int) -> dict[str, Any]:
-        got = self._collected.pop(uid)
+    def _result(self, uid: int, got: _Collected) -> dict[str, Any]:
         if got.finish_reason is None:  # the loop ended without answering: never let it pass silently
             got.finish_reason, got.error = "error", "request was not completed"
+            with self._lock:
+                self._routes.pop(uid, None)
         text = self.tokenizer.decode(got.token_ids, skip_special_tokens=True)
-        return {"uid": uid, "text": text, "token_ids": got.token_ids, "finish_reason": got.finish_reason, "error": got.error,
-                "prompt_tokens": len(got.prompt_ids)}
+        return {"uid": uid, "text": text, "token_ids": got.token_ids, "finish_reason": got.finish_reason,
+                "error": got.error, "prompt_tokens": len(got.prompt_ids)}

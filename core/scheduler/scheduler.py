@@ -1,5 +1,9 @@
 """The Scheduler: four managers and a loop of receive, pick a batch, prepare, forward, handle results.
 
+Requests, aborts and cache resets arrive as messages in the scheduler's inbox (core/scheduler/inbox.py) from
+any thread; the loop takes them in at the top of every step, so only the loop's thread touches its state and a
+request posted while the engine runs joins the very next batch it fits in.
+
 One phase per step. Prefill goes first whenever something is waiting and fits, except that after
 ``max_prefill_streak`` prefill steps in a row while requests are decoding, one decode step is forced: a steady
 stream of prompts can delay decoding, never stall it. Every request that enters gets exactly one final reply,
@@ -34,12 +38,14 @@ from core import env
 from core.config import EngineConfig
 from core.engine.engine import Engine, ForwardOutput
 from core.engine.sampler import SampleArgs
-from core.events import ReqStep, StepCallback, StepEvent
+from core.events import KVUsage, RadixNodeView, ReqStep, StepCallback, StepEvent, WaitReason
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager, pages_for
 from core.scheduler.fence import ReleaseFence
+from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
 from core.scheduler.prefill import PendingReq, PrefillManager
+from core.scheduler.report import kv_usage, radix_view, wait_reasons
 from core.scheduler.table import TableManager
 from core.transfer import upload
 
@@ -71,6 +77,10 @@ class _Prepared:
     pages_used: int
     pages_cached: int
     started: float
+    arrived: tuple[int, ...]  # uids queued since the step before
+    waits: tuple[WaitReason, ...] = ()
+    kv: KVUsage | None = None
+    evicted_pages: int = 0
 
 
 @dataclass
@@ -105,31 +115,77 @@ class Scheduler:
         self.eos_token_ids = frozenset(self.engine.model_config.eos_token_ids)
         self.vocab_size = self.engine.model_config.vocab_size
         self.step_callbacks: list[StepCallback] = []
-        self._step = 0
+        self.before_step_callbacks: list[Callable[[int], None]] = []
+        self.inbox = Inbox()
+        self._step = 0  # steps reported so far
+        self._scheduled = 0  # steps scheduled so far: the index of the next one
+        self._arrived: list[int] = []  # uids queued since the last scheduled step
+        self._freed_by_reset = 0
+        self.report_radix = False  # step events carry the radix tree (set by watchers that draw it)
+        self._evicted_reported = 0
+        self._born = time.perf_counter()
         self._prefill_streak = 0
         self._rng = random.Random()
         self._last_result_at = 0.0
         # metadata work goes on this stream; forward passes on the engine's (see the module docstring)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
-    # ---- IO, overridden by the offline LLM -----------------------------------------------------------------
+    # ---- IO, overridden by the LLM ---------------------------------------------------------------------------
     def send_result(self, replies: list[Reply]) -> None:
         raise NotImplementedError
+
+    def _exchange(self, messages: list[Message]) -> list[Message] | None:
+        """The messages every rank applies this step: rank 0's own; tensor parallelism shares them (the LLM).
+        None means the loop must end (a tensor-parallel worker told to stop)."""
+        return messages
+
+    def _wait_for_work(self, stop_when_idle: bool) -> bool:
+        """Called when nothing is queued, running or in flight: True once there is mail to take, False to
+        leave the loop (``stop_when_idle``, or the LLM's stop())."""
+        while not self.inbox.has_mail:
+            if stop_when_idle:
+                return False
+            self.inbox.wait(0.1)
+        return True
 
     def add_step_callback(self, fn: StepCallback) -> None:
         self.step_callbacks.append(fn)
 
-    # ---- requests in --------------------------------------------------------------------------------------
-    def submit(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
+    def add_before_step_callback(self, fn: Callable[[int], None]) -> None:
+        """``fn(step)`` runs on the loop's thread just before step ``step`` is scheduled: a request it submits
+        takes part in that step's scheduling (the trace's step-based arrivals use this)."""
+        self.before_step_callbacks.append(fn)
+
+    # ---- requests in (on the loop's thread, from the inbox) -------------------------------------------------
+    def _receive(self) -> bool:
+        """Take in every message posted since the last step; False if the loop must end."""
+        for fn in self.before_step_callbacks:
+            fn(self._scheduled)
+        messages = self._exchange(self.inbox.take_all())
+        if messages is None:
+            return False
+        for message in messages:
+            if isinstance(message, AddRequest):
+                self._add_request(message.uid, list(message.input_ids), message.params)
+            elif isinstance(message, AbortRequest):
+                self._abort(message.uid)
+            else:
+                self._freed_by_reset = self._reset_prefix_cache()
+        return True
+
+    def _add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
         """Queue a request, or answer it with an error at once if it can never run."""
-        error = self._reject_reason(input_ids, params)
-        if error is not None:
-            self.send_result([Reply(uid, None, True, "error", error)])
+        reason = self.rejection(input_ids, params)
+        if reason is not None:
+            self.send_result([Reply(uid, None, True, "error", reason)])
             return
         seed = params.seed if params.seed is not None else self._rng.getrandbits(62)
         self.prefill_manager.add(PendingReq(uid, list(input_ids), params, seed))
+        self._arrived.append(uid)
 
-    def _reject_reason(self, input_ids: list[int], params: SamplingParams) -> str | None:
+    def rejection(self, input_ids: list[int], params: SamplingParams) -> str | None:
+        """Why this request can never run here, or None. Reads only what is fixed when the engine is built, so
+        any thread may ask before submitting."""
         if not input_ids:
             return "empty prompt: give at least one token"
         bad = next((t for t in input_ids if not 0 <= t < self.vocab_size), None)
@@ -145,7 +201,7 @@ class Scheduler:
                     f"but the pool has only {self.cache_manager.num_pages}")
         return None
 
-    def abort(self, uid: int) -> bool:
+    def _abort(self, uid: int) -> bool:
         """Stop a request wherever it is; its row and pages are freed and it is answered with 'abort'."""
         pending = self.prefill_manager.find(uid)
         req = None
@@ -169,26 +225,41 @@ class Scheduler:
 
     # ---- the loop -----------------------------------------------------------------------------------------
     def run_until_idle(self) -> None:
+        """Run steps, taking in new messages before each, until nothing is queued, running or posted."""
+        self._run_loop(stop_when_idle=True)
+
+    def _run_loop(self, stop_when_idle: bool) -> None:
         with self._scheduler_stream(), torch.inference_mode():
             if self.overlap:
-                self._overlap_loop()
+                self._overlap_loop(stop_when_idle)
             else:
-                while self.busy:
-                    self.step()
+                self._plain_loop(stop_when_idle)
 
-    def step(self) -> None:
-        """One step of the plain loop: schedule, launch, wait for the result and handle it."""
-        with self._scheduler_stream(), torch.inference_mode():
+    def _plain_loop(self, stop_when_idle: bool) -> None:
+        """Each step finishes (launch, wait, handle results) before the next is scheduled."""
+        while True:
+            if not self.busy and not self._wait_for_work(stop_when_idle):
+                return
+            if not self._receive():
+                return
+            if not self.busy:
+                continue
             prepared = self._schedule_next_batch()
             if prepared is None:
                 self._fail_stuck_requests()
-                return
+                continue
             self._finish(self._launch(prepared))
 
-    def _overlap_loop(self) -> None:
+    def _overlap_loop(self, stop_when_idle: bool) -> None:
         """Launch step N, then handle step N-1's results while step N runs."""
         last: _InFlight | None = None
-        while self.busy or last is not None:
+        while True:
+            if last is None and not self.busy and not self._wait_for_work(stop_when_idle):
+                return
+            if not self._receive():
+                if last is not None:
+                    self._finish(last)
+                return
             prepared = self._schedule_next_batch() if self.busy else None
             current = self._launch(prepared) if prepared is not None else None
             if last is not None:
@@ -230,7 +301,17 @@ class Scheduler:
             self._prefill_streak = 0
             if batch is None:
                 return None
-        return self._prepare(batch, writes, note, waiting, started)
+        prepared = self._prepare(batch, writes, note, waiting, started)
+        if self.step_callbacks:
+            in_batch = {r.uid for r in batch.reqs}
+            queued = [p for p in self.prefill_manager.pending if p.uid not in in_batch]
+            prepared.waits = wait_reasons(queued, self.prefill_manager.refusal, note)
+            running = {*self.decode_manager.running, *batch.reqs,
+                       *(p.started for p in self.prefill_manager.pending if p.started is not None)}
+            prepared.kv = kv_usage(running, self.cache_manager.prefix_cache, self.cache_manager.num_pages)
+            evicted = self.cache_manager.evicted_pages
+            prepared.evicted_pages, self._evicted_reported = evicted - self._evicted_reported, evicted
+        return prepared
 
     def _prepare(self, batch: Batch, writes: list[tuple[int, int, list[int]]], note: str, waiting: int,
                  started: float) -> _Prepared:
@@ -257,9 +338,11 @@ class Scheduler:
             input_index, batch.out_loc, rest = dev[:total], dev[2 * total:3 * total], dev[3 * total:]
         self.engine.attn_backend.prepare_metadata(batch)
         req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in reqs) if self.step_callbacks else ()
+        arrived, self._arrived = tuple(self._arrived), []
+        self._scheduled += 1
         return _Prepared(batch, self.engine.sampler.prepare(batch), input_index, rest[n:], rest[:n], samples,
                          req_steps, note, waiting, self.cache_manager.used_pages, self.cache_manager.cached_pages,
-                         started)
+                         started, arrived)
 
     def _prefill_indices(self, writes: list[tuple[int, int, list[int]]],
                          write_index: list[int]) -> tuple[torch.Tensor, int]:
@@ -376,10 +459,17 @@ class Scheduler:
             batch.is_prefill else batch.size, reqs=prepared.req_steps,
             kv_pages_used=prepared.pages_used, kv_pages_total=self.cache_manager.num_pages,
             elapsed_s=elapsed, tp_size=self.config.tp, note=prepared.note, finished=tuple(finished),
-            waiting=prepared.waiting, kv_pages_cached=prepared.pages_cached)
+            waiting=prepared.waiting, kv_pages_cached=prepared.pages_cached, arrived=prepared.arrived,
+            waits=prepared.waits, kv=prepared.kv, evicted_pages=prepared.evicted_pages,
+            radix=self._radix_now() if self.report_radix else None, started_s=prepared.started - self._born)
         self._step += 1
         for fn in self.step_callbacks:
             fn(event)
+
+    def _radix_now(self) -> tuple[RadixNodeView, ...]:
+        running = {*self.decode_manager.running,
+                   *(p.started for p in self.prefill_manager.pending if p.started is not None)}
+        return radix_view(running, self.cache_manager.prefix_cache)
 
     # ---- introspection ------------------------------------------------------------------------------------
     def stats(self) -> dict[str, int | float]:
@@ -397,10 +487,10 @@ class Scheduler:
             "hit_rate": prefill.cached_prompt_tokens / prefill.prompt_tokens if prefill.prompt_tokens else 0.0,
         }
 
-    def reset_prefix_cache(self) -> int:
+    def _reset_prefix_cache(self) -> int:
         """Empty the prefix cache; returns the pages freed.
 
-        Safe at any time: pages that a running request reads are locked and stay until it lets go of them.
+        Safe at any step: pages that a running request reads are locked and stay until it lets go of them.
         """
         before = self.cache_manager.free_pages
         self.cache_manager.reset_prefix_cache()
