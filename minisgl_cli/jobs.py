@@ -9,6 +9,7 @@ the same reason this module imports no torch, transformers or engine at its top:
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,13 +20,15 @@ from core.choices import check_dtype_name
 from core.errors import InvalidParamsError
 from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
 from core.request import SamplingParams
-from minisgl_cli.exits import SOME_FAILED
+from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.options import EngineOptions, SamplingOptions
+from minisgl_cli.prompt_run import Collected, PromptRun
 from render.activity import Activity
 from render.progress import GenerationProgress
 
 if TYPE_CHECKING:
     from core.llm import LLM
+    from minisgl_cli.output import StreamPrinter
     from core.reference import Verdict
 
 Result = dict[str, Any]
@@ -103,10 +106,34 @@ def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:
     return [chat_input_ids(llm.tokenizer, s.prompt) if isinstance(s.prompt, str) else s.prompt for s in job.specs]
 
 
+def run_prompts(llm: LLM, inputs: list[Prompt], job: Job, activity: Activity,
+                stream: Callable[[PromptRun], StreamPrinter] | None = None) -> tuple[list[Result], bool]:
+    """Every prompt through the engine; the results, and whether Ctrl-C stopped the run (the results then
+    hold the finished ones and 'interrupted' for the rest). With ``stream`` the text itself shows progress;
+    otherwise a bar counts tokens and requests."""
+    run = PromptRun(llm, inputs, job.params)
+    if stream is not None:
+        printer = stream(run)
+        printer.start()
+        results = run.run()
+        printer.finish(results)
+        return results, run.interrupted
+    with GenerationProgress(activity, [p.max_tokens for p in job.params]) as progress:
+        def on_reply(index: int, got: Collected, added: int) -> None:
+            progress.advance(added, got.finished, max(got.max_tokens - len(got.token_ids), 0) if got.finished else 0)
+
+        run.listeners.append(on_reply)
+        results = run.run()
+    return results, run.interrupted
+
+
 def generate_with_progress(llm: LLM, inputs: list[Prompt], job: Job, activity: Activity) -> list[Result]:
-    with GenerationProgress(activity, total=len(inputs)) as progress:
-        llm.add_reply_callback(progress.on_reply)
-        return llm.generate(inputs, job.params)
+    """``run_prompts`` for a command that needs every result: Ctrl-C ends it with exit code 130."""
+    results, interrupted = run_prompts(llm, inputs, job, activity)
+    if interrupted:
+        activity.line("interrupted")
+        raise typer.Exit(INTERRUPTED)
+    return results
 
 
 def check_against_reference(llm: LLM, inputs: list[Prompt], job: Job, results: list[Result],

@@ -74,6 +74,9 @@ OptionalPrompts = Annotated[Optional[Path], typer.Argument(
     metavar="PROMPTS", show_default=False,
     help="A .txt or .jsonl prompts file, or '-' for stdin. Default: the tutorial's five prompts "
          "(sample_prompts/chapter.jsonl).")]
+Stream = Annotated[Optional[bool], typer.Option(
+    "--stream/--no-stream", metavar=FLAG, show_default=False,
+    help="Write each continuation as its tokens are produced (default: on a terminal with a single prompt).")]
 Json = Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print one JSON object per prompt instead of tables.")]
 
 

@@ -56,6 +56,16 @@ def completion_header(index: int, total: int, result: Result) -> RenderableType:
     return Rule(header, align="left", style="dim")
 
 
+def stream_header(index: int, total: int, prompt_tokens: int) -> RenderableType:
+    """Above a streamed continuation: how it ends is not known yet (``stream_footer`` says it after)."""
+    return Rule(Text.assemble((f"{index + 1}/{total} ", "bold"), (f"· {prompt_tokens:,} prompt tokens", "dim")),
+                align="left", style="dim")
+
+
+def stream_footer(result: Result) -> Text:
+    return Text.assemble(finish_text(result), (f" · {len(result['token_ids']):,} generated", "dim"))
+
+
 def completion_body(label: str, result: Result, separator: str = "") -> Text:
     """The prompt (cut when long) followed by its continuation exactly as generated (newlines kept), for a
     terminal. ``separator`` goes between them: nothing for a plain continuation, a newline for a chat reply."""
@@ -81,12 +91,14 @@ class RunSummary:
     generated_tokens: int
     errors: int
     wall_s: float
+    interrupted: int = 0
 
     @classmethod
     def of(cls, results: Sequence[Result], wall_s: float) -> "RunSummary":
         return cls(len(results), sum(r["prompt_tokens"] for r in results),
                    sum(len(r["token_ids"]) for r in results),
-                   sum(r["finish_reason"] == "error" for r in results), wall_s)
+                   sum(r["finish_reason"] == "error" for r in results), wall_s,
+                   sum(r["finish_reason"] == "interrupted" for r in results))
 
     @property
     def tokens_per_s(self) -> float:
@@ -101,6 +113,8 @@ def summary_table(summary: RunSummary) -> Table:
     table.add_row("requests", str(summary.requests))
     if summary.errors:
         table.add_row(Text("errors", style="red"), Text(str(summary.errors), style="red"))
+    if summary.interrupted:
+        table.add_row(Text("interrupted", style="yellow"), Text(str(summary.interrupted), style="yellow"))
     table.add_row("prompt tokens", str(summary.prompt_tokens))
     table.add_row("generated tokens", str(summary.generated_tokens))
     table.add_row("wall time", f"{summary.wall_s:.2f} s")

@@ -96,3 +96,15 @@ def test_help_shows_flags_as_flags_and_every_baseline():
     narrow = subprocess.run([sys.executable, "-m", "minisgl_cli", "bench", "--help"], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "80"})
     assert "hf-continuous" in narrow.stdout and "…" not in narrow.stdout
+
+
+def test_a_piped_stream_is_the_exact_text(model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.txt", "hello there\nsecond prompt\n")
+    args = ("generate", prompts, "--model", model_dirs["llama"], "-n", "30", "--ignore-eos")
+    rows = json_lines(run(*args, "--json").stdout)
+    streamed = run(*args, "--stream")
+    assert streamed.exit_code == 0, streamed.stderr
+    for row in rows:
+        assert row["prompt"] + row["text"] + "\n" in streamed.stdout
+    assert "length · 30 generated" in streamed.stdout
+    assert_user_error(run(*args, "--stream", "--json"), "--stream writes text")
