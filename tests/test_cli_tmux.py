@@ -105,7 +105,7 @@ def test_generate_from_stdin_on_a_terminal_says_how_to_end(tmux, model_dirs):
     tmux("send-keys", "-t", "t", "hello there", "Enter")
     tmux("send-keys", "-t", "t", "C-d")
     screen = tmux.wait_for("EXIT=")
-    assert "EXIT=0" in screen and "1/1 length" in screen
+    assert "EXIT=0" in screen and "length · 2 generated" in screen
 
 
 def test_ctrl_c_in_generate_keeps_the_finished_results(tmux, model_dirs, tmp_path):
