@@ -1,12 +1,31 @@
-"""minisgl's engine: continuous batching over a paged KV cache, with an ``LLM`` interface that takes requests while it runs."""
+"""minisgl's engine: continuous batching over a paged KV cache, with an ``LLM`` interface that takes requests
+while it runs.
+
+``LLM`` is imported on first use (PEP 562): importing ``core`` for its errors, options or prompt files costs
+no torch or transformers, which is what lets ``minisgl --help`` answer at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from core.errors import (EngineBusyError, InvalidParamsError, MinisglError, ModelLoadError, PromptFileError,
                          UnsupportedModelError, WorkerError)
 from core.events import ReqStep, StepEvent
-from core.llm import LLM
 from core.request import SamplingParams
+
+if TYPE_CHECKING:
+    from core.llm import LLM
 
 __version__ = "0.1.0"
 
 __all__ = ["LLM", "SamplingParams", "StepEvent", "ReqStep", "MinisglError", "InvalidParamsError",
            "EngineBusyError", "ModelLoadError", "PromptFileError", "UnsupportedModelError", "WorkerError", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LLM":
+        from core.llm import LLM
+
+        return LLM
+    raise AttributeError(f"module 'core' has no attribute {name!r}")

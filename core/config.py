@@ -6,10 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
+from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, check_dtype_name
 from core.errors import InvalidParamsError
 
-CACHE_TYPES = ("naive", "radix")
-ATTENTION_BACKENDS = ("torch", "flashinfer")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
 
@@ -17,10 +16,7 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 def parse_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
     if value is None or isinstance(value, torch.dtype):
         return value
-    try:
-        return _DTYPES[str(value).lower()]
-    except KeyError:
-        raise InvalidParamsError(f"unknown dtype {value!r}; use one of {', '.join(_DTYPES)}") from None
+    return _DTYPES[check_dtype_name(value)]
 
 
 @dataclass(frozen=True)

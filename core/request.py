@@ -11,9 +11,10 @@ The lengths follow one convention throughout the engine:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:  # only in annotations: reading prompts and their settings needs no torch
+    import torch
 
 from core.errors import InvalidParamsError
 

@@ -2,7 +2,11 @@
 
 Every user mistake ends the same way, whichever layer noticed it: one line ``error: ...`` on stderr and exit
 code 2. Click's usage errors (a bad option value, a missing argument) and the engine's MinisglError types
-are both turned into that line here, at the outermost boundary, so no command has to remember to.
+are both turned into that line here, at the outermost boundary, so no command has to remember to. The exit
+codes are in minisgl_cli/exits.py.
+
+Nothing here, nor in the command modules, imports torch, transformers or the engine: a command imports them
+when it loads a model, so ``--help``, ``--version`` and usage errors answer at once.
 """
 
 from __future__ import annotations
@@ -11,25 +15,38 @@ import sys
 from typing import Any, NoReturn
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from core import __version__
 from core.errors import MinisglError
+from minisgl_cli.bench import bench
+from minisgl_cli.exits import DONE, INTERRUPTED, USAGE
 from minisgl_cli.generate import generate
+from minisgl_cli.options import FLAG
 from minisgl_cli.trace import trace
 from minisgl_cli.verify import verify
-from minisgl_cli.bench import bench
-
-USER_ERROR = 2
-INTERRUPTED = 130
 
 
-def _fail(message: str, code: int = USER_ERROR) -> NoReturn:
+def _fail(message: str, code: int = USAGE) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     sys.exit(code)
 
 
-class _OneLineErrors(TyperGroup):
+class _PlainHelpFlag:
+    """``--help`` listed as the flag it is, without Typer's ``<bool>`` type column."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = FLAG
+        return option
+
+
+class _Command(_PlainHelpFlag, TyperCommand):
+    pass
+
+
+class _OneLineErrors(_PlainHelpFlag, TyperGroup):
     """Runs the command non-standalone so that errors reach us, then presents them as one line."""
 
     def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
@@ -46,7 +63,7 @@ class _OneLineErrors(TyperGroup):
             _fail("aborted", INTERRUPTED)
         except MinisglError as exc:
             _fail(str(exc))
-        sys.exit(code if isinstance(code, int) else 0)
+        sys.exit(code if isinstance(code, int) else DONE)
 
 
 def _sentence(message: str) -> str:
@@ -60,9 +77,8 @@ def _sentence(message: str) -> str:
 
 app = typer.Typer(name="minisgl", cls=_OneLineErrors, add_completion=False,
                   help="A small, readable and fast LLM inference engine.", pretty_exceptions_show_locals=False)
-app.command()(generate)
-app.command()(trace)
-app.command()(verify)
+for command in (generate, trace, verify, bench):
+    app.command(cls=_Command)(command)
 
 
 def _version(value: bool) -> None:
@@ -73,7 +89,7 @@ def _version(value: bool) -> None:
 
 @app.callback(invoke_without_command=True)
 def root(ctx: typer.Context,
-         version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+         version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar=FLAG,
                                       help="Print the version and exit.")) -> None:
     """minisgl: continuous batching over a paged KV cache, shown step by step."""
     if ctx.invoked_subcommand is None:  # plain `minisgl`: the help, not an error
@@ -81,8 +97,6 @@ def root(ctx: typer.Context,
         if text:
             typer.echo(text)
 
-
-app.command("bench")(bench)
 
 
 def main() -> None:

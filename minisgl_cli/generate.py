@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import time
 
+import typer
 from rich.console import Console
 
 from minisgl_cli import options as o
-from minisgl_cli.jobs import engine_inputs, generate_with_progress, load_job, load_llm
-from render.results import RunSummary, completion_block, summary_table
+from minisgl_cli.exits import INTERRUPTED
+from minisgl_cli.jobs import engine_inputs, exit_for, load_job, load_llm, run_prompts
+from minisgl_cli.output import StreamPrinter, print_completion
+from render.activity import Activity
+from render.results import RunSummary, summary_table
 
 
 def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.Temperature = None,
@@ -17,16 +21,25 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
              model: o.Model = None, cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
              max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None, chat: o.Chat = False,
              attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None, tp: o.Tp = 1,
-             dtype: o.Dtype = None,
+             dtype: o.Dtype = None, stream: o.Stream = None,
              json_out: o.Json = False) -> None:
-    """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary."""
-    out, err = Console(), Console(stderr=True)
+    """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
+
+    Exit code 0 when every prompt finished, 1 when some results are errors (they are still printed), 130 on
+    Ctrl-C (the finished results are printed, the others marked interrupted)."""
+    out, activity = Console(), Activity(Console(stderr=True))
+    if stream and json_out:
+        raise typer.BadParameter("--stream writes text; use one or the other", param_hint="'--json'")
     job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos))
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                   cuda_graph_max_bs, tp, dtype), err)
+                                   cuda_graph_max_bs, tp, dtype), activity)
     inputs = engine_inputs(llm, job, chat)
+    separator = "\n" if chat else ""
+    if stream is None:
+        stream = out.is_terminal and len(inputs) == 1 and not json_out
+    printer = (lambda run: StreamPrinter(out, run, job.labels, separator)) if stream else None
     started = time.perf_counter()
-    results = generate_with_progress(llm, inputs, job, err)
+    results, interrupted = run_prompts(llm, inputs, job, activity, stream=printer)
     wall = time.perf_counter() - started
     if json_out:
         for i, (spec, result) in enumerate(zip(job.specs, results)):
@@ -34,8 +47,15 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
                               "token_ids": result["token_ids"], "finish_reason": result["finish_reason"],
                               "error": result["error"], "prompt_tokens": result["prompt_tokens"]},
                              ensure_ascii=False), flush=True)
-        return
-    for i, (label, result) in enumerate(zip(job.labels, results)):
-        out.print(completion_block(i, len(results), label, result, separator="\n" if chat else ""))
-    out.print()
-    out.print(summary_table(RunSummary.of(results, wall)))
+    else:
+        if not stream:
+            for i, (label, result) in enumerate(zip(job.labels, results)):
+                print_completion(out, i, len(results), label, result, separator=separator)
+        out.print()
+        out.print(summary_table(RunSummary.of(results, wall)))
+    if interrupted:
+        finished = sum(r["finish_reason"] != "interrupted" for r in results)
+        activity.line(f"interrupted: {finished} of {len(results)} prompts had finished; the others are marked "
+                      f"interrupted (exit code 130)")
+        raise typer.Exit(INTERRUPTED)
+    exit_for(results, activity)

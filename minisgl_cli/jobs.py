@@ -1,25 +1,35 @@
 """What the commands have in common: read the prompts, load the engine, run it, check against transformers.
 
 The order matters for the user: everything that can be checked without a model (the prompts file, option
-combinations, output paths) is checked first, so a typo fails in milliseconds rather than after a load.
+combinations, output paths) is checked first, so a typo fails in milliseconds rather than after a load. For
+the same reason this module imports no torch, transformers or engine at its top: they are imported inside
+``load_llm`` and ``check_against_reference``, under a spinner that is already turning.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
+import typer
 
-from core import LLM, SamplingParams
+from core.choices import check_dtype_name
 from core.errors import InvalidParamsError
 from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
-from core.reference import HFReference, Verdict, compare
+from core.request import SamplingParams
+from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.options import EngineOptions, SamplingOptions
+from minisgl_cli.prompt_run import Collected, PromptRun
+from render.activity import Activity
 from render.progress import GenerationProgress
+
+if TYPE_CHECKING:
+    from core.llm import LLM
+    from minisgl_cli.output import StreamPrinter
+    from core.reference import Verdict
 
 Result = dict[str, Any]
 
@@ -38,6 +48,8 @@ class Job:
 
 
 def load_job(source: Path | str, sampling: SamplingOptions) -> Job:
+    if str(source) == "-" and sys.stdin.isatty():  # else a terminal would just sit there, blank
+        typer.echo("reading prompts from stdin, one a line (or JSON lines); end with Ctrl-D", err=True)
     specs = read_prompts(source, stdin=sys.stdin)
     explicit = sampling.explicit()
     try:
@@ -64,18 +76,27 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def load_llm(opts: EngineOptions, err: Console) -> LLM:
-    """Build the engine under a status line; the slow first conversion of a GGUF says so as it starts."""
-    quiet_transformers()
-    name = opts.model or "the embedded SmolLM2-135M-Instruct"
-    with err.status(f"loading {escape(name)}") as status:
-        def log(message: str) -> None:
-            err.print(f"[dim]{escape(message)}[/]", soft_wrap=True)
-            status.update(escape(message))
+def check_engine_options(opts: EngineOptions) -> None:
+    """What the engine would refuse only after loading the model, said in the options the user typed."""
+    if opts.dtype is not None:
+        check_dtype_name(opts.dtype)
+    if opts.num_pages is not None and opts.num_pages < opts.max_running:
+        raise InvalidParamsError(f"--num-pages {opts.num_pages} is too small for --max-running {opts.max_running}: "
+                                 f"the KV pool needs at least one page per running request")
 
+
+def load_llm(opts: EngineOptions, activity: Activity) -> LLM:
+    """Build the engine under a spinner that turns from the first moment (importing torch is part of the
+    wait); the slow first conversion of a GGUF and the engine's summary are printed as notes."""
+    check_engine_options(opts)
+    name = opts.model or "the embedded SmolLM2-135M-Instruct"
+    with activity.phase(f"loading {name}"):
+        from core.llm import LLM
+
+        quiet_transformers()
         return LLM(opts.model, cache=opts.cache, page_size=opts.page_size, max_running_req=opts.max_running,
                    num_pages=opts.num_pages, attention=opts.attention, cuda_graph_max_bs=opts.cuda_graph_max_bs,
-                   tp=opts.tp, dtype=opts.dtype, log=log)
+                   tp=opts.tp, dtype=opts.dtype, log=activity.note)
 
 
 def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:
@@ -85,24 +106,58 @@ def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:
     return [chat_input_ids(llm.tokenizer, s.prompt) if isinstance(s.prompt, str) else s.prompt for s in job.specs]
 
 
-def generate_with_progress(llm: LLM, inputs: list[Prompt], job: Job, err: Console) -> list[Result]:
-    with GenerationProgress(err, total=len(inputs)) as progress:
-        llm.add_reply_callback(progress.on_reply)
-        return llm.generate(inputs, job.params)
+def run_prompts(llm: LLM, inputs: list[Prompt], job: Job, activity: Activity,
+                stream: Callable[[PromptRun], StreamPrinter] | None = None) -> tuple[list[Result], bool]:
+    """Every prompt through the engine; the results, and whether Ctrl-C stopped the run (the results then
+    hold the finished ones and 'interrupted' for the rest). With ``stream`` the text itself shows progress;
+    otherwise a bar counts tokens and requests."""
+    run = PromptRun(llm, inputs, job.params)
+    if stream is not None:
+        printer = stream(run)
+        printer.start()
+        results = run.run()
+        printer.finish(results)
+        return results, run.interrupted
+    with GenerationProgress(activity, [p.max_tokens for p in job.params]) as progress:
+        def on_reply(index: int, got: Collected, added: int) -> None:
+            progress.advance(added, got.finished, max(got.max_tokens - len(got.token_ids), 0) if got.finished else 0)
+
+        run.listeners.append(on_reply)
+        results = run.run()
+    return results, run.interrupted
+
+
+def generate_with_progress(llm: LLM, inputs: list[Prompt], job: Job, activity: Activity) -> list[Result]:
+    """``run_prompts`` for a command that needs every result: Ctrl-C ends it with exit code 130."""
+    results, interrupted = run_prompts(llm, inputs, job, activity)
+    if interrupted:
+        activity.line("interrupted")
+        raise typer.Exit(INTERRUPTED)
+    return results
 
 
 def check_against_reference(llm: LLM, inputs: list[Prompt], job: Job, results: list[Result],
-                            err: Console) -> list[Verdict]:
+                            activity: Activity) -> list[Verdict]:
     """transformers greedy, one prompt at a time, compared with each engine result (errors are not re-run)."""
-    with err.status("loading the transformers reference"):
+    from core.reference import HFReference, Verdict, compare
+
+    with activity.phase("loading the transformers reference"):
         reference = HFReference(llm.model_dir)
     verdicts = []
-    with err.status("") as status:
+    with activity.phase(f"transformers greedy reference, one prompt at a time ({len(inputs)} prompts)"):
         for i, (prompt, params, result) in enumerate(zip(inputs, job.params, results)):
-            status.update(f"transformers greedy reference: prompt {i + 1}/{len(inputs)}")
+            activity.update(f"transformers greedy reference: prompt {i + 1}/{len(inputs)}")
             if result["finish_reason"] == "error":
                 verdicts.append(Verdict("error", error=result["error"]))
                 continue
             ref = reference.greedy(llm.tokenize(prompt), params.max_tokens, llm.eos_token_ids, params.ignore_eos)
             verdicts.append(compare(result["token_ids"], result["finish_reason"], ref, llm.eos_token_ids))
     return verdicts
+
+
+def exit_for(results: list[Result], activity: Activity) -> None:
+    """Exit code 1 when some results are errors (they have been printed), with a line on stderr that says so."""
+    failed = sum(r["finish_reason"] == "error" for r in results)
+    if failed:
+        activity.line(f"{failed} of {len(results)} prompts failed; their errors are in the results (exit code 1)")
+        raise typer.Exit(SOME_FAILED)

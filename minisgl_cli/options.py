@@ -12,11 +12,14 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from core.config import ATTENTION_BACKENDS, CACHE_TYPES
+from core.choices import ATTENTION_BACKENDS, CACHE_TYPES
 
 DEFAULT_CACHE = "radix"
 DEFAULT_MAX_RUNNING = 32
 DEFAULT_PAGE_SIZE = 1
+
+# the metavar of an on/off option: nothing (Typer would show "<bool>", as if it took a value)
+FLAG = ""
 
 _ENGINE = "Engine"
 _SAMPLING = "Sampling"
@@ -45,7 +48,7 @@ Tp = Annotated[int, typer.Option("--tp", min=1, rich_help_panel=_ENGINE,
                                  help="Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).")]
 Dtype = Annotated[Optional[str], typer.Option(
     "--dtype", rich_help_panel=_ENGINE, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on CUDA).")]
-Chat = Annotated[bool, typer.Option("--chat", rich_help_panel=_ENGINE,
+Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 
 MaxTokens = Annotated[Optional[int], typer.Option(
@@ -60,7 +63,7 @@ TopP = Annotated[Optional[float], typer.Option("--top-p", rich_help_panel=_SAMPL
 Seed = Annotated[Optional[int], typer.Option("--seed", rich_help_panel=_SAMPLING,
                                              help="Seed for sampling (per request: same seed, same output).")]
 IgnoreEos = Annotated[Optional[bool], typer.Option(
-    "--ignore-eos/--stop-at-eos", rich_help_panel=_SAMPLING, show_default=False,
+    "--ignore-eos/--stop-at-eos", metavar=FLAG, rich_help_panel=_SAMPLING, show_default=False,
     help="Keep generating after an end-of-sequence token (default: the file's value, else stop).")]
 
 Prompts = Annotated[Path, typer.Argument(
@@ -71,7 +74,10 @@ OptionalPrompts = Annotated[Optional[Path], typer.Argument(
     metavar="PROMPTS", show_default=False,
     help="A .txt or .jsonl prompts file, or '-' for stdin. Default: the tutorial's five prompts "
          "(sample_prompts/chapter.jsonl).")]
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON object per prompt instead of tables.")]
+Stream = Annotated[Optional[bool], typer.Option(
+    "--stream/--no-stream", metavar=FLAG, show_default=False,
+    help="Write each continuation as its tokens are produced (default: on a terminal with a single prompt).")]
+Json = Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print one JSON object per prompt instead of tables.")]
 
 
 @dataclass(frozen=True)

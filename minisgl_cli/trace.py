@@ -12,36 +12,39 @@ what ``--svg`` saves. Ctrl-C stops cleanly: the live display is closed, the step
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console, RenderableType
 from rich.live import Live
 
 import sample_prompts
-from core import LLM
 from core.events import StepEvent
 from core.llm.arrivals import Arrival, every_n_steps, poisson
 from core.prompts import Prompt
 from minisgl_cli import options as o
-from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, load_job, load_llm,
+from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
+from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, exit_for, load_job, load_llm,
                                  require_greedy)
 from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
+from minisgl_cli.paths import check_output_file
 from minisgl_cli.trace_file import TraceFile
 from render.export import save_svg
 from render.results import generations_table
 from render.step_detail import step_detail
 from render.steps import LiveSteps, legend_for, step_table
 from render.timeline import timeline_table
+from render.activity import Activity
 from render.verify import summary_line
 
-INTERRUPTED = 130
-MISMATCH = 1
+if TYPE_CHECKING:
+    from core.llm import LLM
 
 TraceOut = Annotated[Optional[Path], typer.Option(
     "--trace-out", metavar="FILE.jsonl", help="Write every step event as a JSON line (flushed as it happens).")]
 Svg = Annotated[Optional[Path], typer.Option("--svg", metavar="FILE.svg", help="Save the final screen as SVG.")]
-Verify = Annotated[bool, typer.Option("--verify", help="Check each generation against transformers greedy.")]
+Verify = Annotated[bool, typer.Option("--verify", metavar=o.FLAG,
+                                     help="Check each generation against transformers greedy.")]
 _ARRIVALS = "Arrivals and pace"
 ArrivalEvery = Annotated[Optional[int], typer.Option(
     "--arrival-every", min=1, metavar="N", rich_help_panel=_ARRIVALS,
@@ -53,12 +56,12 @@ StepDelay = Annotated[float, typer.Option(
     "--step-delay", min=0.0, metavar="SECONDS", rich_help_panel=_ARRIVALS,
     help="Pause after every step so the table can be read as it grows (terminal only).")]
 StepByKey = Annotated[bool, typer.Option(
-    "--step", rich_help_panel=_ARRIVALS,
+    "--step", metavar=o.FLAG, rich_help_panel=_ARRIVALS,
     help="Wait for Enter or space before each step; q stops the run (terminal only).")]
 ShowRadix = Annotated[bool, typer.Option(
-    "--show-radix", rich_help_panel=_ARRIVALS,
+    "--show-radix", metavar=o.FLAG, rich_help_panel=_ARRIVALS,
     help="Draw the radix cache's tree (token spans, locks, who holds what) under the table.")]
-NoLegend = Annotated[bool, typer.Option("--no-legend", rich_help_panel=_ARRIVALS,
+NoLegend = Annotated[bool, typer.Option("--no-legend", metavar=o.FLAG, rich_help_panel=_ARRIVALS,
                                         help="Hide the line per column under the table.")]
 
 
@@ -84,12 +87,13 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     if arrival_every is not None and arrival_rate is not None:
         raise typer.BadParameter("give one of --arrival-every and --arrival-rate", param_hint="'--arrival-rate'")
     arrivals = _arrivals(job, arrival_every, arrival_rate, seed)
-    _check_writable(svg, "--svg")
+    check_output_file(svg, "--svg")
+    check_output_file(trace_out, "--trace-out")
     pacer = Pacer.for_terminal(step_delay, step, err)
     trace_file = TraceFile(trace_out) if trace_out else None
     try:
         llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype), err)
+                                         cuda_graph_max_bs, tp, dtype), Activity(err))
         llm.report_radix = show_radix
         inputs = engine_inputs(llm, job, chat)
         view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs), show_legend=not no_legend,
@@ -107,7 +111,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     finally:
         if trace_file:
             trace_file.close()
-    verdicts = check_against_reference(llm, inputs, job, results, err) if verify else None
+    verdicts = check_against_reference(llm, inputs, job, results, Activity(err)) if verify else None
     screen: list[RenderableType] = [step_table(view.events, view.show_cached)]
     if view.events:
         screen.append(step_detail(view.events[-1], show_radix, llm.tokenizer.decode))
@@ -125,7 +129,8 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     if trace_file:
         err.print(f"[dim]wrote {trace_file.lines} step events to {trace_file.path}[/]")
     if verdicts is not None and not all(v.exact for v in verdicts):
-        raise typer.Exit(MISMATCH)
+        raise typer.Exit(SOME_FAILED)
+    exit_for(results, Activity(err))
 
 
 def _arrivals(job: Job, every: int | None, rate: float | None, seed: int | None) -> list[Arrival | None] | None:
@@ -164,7 +169,3 @@ def _report_interrupt(view: LiveSteps, trace_file: TraceFile | None, out: Consol
     where = f"; {trace_file.lines} complete step events are in {trace_file.path}" if trace_file else ""
     err.print(f"{how}; unfinished requests were aborted{where}")
 
-
-def _check_writable(path: Path | None, option: str) -> None:
-    if path is not None and not path.parent.resolve().is_dir():
-        raise typer.BadParameter(f"directory {path.parent} does not exist", param_hint=f"'{option}'")

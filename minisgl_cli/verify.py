@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
 
 import sample_prompts
-from core import LLM
 from minisgl_cli import options as o
+from minisgl_cli.exits import SOME_FAILED
 from minisgl_cli.jobs import (check_against_reference, engine_inputs, generate_with_progress, load_job,
                                  load_llm, require_greedy)
+from render.activity import Activity
 from render.verify import summary_line, verify_table
 
-MISMATCH = 1
+if TYPE_CHECKING:
+    from core.llm import LLM
+
 REFERENCES = ("hf",)
 
 Ref = Annotated[Literal[REFERENCES], typer.Option("--ref",
@@ -31,17 +34,18 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
            tp: o.Tp = 1, dtype: o.Dtype = None) -> None:
     """Check the engine's greedy output for PROMPTS against transformers, token for token.
 
-    Exit code 0 when every prompt matches exactly, 1 otherwise. At the first differing position the table
+    Exit code 0 when every prompt matches exactly, 1 otherwise (a difference, or a prompt the engine
+    refused). At the first differing position the table
     shows both tokens and whether it is a near-tie (the engine's token within the reference's top-5)."""
-    err = Console(stderr=True)
+    activity = Activity(Console(stderr=True))
     job = load_job(prompts or sample_prompts.path(), o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed,
                                                                          ignore_eos))
     require_greedy(job)
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype), err)
+                                         cuda_graph_max_bs, tp, dtype), activity)
     inputs = engine_inputs(llm, job, chat)
-    results = generate_with_progress(llm, inputs, job, err)
-    verdicts = check_against_reference(llm, inputs, job, results, err)
+    results = generate_with_progress(llm, inputs, job, activity)
+    verdicts = check_against_reference(llm, inputs, job, results, activity)
     if json_out:
         for i, (spec, result, verdict) in enumerate(zip(job.specs, results, verdicts)):
             print(json.dumps({"index": i, "prompt": spec.prompt, "token_ids": result["token_ids"],
@@ -51,7 +55,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
         out.print(verify_table(job.labels, results, verdicts, lambda t: _token_text(llm, t)))
         out.print(summary_line(verdicts))
     if not all(v.exact for v in verdicts):
-        raise typer.Exit(MISMATCH)
+        raise typer.Exit(SOME_FAILED)
 
 
 def _token_text(llm: LLM, token: int | None) -> str:

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-from rich.console import Console, Group
+import time
+
+from rich.console import Group
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from core.bench.names import STAGE_UNITS
 from core.bench.report import BenchReport, Percentiles
+from render.activity import Activity
 
 
 class BenchProgress:
-    """One bar per stage (the engine, then each baseline), fed by the benchmark's progress callback."""
+    """One bar per stage (the engine, then each baseline), fed by the benchmark's progress callback, each
+    counting in its own units; the benchmark's phase notes print above the bars.
 
-    def __init__(self, console: Console) -> None:
+    Without a terminal there are no bars: a line when each stage starts and one when it ends."""
+
+    def __init__(self, activity: Activity) -> None:
+        self.activity = activity
         self.progress = Progress(TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=True)
+                                 TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), console=activity.console,
+                                 transient=True, disable=not activity.live)
         self.tasks: dict[str, int] = {}
+        self._started: dict[str, float] = {}
 
     def __enter__(self) -> "BenchProgress":
         self.progress.__enter__()
@@ -25,10 +35,20 @@ class BenchProgress:
     def __exit__(self, *exc: object) -> None:
         self.progress.__exit__(*exc)
 
+    def note(self, message: str) -> None:
+        self.activity.note(message)
+
     def __call__(self, stage: str, done: int, total: int) -> None:
+        unit = STAGE_UNITS.get(stage, "")
         if stage not in self.tasks:
-            self.tasks[stage] = self.progress.add_task(stage, total=total)
+            self.tasks[stage] = self.progress.add_task(stage, total=total, unit=unit)
+            self._started[stage] = time.perf_counter()
+            if not self.activity.live:
+                self.activity.line(f"{stage}: {total} {unit}…")
         self.progress.update(self.tasks[stage], completed=done, total=total)
+        if done >= total and not self.activity.live and stage in self._started:
+            took = time.perf_counter() - self._started.pop(stage)
+            self.activity.line(f"{stage}: {done}/{total} {unit} in {took:.1f} s")
 
 
 def _ms(p: Percentiles) -> tuple[str, str, str]:

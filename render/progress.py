@@ -1,35 +1,55 @@
-"""A progress bar fed by the engine's replies: requests finished out of all, and tokens generated so far."""
+"""Progress of a generation: tokens produced out of the most that can be, and requests finished out of all.
+
+The bar counts tokens, so it moves with every token rather than only when a request ends; when a request
+stops early (at an end-of-sequence token, or with an error) the tokens it will no longer use are counted as
+done, so the bar still ends full. On a terminal it is a transient bar (gone when done); elsewhere one line
+when generation starts and one when it ends, on stderr, so piped results stay clean and a log shows the run.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Sequence
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from render.activity import Activity
 
 
 class GenerationProgress:
-    """Use as a context manager and register ``on_reply`` as the LLM's reply callback.
+    """A context manager; call ``advance`` for every token and every finished request."""
 
-    Shown only on a terminal (transient: it disappears when done), so piped output and logs stay clean.
-    """
-
-    def __init__(self, console: Console, total: int, description: str = "generating") -> None:
+    def __init__(self, activity: Activity, budgets: Sequence[int], description: str = "generating") -> None:
         self.tokens = 0
+        self.finished = 0
+        self.requests = len(budgets)
+        self._activity = activity
+        self._description = description
+        self._started = 0.0
         self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                  MofNCompleteColumn(), TextColumn("requests · {task.fields[tokens]} tokens"),
-                                  TimeElapsedColumn(), console=console, transient=True,
-                                  disable=not console.is_terminal)
-        self._task = self._progress.add_task(description, total=total, tokens=0)
+                                  MofNCompleteColumn(), TextColumn("tokens · {task.fields[finished]}/"
+                                                                   f"{self.requests} requests"),
+                                  TimeElapsedColumn(), console=activity.console, transient=True,
+                                  disable=not activity.live)
+        self._task = self._progress.add_task(description, total=sum(budgets), finished=0)
 
-    def on_reply(self, reply: Any) -> None:
-        if reply.token is not None and reply.finish_reason != "stop":  # a stop token is not output
-            self.tokens += 1
-        self._progress.update(self._task, advance=1 if reply.finished else 0, tokens=self.tokens)
+    def advance(self, tokens: int, finished: bool = False, unused: int = 0) -> None:
+        """``tokens`` new ones; a request that ``finished`` with ``unused`` of its budget left."""
+        self.tokens += tokens
+        self.finished += finished
+        self._progress.update(self._task, advance=tokens + unused, finished=self.finished)
 
     def __enter__(self) -> "GenerationProgress":
-        self._progress.start()
+        self._started = time.perf_counter()
+        if self._activity.live:
+            self._progress.start()
+        else:
+            self._activity.line(f"{self._description}: {self.requests} requests…")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
+        if self._activity.live:
+            self._progress.stop()
+            return
+        self._activity.line(f"{self._description}: {self.finished}/{self.requests} requests finished, "
+                            f"{self.tokens} tokens in {time.perf_counter() - self._started:.1f} s")

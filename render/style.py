@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 PHASE_STYLE = {"prefill": "bold cyan", "decode": "bold green"}
-FINISH_STYLE = {"length": "yellow", "stop": "green", "error": "bold red", "abort": "red"}
+FINISH_STYLE = {"length": "yellow", "stop": "green", "error": "bold red", "abort": "red", "interrupted": "bold yellow"}
 
 
 def one_line(text: str, style: str = "") -> Text:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 from rich.text import Text
 
-from core.reference import Verdict
 from render.style import one_line, titled_table
+
+if TYPE_CHECKING:  # the reference itself (torch, transformers) is loaded only by the commands that run it
+    from core.reference import Verdict
 
 _MARKS = {"match": ("✓ exact", "bold green"), "near-tie": ("≈ near-tie", "bold yellow"),
           "mismatch": ("✗ differs", "bold red"), "error": ("! error", "bold red")}

@@ -54,8 +54,10 @@ def test_bad_option_values(good, args, fragment):
 
 
 def test_missing_model(good, tmp_path):
-    assert_user_error(run("generate", good, "--model", tmp_path / "nowhere"), "does not exist")
-    assert_user_error(run("trace", good, "--model", write(tmp_path / "model.bin", "x")), "not a .gguf")
+    # the model is found as loading starts, so stderr (not a terminal here) first says "loading ..."
+    assert_user_error(run("generate", good, "--model", tmp_path / "nowhere"), "does not exist", after_load=True)
+    assert_user_error(run("trace", good, "--model", write(tmp_path / "model.bin", "x")), "not a .gguf",
+                      after_load=True)
 
 
 def test_model_without_chat_template_with_chat(good, model_dirs):
@@ -85,5 +87,6 @@ def test_no_command_shows_help_and_version_works():
 def test_engine_options_are_checked(good, model_dirs):
     assert_user_error(run("generate", good, "--attention", "magic"), "'magic' is not one of 'torch', 'flashinfer'")
     assert_user_error(run("generate", good, "--model", model_dirs["llama"], "--dtype", "fp8"), "unknown dtype 'fp8'")
-    assert_user_error(run("generate", good, "--model", model_dirs["llama"], "--tp", "3"), "cannot be split over 3")
+    assert_user_error(run("generate", good, "--model", model_dirs["llama"], "--tp", "3"), "cannot be split over 3",
+                      after_load=True)  # the model's config says how many heads it has
     assert_user_error(run("generate", good, "--cuda-graph-max-bs", "-1"), "'--cuda-graph-max-bs'")

@@ -62,12 +62,13 @@ def test_command_line_max_tokens_overrides_the_file(model_dirs, tmp_path):
 def test_a_prompt_too_long_for_the_context_is_its_own_error(model_dirs, tmp_path):
     path = write(tmp_path / "p.txt", "short one\n" + "x" * 600 + "\nanother\n")
     result = run("generate", path, "--model", model_dirs["llama"], "-n", "2", "--json")
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # the results are printed, and the exit code says one failed
+    assert "1 of 3 prompts failed" in result.stderr
     rows = json_lines(result.stdout)
     assert [r["finish_reason"] for r in rows] == ["length", "error", "length"]
     assert "exceeds the context of 512 tokens" in rows[1]["error"] and rows[1]["token_ids"] == []
     table = run("generate", path, "--model", model_dirs["llama"], "-n", "2")
-    assert table.exit_code == 0 and "exceeds the context" in table.stdout
+    assert table.exit_code == 1 and "exceeds the context" in table.stdout
     assert summary_value(table.stdout, "errors") == "1"
 
 

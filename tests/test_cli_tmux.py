@@ -142,3 +142,50 @@ def test_step_delay_lets_the_table_grow_visibly(tmux, model_dirs, tmp_path):
         time.sleep(0.3)
     assert "EXIT=0" in tmux.screen()
     assert len({n for n in seen if n > 0}) >= 3  # the live table was seen at several sizes, not all at once
+
+
+def minisgl_command(*args: object) -> str:
+    return shlex.join([sys.executable, "-m", "minisgl_cli", *map(str, args)])
+
+
+def test_generate_from_stdin_on_a_terminal_says_how_to_end(tmux, model_dirs):
+    tmux.start(minisgl_command("generate", "-", "--model", model_dirs["llama"], "-n", "2"))
+    tmux.wait_for("end with Ctrl-D")
+    tmux("send-keys", "-t", "t", "hello there", "Enter")
+    tmux("send-keys", "-t", "t", "C-d")
+    screen = tmux.wait_for("EXIT=")
+    assert "EXIT=0" in screen and "length · 2 generated" in screen
+
+
+def test_ctrl_c_in_generate_keeps_the_finished_results(tmux, model_dirs, tmp_path):
+    """The bar counts tokens while the first request runs; Ctrl-C after it finished prints it whole, marks the
+    others interrupted and exits 130. The JSON lines are written to a file, the bar stays on the terminal."""
+    prompts = write(tmp_path / "p.txt", "one\ntwo\nthree\n")
+    out = tmp_path / "out.jsonl"
+    tmux.start(minisgl_command("generate", prompts, "--model", model_dirs["llama"], "--max-running", "1", "-n", "480",
+                               "--ignore-eos", "--json") + f" > {shlex.quote(str(out))}")
+    moving = tmux.wait_for("tokens · 0/3 requests")
+    assert "/1440 tokens" in moving  # per token, before any request has finished
+    tmux.wait_for("tokens · 1/3 requests")
+    tmux("send-keys", "-t", "t", "C-c")
+    screen = tmux.wait_for("EXIT=")
+    assert "EXIT=130" in screen and "Traceback" not in screen
+    assert "interrupted: 1 of 3 prompts had finished" in screen
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["finish_reason"] for r in rows][0] == "length" and len(rows[0]["token_ids"]) == 480
+    assert [r["finish_reason"] for r in rows[1:]] == ["interrupted", "interrupted"]
+
+
+def test_a_single_prompt_streams_on_a_terminal(tmux, model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.txt", "stream me\n")
+    tmux.start(minisgl_command("generate", prompts, "--model", model_dirs["llama"], "-n", "480", "--ignore-eos"))
+    deadline = time.monotonic() + HANG_LIMIT_S
+    streamed = False
+    while time.monotonic() < deadline and not streamed:
+        screen = tmux.screen()
+        after_prompt = screen.split("stream me", 1)[1] if "stream me" in screen else ""
+        streamed = bool(after_prompt.strip()) and "generated" not in screen  # text so far, not yet finished
+        time.sleep(0.2)
+    assert streamed, tmux.screen()
+    screen = tmux.wait_for("EXIT=")
+    assert "EXIT=0" in screen and "length · 480 generated" in screen and "summary" in screen

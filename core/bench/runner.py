@@ -13,6 +13,7 @@ import torch
 
 from core.bench.engine_run import batch1_request, run_batch1, run_engine, warm_up
 from core.bench.flops import matmul_gflops, workload_flops
+from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
 from core.bench.report import BenchReport, ProgressFn, no_progress
 from core.bench.workload import Workload, make_workload, workload_spec
@@ -21,9 +22,6 @@ from core.llm import LLM
 from core.models.loader import read_model_config
 from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
 
-BASELINES = ("hf-sequential", "hf-static", "hf-continuous")
-# one long request at a time says little on a GPU and takes minutes there
-CUDA_BASELINES = ("hf-static", "hf-continuous")
 
 
 @dataclass(frozen=True)
@@ -50,7 +48,9 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
               warn: Callable[[str], None] = lambda message: None,
               log: Callable[[str], None] | None = None) -> BenchReport:
     """Run the engine (after a warm-up run), then one request alone for the batch-1 decode latency, then
-    (unless skipped) each chosen baseline on the same requests; ``warn`` hears why a baseline could not run."""
+    (unless skipped) each chosen baseline on the same requests; ``warn`` hears why a baseline could not run,
+    ``log`` what the run is doing as each phase starts (loading, converting a GGUF, warming up, measuring)."""
+    say = log or (lambda message: None)
     spec = workload_spec(options.workload_name())
     if options.threads is not None:
         if isinstance(options.threads, bool) or not isinstance(options.threads, int) or options.threads < 1:
@@ -68,35 +68,27 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     workload = make_workload(spec, cfg.vocab_size, options.seed, options.requests, cfg.max_position_embeddings)
     batch1 = batch1_request(workload, cfg.max_position_embeddings)
     longest = max(len(r.prompt_ids) + r.max_tokens for r in workload.requests + [batch1])
+    say(f"loading {model_name} into the engine")
     llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
               max_seq_len=longest, tp=options.tp, log=log)
+    say(f"warming up the engine: the {len(workload.requests)} requests cut to a few tokens each")
     warm_up(llm, workload)
     engine_result, latency = run_engine(llm, workload, progress)
+    say("timing batch-1 decode: one request alone")
     batch1_ms = run_batch1(llm, batch1)
     results = [engine_result]
     skipped: dict[str, str] = {}
     if not options.skip_baselines:
+        say("loading the model into transformers for the baselines")
         results += _run_baselines(llm, _first(workload, options.hf_requests), chosen or default_baselines(llm.device),
                                   progress, skipped, warn)
+    if llm.device.type == "cpu":
+        say("measuring the matmul ceiling")
     return BenchReport(
         workload=spec.name, model=model_name, device=_describe(llm.device), requests=len(workload.requests),
         prompt_tokens=workload.prompt_tokens, results=results, latency=latency,
         matmul_gflops=matmul_gflops(dtype=llm.engine.dtype) if llm.device.type == "cpu" else 0.0,
         model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped, batch1_ms_per_token=batch1_ms)
-
-
-def parse_baselines(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    """The baselines asked for, in BASELINES' order; None (the device's default) when none were given."""
-    if value is None:
-        return None
-    names = [n.strip() for n in value.split(",") if n.strip()] if isinstance(value, str) else list(value)
-    valid = ", ".join(BASELINES)
-    unknown = [n for n in names if n not in BASELINES]
-    if unknown:
-        raise InvalidParamsError(f"unknown baseline {unknown[0]!r}; use a comma-separated subset of {valid}")
-    if not names:
-        raise InvalidParamsError(f"no baseline named; use a comma-separated subset of {valid}")
-    return tuple(n for n in BASELINES if n in names)
 
 
 def default_baselines(device: torch.device) -> tuple[str, ...]:

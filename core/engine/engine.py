@@ -99,10 +99,26 @@ class Engine:
         # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if log:
-            graphs = f"CUDA graphs up to batch {self.graph_runner.max_bs}" if self.graph_runner else "no CUDA graphs"
-            log(f"engine ready: {self.device} {str(self.dtype).removeprefix('torch.')}, "
-                f"{self.num_pages} KV pages of {self.page_size}, backend {type(self.attn_backend).__name__}, "
-                f"{kernels.name} kernels{', packed CPU weights' if self.packed_linears else ''}, {graphs}")
+            log(self.describe(kernels.name))
+
+    def describe(self, kernels: str) -> str:
+        """The engine in words for someone new to it: where it runs, how much the KV cache holds and why."""
+        cfg = self.model_config
+        tokens = self.num_pages * self.page_size
+        per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim, self.dtype)
+        rows = self.config.max_running_req
+        if self.config.num_pages is not None:
+            why = f"{self.num_pages:,} page{'s' if self.num_pages != 1 else ''} as asked"
+        elif self.num_pages * self.page_size >= rows * self.max_seq_len:
+            why = (f"room for all {rows} running requests at the full {self.max_seq_len:,}-token context, so it "
+                   f"grows with the number of requests run at once")
+        else:
+            why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
+        graphs = f"CUDA graphs up to batch {self.graph_runner.max_bs}" if self.graph_runner else "no CUDA graphs"
+        packed = ", weights packed for the CPU's matrix library" if self.packed_linears else ""
+        return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
+                f"{tokens:,} tokens ({_size(tokens * per_token)}; {why}), {self._attention_name()} "
+                f"attention with {kernels} kernels{packed}, {graphs}")
 
     def _pool_pages(self) -> int:
         cfg, config = self.model_config, self.config
@@ -200,3 +216,10 @@ class Engine:
         event = torch.cuda.Event()
         event.record()
         return ForwardOutput(next_tokens, host, event)
+
+
+def _size(num_bytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} bytes"

@@ -1,0 +1,61 @@
+"""What a command is doing, on stderr, whether or not anyone is watching a terminal.
+
+On a terminal a spinner line names the current phase and lasting notes print above it. Anywhere else (stderr
+piped or sent to a log) each phase and note is one plain line as it starts, so a long run is never silent and
+a log says where the time went. stdout is left alone either way: it carries only the results.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.markup import escape
+from rich.status import Status
+
+
+class Activity:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._status: Status | None = None
+
+    @property
+    def live(self) -> bool:
+        """A terminal that can show a spinner and bars redrawn in place."""
+        return self.console.is_terminal
+
+    @contextmanager
+    def phase(self, text: str) -> Iterator[None]:
+        """A spinner naming ``text`` on a terminal; elsewhere the line ``text…`` when it starts and how long it
+        took when it ends."""
+        if self.live:
+            with self.console.status(escape(text)) as status:
+                self._status = status
+                try:
+                    yield
+                finally:
+                    self._status = None
+            return
+        started = time.perf_counter()
+        self.line(f"{text}…")
+        yield
+        self.line(f"{text}: done in {time.perf_counter() - started:.1f} s")
+
+    def update(self, text: str) -> None:
+        """A new text for the spinner of the current phase (a terminal only: a log does not need every step)."""
+        if self._status is not None:
+            self._status.update(escape(text))
+
+    def note(self, message: str) -> None:
+        """A message that stays (on a terminal, dim above the spinner, which then shows it too)."""
+        if self.live:
+            self.console.print(f"[dim]{escape(message)}[/]", soft_wrap=True)
+            if self._status is not None:
+                self._status.update(escape(message))
+        else:
+            self.line(message)
+
+    def line(self, message: str) -> None:
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)

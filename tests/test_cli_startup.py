@@ -1,0 +1,84 @@
+"""Answering at once, and never in silence: ``--help``, ``--version`` and usage errors load no torch, and a
+long ``bench`` with its output piped says on stderr what it is doing, each counter in its units.
+
+Nothing here is timed (speed is measured by scripts/cli_startup.py); what is checked is the cause of a slow
+start, the modules a command imports before it answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+HEAVY = ("torch", "transformers", "core.llm.llm")
+
+PROBE = """
+import sys
+from minisgl_cli.app import app
+try:
+    app(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+print("\\n" + repr((code, sorted(m for m in {heavy!r} if m in sys.modules))))
+"""
+
+
+def imported_by(*args: str) -> tuple[int, list[str], str]:
+    done = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *args], capture_output=True, text=True,
+                          timeout=120)
+    code, modules = eval(done.stdout.strip().splitlines()[-1])
+    return code, modules, done.stdout + done.stderr
+
+
+def test_help_version_and_usage_errors_import_no_engine(tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    for args, expected in [(["--help"], 0), (["--version"], 0), (["generate", "--help"], 0), (["bench", "--help"], 0),
+                           (["generate", str(prompts), "--max-tokens", "abc"], 2),
+                           (["generate", str(tmp_path / "missing.txt")], 2),
+                           (["bench", "--baselines", "hf-fast"], 2),
+                           (["trace", str(prompts), "--svg", str(tmp_path)], 2)]:
+        code, modules, output = imported_by(*args)
+        assert code == expected, (args, output)
+        assert modules == [], (args, modules)
+
+
+PHASES = """
+import sys
+from render.activity import Activity
+seen = []
+phase = Activity.phase
+def recorded(self, text):
+    seen.append((text, "torch" in sys.modules))
+    return phase(self, text)
+Activity.phase = recorded
+from minisgl_cli.app import app
+try:
+    app(sys.argv[1:])
+except SystemExit:
+    pass
+print("\\n" + repr(seen))
+"""
+
+
+def test_the_loading_spinner_starts_before_torch_is_imported(model_dirs, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    done = subprocess.run([sys.executable, "-c", PHASES, "generate", str(prompts), "--model", model_dirs["llama"],
+                           "-n", "1"], capture_output=True, text=True, timeout=300)
+    seen = eval(done.stdout.strip().splitlines()[-1])
+    assert seen[0] == (f"loading {model_dirs['llama']}", False), done.stdout + done.stderr
+
+
+def test_piped_bench_says_what_it_is_doing(model_dirs):
+    done = subprocess.run([sys.executable, "-m", "minisgl_cli", "bench", "--model", model_dirs["llama"], "--requests",
+                           "2", "--baselines", "hf-static,hf-continuous", "--json"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["requests"] == 2  # stdout holds only the report
+    for phase in ("loading torch and the engine…", f"loading {model_dirs['llama']} into the engine",
+                  "warming up the engine", "engine ready on cpu", "minisgl: ", " tokens in ",
+                  "timing batch-1 decode", "loading the model into transformers", "hf-static: ", " steps in ",
+                  "hf-continuous: ", " requests in ", "measuring the matmul ceiling"):
+        assert phase in done.stderr, (phase, done.stderr)
