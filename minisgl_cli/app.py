@@ -19,6 +19,7 @@ from minisgl_cli.generate import generate
 from minisgl_cli.trace import trace
 from minisgl_cli.verify import verify
 from minisgl_cli.bench import bench
+from minisgl_cli.serve.command import serve
 
 USER_ERROR = 2
 INTERRUPTED = 130
@@ -83,6 +84,7 @@ def root(ctx: typer.Context,
 
 
 app.command("bench")(bench)
+app.command("serve")(serve)
 
 
 def main() -> None:
