@@ -128,8 +128,15 @@ def create_app(bridge: EngineBridge) -> FastAPI:
             offsets.append(offset)
             offset += len(text)
         return {"tokens": tokens, "token_logprobs": [r.logprob for r in entries],
-                "top_logprobs": [{token_text(t): lp for t, lp in r.top_logprobs or ()} for r in entries],
+                "top_logprobs": [top_dict(r) for r in entries],
                 "text_offset": offsets}
+
+    def top_dict(reply: Reply) -> dict[str, float]:
+        """Completions key the alternatives by text; tokens that decode alike keep the likeliest one's value."""
+        out: dict[str, float] = {}
+        for token, logprob in reply.top_logprobs or ():
+            out.setdefault(token_text(token), logprob)
+        return out
 
     def chat_logprobs(entries: list[Reply]) -> dict[str, Any] | None:
         def item(token: int, logprob: float) -> dict[str, Any]:
