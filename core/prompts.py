@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from core.errors import InvalidParamsError, PromptFileError
 from core.request import SamplingParams
 
-SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos")
+SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos", "stop", "logprobs")
 JSONL_KEYS = ("prompt", "input_ids") + SAMPLING_KEYS
 STDIN = "-"
 
