@@ -23,7 +23,7 @@ from core.errors import InvalidParamsError, PromptFileError
 from core.llm.arrivals import Arrival
 from core.request import SamplingParams
 
-SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos")
+SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos", "stop", "logprobs")
 ARRIVAL_KEYS = ("arrival_step", "arrival_s")
 JSONL_KEYS = ("prompt", "input_ids") + SAMPLING_KEYS + ARRIVAL_KEYS
 STDIN = "-"

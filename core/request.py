@@ -20,6 +20,9 @@ from core.errors import InvalidParamsError
 
 Phase = Literal["prefill", "decode"]
 
+MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's API allows
+MAX_STOP_STRINGS = 16
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -27,6 +30,11 @@ class SamplingParams:
 
     ``temperature == 0`` (the default) is greedy. ``top_k == -1`` keeps every token. ``seed`` makes sampling
     reproducible for this request alone, whatever else is in the batch.
+
+    ``stop``: strings that end the request when its text contains one (finish_reason 'stop'); the text is cut
+    before it. ``logprobs``: None for none (the fast path), else every generated token comes with its own
+    log-probability and the ``logprobs`` most likely alternatives (0 for the token's own only), taken from
+    the model's distribution before temperature, top-k and top-p.
     """
 
     max_tokens: int = 16
@@ -35,6 +43,8 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int | None = None
     ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -50,6 +60,16 @@ class SamplingParams:
             raise InvalidParamsError(f"seed must be an integer or None, got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool):
             raise InvalidParamsError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
+        stop = (self.stop,) if isinstance(self.stop, str) else self.stop
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) and s for s in stop):
+            raise InvalidParamsError(f"stop must be a non-empty string or a list of them, got {self.stop!r}")
+        if len(stop) > MAX_STOP_STRINGS:
+            raise InvalidParamsError(f"stop takes at most {MAX_STOP_STRINGS} strings, got {len(stop)}")
+        object.__setattr__(self, "stop", tuple(stop))  # normalised once, at construction
+        if self.logprobs is not None and (isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int)
+                                          or not 0 <= self.logprobs <= MAX_LOGPROBS):
+            raise InvalidParamsError(f"logprobs must be None or an integer in [0, {MAX_LOGPROBS}], "
+                                     f"got {self.logprobs!r}")
 
     @property
     def greedy(self) -> bool:

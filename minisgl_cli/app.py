@@ -25,6 +25,7 @@ from minisgl_cli.generate import generate
 from minisgl_cli.options import FLAG
 from minisgl_cli.trace import trace
 from minisgl_cli.verify import verify
+from minisgl_cli.serve.command import serve
 
 
 def _fail(message: str, code: int = USAGE) -> NoReturn:
@@ -97,6 +98,8 @@ def root(ctx: typer.Context,
         if text:
             typer.echo(text)
 
+
+app.command("serve")(serve)
 
 
 def main() -> None:

@@ -21,7 +21,8 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
              model: o.Model = None, cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
              max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None, chat: o.Chat = False,
              attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None, tp: o.Tp = 1,
-             dtype: o.Dtype = None, stream: o.Stream = None,
+             dtype: o.Dtype = None, stream: o.Stream = None, stop: o.Stop = None,
+             logprobs: o.Logprobs = None,
              json_out: o.Json = False) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
 
@@ -30,7 +31,8 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
     out, activity = Console(), Activity(Console(stderr=True))
     if stream and json_out:
         raise typer.BadParameter("--stream writes text; use one or the other", param_hint="'--json'")
-    job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos))
+    job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
+                                              tuple(stop) if stop else None, logprobs))
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
                                    cuda_graph_max_bs, tp, dtype), activity)
     inputs = engine_inputs(llm, job, chat)
@@ -43,10 +45,11 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
     wall = time.perf_counter() - started
     if json_out:
         for i, (spec, result) in enumerate(zip(job.specs, results)):
-            print(json.dumps({"index": i, "prompt": spec.prompt, "text": result["text"],
-                              "token_ids": result["token_ids"], "finish_reason": result["finish_reason"],
-                              "error": result["error"], "prompt_tokens": result["prompt_tokens"]},
-                             ensure_ascii=False), flush=True)
+            line = {"index": i, "prompt": spec.prompt, "text": result["text"], "token_ids": result["token_ids"],
+                    "finish_reason": result["finish_reason"], "error": result["error"],
+                    "prompt_tokens": result["prompt_tokens"]}
+            line.update({key: result[key] for key in ("stop", "logprobs") if key in result})
+            print(json.dumps(line, ensure_ascii=False), flush=True)
     else:
         if not stream:
             for i, (label, result) in enumerate(zip(job.labels, results)):

@@ -65,6 +65,12 @@ Seed = Annotated[Optional[int], typer.Option("--seed", rich_help_panel=_SAMPLING
 IgnoreEos = Annotated[Optional[bool], typer.Option(
     "--ignore-eos/--stop-at-eos", metavar=FLAG, rich_help_panel=_SAMPLING, show_default=False,
     help="Keep generating after an end-of-sequence token (default: the file's value, else stop).")]
+Stop = Annotated[Optional[list[str]], typer.Option(
+    "--stop", rich_help_panel=_SAMPLING, show_default=False,
+    help="End a prompt's text at this string (cut before it); repeat for several.")]
+Logprobs = Annotated[Optional[int], typer.Option(
+    "--logprobs", min=0, max=20, rich_help_panel=_SAMPLING,
+    help="With --json: each token's logprob and the N most likely alternatives.")]
 
 Prompts = Annotated[Path, typer.Argument(
     metavar="PROMPTS", show_default=False,
@@ -102,7 +108,9 @@ class SamplingOptions:
     top_p: float | None = None
     seed: int | None = None
     ignore_eos: bool | None = None
+    stop: tuple[str, ...] | None = None
+    logprobs: int | None = None
 
     def explicit(self) -> dict[str, Any]:
         """Only the options that were given, by SamplingParams field name."""
-        return {key: value for key, value in asdict(self).items() if value is not None}
+        return {key: value for key, value in asdict(self).items() if value is not None and value != ()}

@@ -19,7 +19,7 @@ from core.attention.flashinfer_backend import HALF_DTYPES, flashinfer_available
 from core.config import EngineConfig, parse_dtype
 from core.engine.context import forward_context
 from core.engine.graph import CudaGraphRunner
-from core.engine.sampler import SampleArgs, Sampler
+from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
@@ -44,6 +44,7 @@ class ForwardOutput:
     next_tokens: torch.Tensor  # on the device
     next_tokens_host: torch.Tensor  # host copy, valid once copy_done has completed
     copy_done: torch.cuda.Event | None  # recorded after everything the step queued on the device
+    logprobs: TokenLogprobs | None = None  # host copy, when some request of the batch asked for them
 
     def wait(self) -> torch.Tensor:
         if self.copy_done is not None:
@@ -196,8 +197,10 @@ class Engine:
             return self.graph_runner.padded_size(batch.size)
         return batch.size
 
-    def forward_batch(self, batch: Batch, sample_args: SampleArgs, logits_indices: torch.Tensor) -> torch.Tensor:
-        """Run the model on a prepared batch and sample; the next tokens stay on the device."""
+    def forward_batch(self, batch: Batch, sample_args: SampleArgs,
+                      logits_indices: torch.Tensor) -> tuple[torch.Tensor, TokenLogprobs | None]:
+        """Run the model on a prepared batch and sample; the next tokens stay on the device. Logprobs come back
+        too (still on the device) when some request of the batch asked for them."""
         with forward_context(batch, self.attn_backend), torch.inference_mode():
             if self.graph_runner is not None and self.graph_runner.can_run(batch):
                 logits = self.graph_runner.run(batch)
@@ -205,17 +208,21 @@ class Engine:
                 self.attn_backend.begin_forward(batch)
                 logits = self.model(batch.input_ids, batch.positions, logits_indices)
             # ranks sample identically from identical gathered logits; the broadcast makes agreement certain
-            return broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp.size)
+            tokens = broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp.size)
+            if sample_args.logprobs < 0:
+                return tokens, None
+            return tokens, token_logprobs(logits, tokens, sample_args.logprobs)
 
-    def to_host(self, next_tokens: torch.Tensor) -> ForwardOutput:
+    def to_host(self, next_tokens: torch.Tensor, logprobs: TokenLogprobs | None = None) -> ForwardOutput:
         """Start copying the sampled tokens to pinned host memory; the event marks the end of the step's work."""
         if self.device.type != "cuda":
-            return ForwardOutput(next_tokens, next_tokens, None)
+            return ForwardOutput(next_tokens, next_tokens, None, logprobs)
         host = torch.empty(next_tokens.shape, dtype=next_tokens.dtype, pin_memory=True)
         host.copy_(next_tokens, non_blocking=True)
+        host_logprobs = logprobs.to("cpu", non_blocking=True) if logprobs is not None else None
         event = torch.cuda.Event()
         event.record()
-        return ForwardOutput(next_tokens, host, event)
+        return ForwardOutput(next_tokens, host, event, host_logprobs)
 
 
 def _size(num_bytes: int) -> str:

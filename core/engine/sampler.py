@@ -31,7 +31,8 @@ class SampleArgs:
     positions: torch.Tensor | None = None
     greedy_rows: torch.Tensor | None = None
     filtered: bool = False  # some row has top-k or top-p below its "keep everything" value
-
+    # the most logprob alternatives any row asked for; -1 when none asked (the fast path: nothing computed)
+    logprobs: int = -1
 
     @property
     def all_greedy(self) -> bool:
@@ -104,8 +105,9 @@ class Sampler:
 
     def prepare(self, batch: Batch) -> SampleArgs:
         params = [r.params for r in batch.reqs]
+        logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=-1)
         if all(p.greedy for p in params):
-            return SampleArgs()
+            return SampleArgs(logprobs=logprobs)
 
         # three uploads per step rather than one per field; what the compiled race reads starts each one (a view
         # at an offset could make the compiled code specialise on that offset)
@@ -117,6 +119,7 @@ class Sampler:
         return SampleArgs(
             temperatures=floats[0], top_p=floats[1], seeds=seeds, positions=ints[0], top_k=ints[1],
             greedy_rows=ints[2].bool(), filtered=any(p.top_k != -1 or p.top_p < 1.0 for p in params),
+            logprobs=logprobs,
         )
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
@@ -131,6 +134,40 @@ class Sampler:
         else:
             sampled = self._race(logits, args.temperatures, args.seeds, args.positions)
         return torch.where(args.greedy_rows, greedy, sampled)
+
+
+@dataclass
+class TokenLogprobs:
+    """Per row: the sampled token's log-probability and the ``k`` most likely tokens with theirs."""
+
+    chosen: torch.Tensor  # [rows] float32
+    top_ids: torch.Tensor  # [rows, k] int64
+    top_values: torch.Tensor  # [rows, k] float32
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "TokenLogprobs":
+        pinned = device == "cpu" and self.chosen.device.type == "cuda"
+
+        def move(x: torch.Tensor) -> torch.Tensor:
+            if not pinned:
+                return x.to(device)
+            host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+            return host.copy_(x, non_blocking=non_blocking)
+
+        return TokenLogprobs(move(self.chosen), move(self.top_ids), move(self.top_values))
+
+    def row(self, i: int, k: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+        """Row ``i`` on the host: its token's logprob and its first ``k`` alternatives as (id, logprob)."""
+        ids, values = self.top_ids[i, :k].tolist(), self.top_values[i, :k].tolist()
+        return float(self.chosen[i]), tuple(zip(ids, values))
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> TokenLogprobs:
+    """Log-softmax of the raw logits in float32 (the model's own distribution, as OpenAI's API reports it):
+    only computed for a batch in which some request asked, so the usual step never pays for it."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logp.gather(-1, tokens.view(-1, 1).to(torch.int64)).view(-1)
+    top_values, top_ids = logp.topk(k, dim=-1) if k > 0 else (logp[:, :0], tokens.new_zeros(len(tokens), 0))
+    return TokenLogprobs(chosen, top_ids.to(torch.int64), top_values)
 
 
 def _top_k_top_p(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -25,10 +25,12 @@ from core.distributed.info import tp_scope
 from core.distributed.workers import start_group
 from core.errors import EngineBusyError, InvalidParamsError, ModelLoadError, one_line
 from core.llm.arrivals import Arrival, ArrivalFeeder
+from core.llm.collect import Collected
 from core.models.random_spec import ByteTokenizer, RandomSpec
 from core.models.weights import resolve_model_dir
 from core.request import SamplingParams
 from core.scheduler.inbox import AbortRequest, AddRequest, Message, ResetPrefixCache
+from core.llm.text import TextStream
 from core.scheduler.scheduler import Reply, Scheduler
 
 Prompt = str | list[int]
@@ -38,22 +40,11 @@ ReplyCallback = Callable[[Reply], None]
 
 
 @dataclass
-class _Collected:
-    """One prompt's result as generate() gathers it from the replies."""
+class _Route:
+    """Where a request's replies go, and its text when the LLM follows it (stop strings, or asked for)."""
 
-    prompt_ids: list[int]
-    eos_token_ids: frozenset[int]
-    token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
-    error: str | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-
-    def on_reply(self, reply: Reply) -> None:
-        if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in self.eos_token_ids):
-            self.token_ids.append(reply.token)
-        if reply.finished:
-            self.finish_reason, self.error = reply.finish_reason, reply.error
-            self.done.set()
+    on_reply: ReplyCallback | None
+    text: TextStream | None = None
 
 
 def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
@@ -98,30 +89,36 @@ class LLM(Scheduler):
             self._group.wait_ready()
         self._lock = threading.RLock()  # guards the uid counter, the routes and the seed generator
         self._next_uid = 0
-        self._routes: dict[int, ReplyCallback | None] = {}  # every request submitted and not yet answered
+        self._routes: dict[int, _Route] = {}  # every request submitted and not yet answered
         self._reply_callbacks: list[ReplyCallback] = []
         self._loop_thread: int | None = None  # the thread running the loop, while one does
         self._stop_requested = threading.Event()
 
     # ---- requests in: any thread -------------------------------------------------------------------------
     def submit(self, prompt: Prompt, sampling_params: SamplingParams | None = None, *,
-               on_reply: ReplyCallback | None = None) -> int:
+               on_reply: ReplyCallback | None = None, text: bool = False) -> int:
         """Queue one request and return its uid. Safe from any thread, also while the loop runs: the loop takes
         it in before its next step. ``on_reply`` gets every token and then exactly one final reply (finished,
         with finish_reason 'stop', 'length', 'abort' or 'error' and its message), on the loop's thread.
+
+        With ``text=True`` (implied by stop strings) every reply also carries the text it adds (``Reply.text``),
+        detokenized incrementally; the pieces join to the request's whole text. A stop string ends the request
+        with finish_reason 'stop', its text cut before the stop string (``Reply.stop_string`` says which).
 
         A prompt that can never run here (too long, a token outside the vocabulary) is answered with an
         'error' reply; ``rejection()`` tells that before submitting."""
         params = sampling_params if sampling_params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise InvalidParamsError("sampling_params must be SamplingParams")
-        return self._submit_ids(self.tokenize(prompt), params, on_reply)
+        return self._submit_ids(self.tokenize(prompt), params, on_reply, text)
 
-    def _submit_ids(self, input_ids: list[int], params: SamplingParams, on_reply: ReplyCallback | None) -> int:
+    def _submit_ids(self, input_ids: list[int], params: SamplingParams, on_reply: ReplyCallback | None,
+                    text: bool = False) -> int:
+        stream = TextStream(self.tokenizer, input_ids, params.stop) if text or params.stop else None
         with self._lock:
             uid = self._next_uid
             self._next_uid += 1
-            self._routes[uid] = on_reply
+            self._routes[uid] = _Route(on_reply, stream)
             if params.seed is None:  # rank 0 decides every seed, so all tensor-parallel ranks sample alike
                 params = dataclasses.replace(params, seed=self._rng.getrandbits(62))
         self.inbox.post(AddRequest(uid, tuple(input_ids), params))
@@ -158,11 +155,31 @@ class LLM(Scheduler):
                     self._deliver(reply)
 
     def _deliver(self, reply: Reply) -> None:
-        on_reply = self._routes.pop(reply.uid) if reply.finished else self._routes[reply.uid]
-        if on_reply is not None:
-            on_reply(reply)
+        route = self._routes[reply.uid]
+        if route.text is not None:
+            reply = self._with_text(reply, route.text)
+        if reply.finished:
+            del self._routes[reply.uid]
+        if route.on_reply is not None:
+            route.on_reply(reply)
         for fn in self._reply_callbacks:
             fn(reply)
+
+    def _with_text(self, reply: Reply, stream: TextStream) -> Reply:
+        """The reply with the text its token adds; a stop string turns it into the request's final reply and
+        has the loop free the request before its next step (on every rank, like any abort)."""
+        pieces = []
+        if reply.token is not None and reply.token not in self.eos_token_ids:
+            piece = stream.add(reply.token)
+            pieces.append(piece.text)
+            if piece.stop is not None:
+                if not reply.finished:
+                    self.inbox.post(AbortRequest(reply.uid))
+                return dataclasses.replace(reply, finished=True, finish_reason="stop", text=piece.text,
+                                           stop_string=piece.stop)
+        if reply.finished:
+            pieces.append(stream.finish().text)
+        return dataclasses.replace(reply, text="".join(pieces))
 
     @property
     def unanswered(self) -> int:
@@ -231,7 +248,7 @@ class LLM(Scheduler):
         if arrivals is not None and len(arrivals) != len(prompts):
             raise InvalidParamsError(f"got {len(arrivals)} arrivals for {len(prompts)} prompts")
         prompt_ids = [self.tokenize(p) for p in prompts]  # every prompt checked before any is queued
-        collected = [_Collected(ids, frozenset(self.eos_token_ids)) for ids in prompt_ids]
+        collected = [Collected(len(ids), frozenset(self.eos_token_ids)) for ids in prompt_ids]
         uids: list[int | None] = [None] * len(prompts)
 
         def submit(indices: list[int]) -> None:
@@ -318,11 +335,8 @@ class LLM(Scheduler):
             raise InvalidParamsError("sampling_params must be SamplingParams or a list of them")
         return params
 
-    def _result(self, uid: int, got: _Collected) -> dict[str, Any]:
+    def _result(self, uid: int, got: Collected) -> dict[str, Any]:
         if got.finish_reason is None:  # the loop ended without answering: never let it pass silently
-            got.finish_reason, got.error = "error", "request was not completed"
             with self._lock:
                 self._routes.pop(uid, None)
-        text = self.tokenizer.decode(got.token_ids, skip_special_tokens=True)
-        return {"uid": uid, "text": text, "token_ids": got.token_ids, "finish_reason": got.finish_reason,
-                "error": got.error, "prompt_tokens": len(got.prompt_ids)}
+        return {"uid": uid, **got.result(self.tokenizer)}

@@ -25,6 +25,7 @@ work (results, scheduling, metadata) hides behind the device's. What makes that 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from contextlib import contextmanager, nullcontext
@@ -37,7 +38,7 @@ import torch
 from core import env
 from core.config import EngineConfig
 from core.engine.engine import Engine, ForwardOutput
-from core.engine.sampler import SampleArgs
+from core.engine.sampler import SampleArgs, TokenLogprobs
 from core.events import KVUsage, RadixNodeView, ReqStep, StepCallback, StepEvent, WaitReason
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.cache import CacheManager
@@ -59,6 +60,13 @@ class Reply:
     finished: bool
     finish_reason: str | None = None  # 'stop' | 'length' | 'error' | 'abort' when finished
     error: str | None = None
+    # for a request that asked (SamplingParams.logprobs): the token's logprob and the top alternatives
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] | None = None
+    # for a request whose text the LLM follows (stop strings, or asked for): the text this reply adds, held
+    # back while it could be the start of a stop string; and the stop string that ended it
+    text: str | None = None
+    stop_string: str | None = None
 
 
 @dataclass
@@ -384,9 +392,9 @@ class Scheduler:
         with self._engine_stream():
             if prepared.input_index is not None:  # the previous step wrote these into the pool: read in order
                 batch.input_ids = pool[prepared.input_index]
-            next_tokens = self.engine.forward_batch(batch, prepared.sample_args, prepared.logits_indices)
+            next_tokens, logprobs = self.engine.forward_batch(batch, prepared.sample_args, prepared.logits_indices)
             pool[prepared.write_index] = next_tokens
-            output = self.engine.to_host(next_tokens)
+            output = self.engine.to_host(next_tokens, logprobs)
         ticket = self.fence.launch()
         for req in batch.reqs:
             req.complete_step()
@@ -401,13 +409,14 @@ class Scheduler:
         """Wait for a launched batch, hand back what waited for it, and handle its tokens."""
         tokens = flight.output.wait().tolist()
         self.fence.complete(flight.ticket)
-        finished = self._process_results(flight.prepared, tokens)
+        finished = self._process_results(flight.prepared, tokens, flight.output.logprobs)
         self._emit(flight.prepared, finished)
 
-    def _process_results(self, prepared: _Prepared, tokens: list[int]) -> list[int]:
+    def _process_results(self, prepared: _Prepared, tokens: list[int],
+                         logprobs: TokenLogprobs | None = None) -> list[int]:
         replies: list[Reply] = []
         finished: list[int] = []
-        for req, token, samples in zip(prepared.batch.reqs, tokens, prepared.samples):
+        for row, (req, token, samples) in enumerate(zip(prepared.batch.reqs, tokens, prepared.samples)):
             if not samples or req.done:  # a prompt chunk, or a request already answered
                 continue
             req.input_ids.append(token)
@@ -417,7 +426,11 @@ class Scheduler:
                 reason = "stop"
             elif len(req.input_ids) >= req.max_device_len:  # tokens received, not the (further) scheduled length
                 reason = "length"
-            replies.append(Reply(req.uid, token, reason is not None, reason))
+            reply = Reply(req.uid, token, reason is not None, reason)
+            if logprobs is not None and req.params.logprobs is not None:
+                chosen, top = logprobs.row(row, req.params.logprobs)
+                reply = dataclasses.replace(reply, logprob=chosen, top_logprobs=top)
+            replies.append(reply)
             if reason is not None:
                 req.done = True
                 finished.append(req.uid)

@@ -1,0 +1,279 @@
+"""The FastAPI application: OpenAI's completions and chat endpoints, models, health and metrics.
+
+A handler checks the request (400, 404), submits it through the bridge (400 for a prompt that can never run,
+503 when the queue is full) and then either gathers the replies into one response or streams them as
+server-sent events, ``data: {chunk}`` lines ending in ``data: [DONE]``. Whichever way a response ends early
+(the client disconnects, the server shuts down), the request is aborted so its pages come back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+
+from core.errors import InvalidParamsError
+from core.scheduler.scheduler import Reply
+from minisgl_cli.serve.bridge import EngineBridge, Tracked
+from minisgl_cli.serve.protocol import ApiError, ChatRequest, CompletionRequest
+
+DISCONNECT_POLL_S = 0.5
+
+
+class ClientGone(Exception):
+    pass
+
+
+@dataclass
+class Gathered:
+    """A whole response's worth of replies."""
+
+    text: list[str] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[Reply] = field(default_factory=list)
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+def create_app(bridge: EngineBridge) -> FastAPI:
+    app = FastAPI(title="minisgl", docs_url=None, redoc_url=None)
+    llm = bridge.llm
+    tokenizer = llm.tokenizer
+    eos = llm.eos_token_ids
+
+    def error_response(error: ApiError) -> JSONResponse:
+        bridge.metrics.rejected_with(error.status)
+        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(validation_error(exc))
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [bridge.info()]}
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(bridge.metrics.render(bridge.gauges()), media_type="text/plain; version=0.0.4")
+
+    def check_model(name: str) -> None:
+        if name != bridge.model_name:
+            raise ApiError(404, f"the model '{name}' does not exist; this server serves '{bridge.model_name}'",
+                           param="model", code="model_not_found")
+
+    def token_text(token: int) -> str:
+        return tokenizer.decode([token], skip_special_tokens=False)
+
+    async def replies(tracked: Tracked, request: Request) -> AsyncIterator[Reply]:
+        """The request's replies as they come, until its final one; a vanished client aborts it."""
+        try:
+            while True:
+                try:
+                    reply = await asyncio.wait_for(tracked.queue.get(), DISCONNECT_POLL_S)
+                except asyncio.TimeoutError:
+                    if await request.is_disconnected():
+                        raise ClientGone() from None
+                    continue
+                yield reply
+                if reply.finished:
+                    return
+        finally:  # also on cancellation, a failed send, or the generator closed half way
+            bridge.abort(tracked)
+
+    async def gather(tracked: Tracked, request: Request) -> Gathered:
+        got = Gathered()
+        try:
+            async for reply in replies(tracked, request):
+                add_reply(got, reply)
+        except ClientGone:
+            got.finish_reason = "abort"
+        return got
+
+    def add_reply(got: Gathered, reply: Reply) -> None:
+        if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in eos):
+            got.tokens.append(reply.token)
+            if reply.logprob is not None:
+                got.logprobs.append(reply)
+        got.text.append(reply.text or "")
+        if reply.finished:
+            got.finish_reason, got.error = reply.finish_reason, reply.error
+
+    def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
+
+    def completion_logprobs(entries: list[Reply], offset: int) -> dict[str, Any] | None:
+        if not entries:
+            return None
+        tokens = [token_text(r.token) for r in entries]
+        offsets = []
+        for text in tokens:
+            offsets.append(offset)
+            offset += len(text)
+        return {"tokens": tokens, "token_logprobs": [r.logprob for r in entries],
+                "top_logprobs": [top_dict(r) for r in entries],
+                "text_offset": offsets}
+
+    def top_dict(reply: Reply) -> dict[str, float]:
+        """Completions key the alternatives by text; tokens that decode alike keep the likeliest one's value."""
+        out: dict[str, float] = {}
+        for token, logprob in reply.top_logprobs or ():
+            out.setdefault(token_text(token), logprob)
+        return out
+
+    def chat_logprobs(entries: list[Reply]) -> dict[str, Any] | None:
+        def item(token: int, logprob: float) -> dict[str, Any]:
+            text = token_text(token)
+            return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+        if not entries:
+            return None
+        return {"content": [{**item(r.token, r.logprob),
+                             "top_logprobs": [item(t, lp) for t, lp in r.top_logprobs or ()]} for r in entries]}
+
+    def ended_badly(got: Gathered) -> None:
+        if got.finish_reason == "error":
+            raise ApiError(500 if got.error is None else 400, got.error or "the request failed",
+                           kind="server_error" if got.error is None else "invalid_request_error")
+
+    def prompt_ids_of(prompt: str | list[int]) -> list[int]:
+        try:
+            return llm.tokenize(prompt)
+        except InvalidParamsError as exc:
+            raise ApiError(400, str(exc), param="prompt") from None
+
+    def chat_ids_of(body: ChatRequest) -> list[int]:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ApiError(400, "this model's tokenizer has no chat template; use /v1/completions",
+                           param="messages")
+        messages = [m.as_template_message() for m in body.messages]
+        try:
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        except Exception as exc:  # a template that refuses these roles, say
+            raise ApiError(400, f"the chat template refused these messages: {exc}", param="messages") from None
+        if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
+            ids = ids["input_ids"]
+        return [int(t) for t in ids]
+
+    def stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+        async def lines() -> AsyncIterator[str]:
+            async for event in events:
+                yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(lines(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    async def chunks(tracked: Tracked, request: Request, make: Callable[[Reply, bool], dict[str, Any] | None],
+                     include_usage: bool, head: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        completion_tokens = 0
+        first = True
+        try:
+            async for reply in replies(tracked, request):
+                if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in eos):
+                    completion_tokens += 1
+                if reply.finished and reply.finish_reason == "error":
+                    yield {"error": ApiError(400, reply.error or "the request failed").body()["error"]}
+                    return
+                chunk = make(reply, first)
+                first = False
+                if chunk is not None:
+                    yield {**head, **chunk}
+        except ClientGone:
+            return
+        if include_usage:
+            yield {**head, "choices": [], "usage": usage(len(tracked.prompt_ids), completion_tokens)}
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Any:
+        check_model(body.model)
+        ids = prompt_ids_of(body.single_prompt())
+        params = body.sampling_params(bridge.default_max_tokens(len(ids)))
+        tracked = bridge.start(ids, params)
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": bridge.model_name}
+        if body.stream:
+            offset = [0]
+
+            def make(reply: Reply, _: bool) -> dict[str, Any] | None:
+                entries = [reply] if reply.logprob is not None and reply.token not in eos else []
+                text = reply.text or ""
+                if not text and not entries and not reply.finished:
+                    return None
+                logprobs = completion_logprobs(entries, offset[0])
+                offset[0] += sum(len(t) for t in (logprobs or {}).get("tokens", []))
+                return {"choices": [{"index": 0, "text": text, "logprobs": logprobs,
+                                     "finish_reason": reply.finish_reason if reply.finished else None}]}
+
+            return stream(chunks(tracked, request, make, body.include_usage, head))
+        got = await gather(tracked, request)
+        ended_badly(got)
+        return {**head, "choices": [{"index": 0, "text": "".join(got.text),
+                                     "logprobs": completion_logprobs(got.logprobs, 0),
+                                     "finish_reason": got.finish_reason}],
+                "usage": usage(len(ids), len(got.tokens))}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request) -> Any:
+        check_model(body.model)
+        ids = chat_ids_of(body)
+        params = body.sampling_params(bridge.default_max_tokens(len(ids)))
+        tracked = bridge.start(ids, params)
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": bridge.model_name}
+        if body.stream:
+            def make(reply: Reply, first: bool) -> dict[str, Any] | None:
+                entries = [reply] if reply.logprob is not None and reply.token not in eos else []
+                text = reply.text or ""
+                if not (first or text or entries or reply.finished):
+                    return None
+                delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
+                if text:
+                    delta["content"] = text
+                return {"choices": [{"index": 0, "delta": delta, "logprobs": chat_logprobs(entries),
+                                     "finish_reason": reply.finish_reason if reply.finished else None}]}
+
+            return stream(chunks(tracked, request, make, body.include_usage, head))
+        got = await gather(tracked, request)
+        ended_badly(got)
+        return {**head, "object": "chat.completion",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(got.text)},
+                             "logprobs": chat_logprobs(got.logprobs), "finish_reason": got.finish_reason}],
+                "usage": usage(len(ids), len(got.tokens))}
+
+    return app
+
+
+def validation_error(exc: RequestValidationError) -> ApiError:
+    """FastAPI's list of problems as one OpenAI error naming the first field (or saying the JSON is bad)."""
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        return ApiError(400, f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip())
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    # a union's failures name each member type after the field: keep the field's own path
+    path = ".".join(p for p in loc if not p[:1].isupper() and p not in ("str", "int", "list[int]", "list[str]"))
+    if first.get("type") == "extra_forbidden":
+        return ApiError(400, f"unknown field '{path}'", param=path)
+    if first.get("type") == "missing":
+        return ApiError(400, f"'{path}' is required", param=path or None)
+    if first.get("type") == "model_attributes_type" and not path:
+        return ApiError(400, "the request body must be a JSON object")
+    return ApiError(400, f"'{path}': {first.get('msg', 'invalid value')}", param=path or None)

@@ -1,0 +1,129 @@
+"""Between the HTTP side (one asyncio loop) and the engine's loop (a thread of its own).
+
+A request goes in with ``LLM.submit`` (thread-safe, returns at once); its replies come back on the engine's
+thread and are handed to the asyncio loop with ``call_soon_threadsafe``, into the request's own queue. So the
+HTTP side never waits on the engine and the engine never waits on a client: a slow or vanished client only
+leaves replies in its queue, and a disconnect aborts its request (``LLM.abort``), which frees its row and pages
+before the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from core import LLM, SamplingParams
+from core.scheduler.scheduler import Reply
+from minisgl_cli.serve.metrics import Metrics
+from minisgl_cli.serve.protocol import ApiError
+
+RETRY_AFTER_S = 1
+
+
+@dataclass
+class Tracked:
+    """One request as the server follows it: its replies' queue and the times its metrics need."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    arrived: float
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    uid: int = -1
+    last_token_at: float | None = None
+    finished: bool = False
+
+
+class EngineBridge:
+    def __init__(self, llm: LLM, model_name: str, max_queue: int | None = None) -> None:
+        self.llm = llm
+        self.model_name = model_name
+        self.max_queue = max_queue
+        self.metrics = Metrics()
+        self.created = int(time.time())
+        self._lock = threading.Lock()
+        self._waiting = 0  # submitted, no reply yet: queued in the engine or in its first prefill
+        self._in_flight = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.capacity_tokens = min(llm.max_seq_len, llm.cache_manager.num_pages * llm.page_size + 1)
+
+    # ---- requests in (the asyncio loop) ------------------------------------------------------------------
+    def start(self, prompt_ids: list[int], params: SamplingParams) -> Tracked:
+        """Submit a request; the 400 for one that can never run and the 503 for a full queue come from here."""
+        reason = self.llm.rejection(prompt_ids, params)
+        if reason is not None:
+            too_long = "context" in reason or "KV pages" in reason
+            raise ApiError(400, reason, code="context_length_exceeded" if too_long else None)
+        with self._lock:
+            if self.max_queue is not None and self._waiting >= self.max_queue:
+                raise ApiError(503, f"the server's queue is full ({self._waiting} requests waiting); retry later",
+                               kind="server_overloaded", code="queue_full",
+                               headers={"Retry-After": str(RETRY_AFTER_S)})
+            self._waiting += 1
+            self._in_flight += 1
+        self._loop = self._loop or asyncio.get_running_loop()
+        tracked = Tracked(prompt_ids, params, time.perf_counter())
+        with self.metrics.lock:
+            self.metrics.prompt_tokens += len(prompt_ids)
+        loop = self._loop
+        tracked.uid = self.llm.submit(prompt_ids, params, text=True,
+                                      on_reply=lambda reply: self._on_reply(tracked, reply, loop))
+        return tracked
+
+    def abort(self, tracked: Tracked) -> None:
+        """The client went away: free its request now (the final 'abort' reply still updates the metrics)."""
+        if not tracked.finished:
+            self.llm.abort(tracked.uid)
+
+    def default_max_tokens(self, prompt_len: int) -> int:
+        """When a request sets no max_tokens: whatever the context and the KV pool leave (at least 1)."""
+        return max(1, self.capacity_tokens - prompt_len)
+
+    # ---- replies out (the engine's thread) ---------------------------------------------------------------
+    def _on_reply(self, tracked: Tracked, reply: Reply, loop: asyncio.AbstractEventLoop) -> None:
+        now = time.perf_counter()
+        metrics = self.metrics
+        with self._lock:
+            if tracked.last_token_at is None and (reply.token is not None or reply.finished):
+                self._waiting -= 1
+            if reply.finished:
+                self._in_flight -= 1
+        with metrics.lock:
+            if reply.token is not None:
+                metrics.generated_tokens += 1
+                if tracked.last_token_at is None:
+                    metrics.ttft.observe(now - tracked.arrived)
+                else:
+                    metrics.inter_token.observe(now - tracked.last_token_at)
+            if reply.finished:
+                metrics.requests[reply.finish_reason or "error"] = metrics.requests.get(
+                    reply.finish_reason or "error", 0) + 1
+        if reply.token is not None or reply.finished:
+            tracked.last_token_at = now
+        if reply.finished:
+            tracked.finished = True
+        loop.call_soon_threadsafe(tracked.queue.put_nowait, reply)
+
+    # ---- state for /metrics -------------------------------------------------------------------------------
+    def gauges(self) -> dict[str, tuple[float, str]]:
+        stats = self.llm.stats()
+        running = stats["total_rows"] - stats["free_rows"]
+        with self._lock:
+            waiting, in_flight = self._waiting, self._in_flight
+        used = stats["total_pages"] - stats["free_pages"]
+        return {
+            "requests_running": (running, "Requests holding a table row (prefilling or decoding)."),
+            "requests_waiting": (waiting, "Requests taken in that have not produced their first token."),
+            "requests_in_flight": (in_flight, "Requests taken in and not yet answered."),
+            "kv_pages_used": (used, "KV pages not free: held by requests or by the prefix cache."),
+            "kv_pages_cached": (stats["cached_pages"], "KV pages the prefix cache owns."),
+            "kv_pages_free": (stats["free_pages"], "KV pages free."),
+            "kv_pages_total": (stats["total_pages"], "KV pages in the pool."),
+            "prefix_cache_hit_rate": (stats["hit_rate"], "Prompt tokens read from the prefix cache / prompt tokens."),
+        }
+
+    def info(self) -> dict[str, Any]:
+        return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "minisgl",
+                "max_model_len": self.llm.max_seq_len}

@@ -1,0 +1,88 @@
+"""The server's counters and latency histograms, and the Prometheus text format they are scraped in.
+
+Written by hand rather than with a client library: a handful of counters, gauges and two histograms, and the
+text format is a few lines (name{labels} value). Replies update it on the engine's loop thread and scrapes
+read it on the HTTP side, so one lock guards it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from dataclasses import dataclass, field
+
+TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+PREFIX = "minisgl_"
+
+
+@dataclass
+class Histogram:
+    buckets: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * len(self.buckets)
+
+    def observe(self, value: float) -> None:
+        at = bisect.bisect_left(self.buckets, value)
+        if at < len(self.counts):
+            self.counts[at] += 1
+        self.total += value
+        self.count += 1
+
+    def lines(self, name: str) -> list[str]:
+        out, running = [], 0
+        for bound, n in zip(self.buckets, self.counts):
+            running += n
+            out.append(f'{name}_bucket{{le="{bound}"}} {running}')
+        out += [f'{name}_bucket{{le="+Inf"}} {self.count}', f"{name}_sum {self.total}", f"{name}_count {self.count}"]
+        return out
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: dict[str, int] = {}  # finished requests by finish_reason
+        self.rejected: dict[int, int] = {}  # HTTP errors answered, by status
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
+        self.ttft = Histogram(TTFT_BUCKETS_S)
+        self.inter_token = Histogram(TOKEN_BUCKETS_S)
+
+    def finished(self, reason: str) -> None:
+        with self.lock:
+            self.requests[reason] = self.requests.get(reason, 0) + 1
+
+    def rejected_with(self, status: int) -> None:
+        with self.lock:
+            self.rejected[status] = self.rejected.get(status, 0) + 1
+
+    def render(self, gauges: dict[str, tuple[float, str]]) -> str:
+        """The Prometheus text exposition: ``gauges`` are read from the engine at scrape time."""
+        out: list[str] = []
+
+        def metric(name: str, kind: str, help_text: str, lines: list[str]) -> None:
+            out.extend([f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}"])
+            out.extend(PREFIX + line for line in lines)
+
+        for name, (value, help_text) in gauges.items():
+            metric(name, "gauge", help_text, [f"{name} {value}"])
+        with self.lock:
+            reasons = {reason: self.requests.get(reason, 0) for reason in ("stop", "length", "abort", "error")}
+            reasons.update(self.requests)
+            metric("requests_finished_total", "counter", "Requests answered, by finish reason.",
+                   [f'requests_finished_total{{finish_reason="{r}"}} {n}' for r, n in sorted(reasons.items())])
+            metric("http_errors_total", "counter", "Requests refused with an HTTP error, by status.",
+                   [f'http_errors_total{{status="{s}"}} {n}' for s, n in sorted(self.rejected.items())])
+            metric("prompt_tokens_total", "counter", "Prompt tokens of every request taken in.",
+                   [f"prompt_tokens_total {self.prompt_tokens}"])
+            metric("generation_tokens_total", "counter", "Tokens generated.",
+                   [f"generation_tokens_total {self.generated_tokens}"])
+            metric("time_to_first_token_seconds", "histogram", "From the request's arrival to its first token.",
+                   self.ttft.lines("time_to_first_token_seconds"))
+            metric("inter_token_latency_seconds", "histogram", "Between consecutive tokens of a request.",
+                   self.inter_token.lines("inter_token_latency_seconds"))
+        return "\n".join(out) + "\n"

@@ -1,0 +1,153 @@
+"""The request bodies of the OpenAI API that the server takes, and how each becomes SamplingParams.
+
+Every field an OpenAI client may send is declared. Those the engine cannot honour (``n > 1``, ``best_of``,
+tools, penalties, ``echo``...) are refused with a 400 that names them when they ask for something other than
+the default, never silently ignored; a field nobody knows is refused too (a typo must not pass unnoticed).
+``top_k`` and ``ignore_eos`` are the usual extensions (the openai client sends them through ``extra_body``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core import SamplingParams
+from core.errors import InvalidParamsError
+
+
+class ApiError(Exception):
+    """An error answered in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind, self.code = status, message, param, kind, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class _Common(_Strict):
+    model: str
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    stop: Union[str, list[str], None] = None
+    ignore_eos: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+
+    def _refuse_unsupported(self, extra: dict[str, bool]) -> None:
+        refused = {"n": self.n != 1, "presence_penalty": self.presence_penalty != 0,
+                   "frequency_penalty": self.frequency_penalty != 0, "logit_bias": bool(self.logit_bias), **extra}
+        for name, asked in refused.items():
+            if asked:
+                raise ApiError(400, f"'{name}' is not supported by this server (value: {getattr(self, name)!r})",
+                               param=name)
+        if self.stream_options is not None and not self.stream:
+            raise ApiError(400, "'stream_options' is only allowed with stream: true", param="stream_options")
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def _params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        try:
+            return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
+                                  top_p=self.top_p, seed=self.seed, ignore_eos=self.ignore_eos, stop=tuple(stop),
+                                  logprobs=logprobs)
+        except InvalidParamsError as exc:  # its messages start with the field's name
+            raise ApiError(400, str(exc), param=str(exc).split(" ", 1)[0]) from None
+
+
+Prompt = Union[str, list[int], list[str], list[list[int]]]
+
+
+class CompletionRequest(_Common):
+    prompt: Prompt
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    def single_prompt(self) -> str | list[int]:
+        prompt = self.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+            if len(prompt) != 1:
+                raise ApiError(400, f"'prompt' holds {len(prompt)} prompts; send one prompt per request",
+                               param="prompt")
+            prompt = prompt[0]
+        if not prompt:
+            raise ApiError(400, "'prompt' is empty", param="prompt")
+        return prompt
+
+    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+        self._refuse_unsupported({"echo": self.echo, "suffix": self.suffix is not None,
+                                  "best_of": self.best_of not in (None, 1)})
+        max_tokens = self.max_tokens if self.max_tokens is not None else default_max_tokens
+        return self._params(max_tokens, self.logprobs)
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")  # e.g. 'name': passed on to the chat template
+
+    role: Literal["system", "user", "assistant", "developer", "tool"]
+    content: Union[str, list[TextPart], None] = None
+
+    def as_template_message(self) -> dict[str, Any]:
+        content = self.content
+        if isinstance(content, list):
+            content = "".join(part.text for part in content)
+        role = "system" if self.role == "developer" else self.role
+        return {**(self.model_extra or {}), "role": role, "content": content or ""}
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text"]
+
+
+class ChatRequest(_Common):
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+
+    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+        self._refuse_unsupported({"tools": bool(self.tools), "tool_choice": self.tool_choice not in (None, "none"),
+                                  "functions": bool(self.functions), "function_call": self.function_call is not None})
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        return self._params(limit if limit is not None else default_max_tokens, logprobs)

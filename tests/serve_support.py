@@ -1,0 +1,97 @@
+"""A real ``minisgl serve`` process on 127.0.0.1 for the server tests, and reading its metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+START_TIMEOUT_S = 120.0
+CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+def with_chat_template(model_dir: str, dest: Path) -> Path:
+    """A copy of a test checkpoint whose tokenizer has a (tiny) chat template."""
+    if not dest.exists():
+        shutil.copytree(model_dir, dest)
+        config_path = dest / "tokenizer_config.json"
+        config = json.loads(config_path.read_text())
+        config["chat_template"] = CHAT_TEMPLATE
+        config_path.write_text(json.dumps(config))
+    return dest
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    def __init__(self, model: Path, *args: str, log: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log_path = log
+        self._log = open(log, "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "minisgl_cli", "serve", "--model", str(model),
+                                      "--port", str(self.port), *args],
+                                     stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"server did not start in {START_TIMEOUT_S} s: {self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def metrics(self) -> dict[str, float]:
+        """The scrape as {'name{labels}': value}."""
+        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name.removeprefix("minisgl_")] = float(value)
+        return out
+
+    def wait_metrics(self, condition, timeout_s: float = 30.0) -> dict[str, float]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            metrics = self.metrics()
+            if condition(metrics) or time.monotonic() > deadline:
+                return metrics
+            time.sleep(0.1)
+
+    def terminate(self, timeout_s: float = 60.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
