@@ -17,13 +17,13 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
              model: o.Model = None, cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
              max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None, chat: o.Chat = False,
              attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None, tp: o.Tp = 1,
-             dtype: o.Dtype = None,
+             dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto',
              json_out: o.Json = False) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary."""
     out, err = Console(), Console(stderr=True)
     job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos))
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                   cuda_graph_max_bs, tp, dtype), err)
+                                   cuda_graph_max_bs, tp, dtype, kv_dtype), err)
     inputs = engine_inputs(llm, job, chat)
     started = time.perf_counter()
     results = generate_with_progress(llm, inputs, job, err)

@@ -44,7 +44,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
           cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
           max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
           chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-          tp: o.Tp = 1, dtype: o.Dtype = None) -> None:
+          tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto') -> None:
     """Watch the scheduler: one live row per batch, then the generations and a per-request timeline.
 
     Each row shows the phase, batch size, tokens, every request's extend length and the KV pages in use.
@@ -58,7 +58,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     trace_file = TraceFile(trace_out) if trace_out else None
     try:
         llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype), err)
+                                         cuda_graph_max_bs, tp, dtype, kv_dtype), err)
         inputs = engine_inputs(llm, job, chat)
         view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs))
         try:

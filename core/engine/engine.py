@@ -75,11 +75,15 @@ class Engine:
         self.model = load_model(model_dir, cfg, self.device, self.dtype, self.max_seq_len)
         self.page_size = config.page_size
         self.num_kv_heads = local_kv_heads(cfg.num_kv_heads)[0]
+        self.kv_fp8 = config.kv_dtype == "fp8"
+        # what one cached token costs this rank's pool: what the benchmark's floor reads per token of context
+        self.kv_bytes_per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim,
+                                                         self.dtype, self.kv_fp8)
         self.num_pages = self._pool_pages()
         # one page more than the cache hands out: padding rows of a CUDA-graph batch write their KV there
         self.dummy_page = self.num_pages
         self.kv_pool = KVPool(cfg.num_layers, self.num_pages + 1, self.page_size, self.num_kv_heads, cfg.head_dim,
-                              self.dtype, self.device)
+                              self.dtype, self.device, fp8=self.kv_fp8)
         # one row per running request; a position's KV slot. The spare last row (padding) points at the dummy page.
         # Whole pages wide, so a page's slots are always written together.
         width = -(-self.max_seq_len // self.page_size) * self.page_size
@@ -101,14 +105,14 @@ class Engine:
         if log:
             graphs = f"CUDA graphs up to batch {self.graph_runner.max_bs}" if self.graph_runner else "no CUDA graphs"
             log(f"engine ready: {self.device} {str(self.dtype).removeprefix('torch.')}, "
-                f"{self.num_pages} KV pages of {self.page_size}, backend {type(self.attn_backend).__name__}, "
+                f"{self.num_pages} KV pages of {self.page_size}{' (fp8)' if self.kv_fp8 else ''}, backend {type(self.attn_backend).__name__}, "
                 f"{kernels.name} kernels{', packed CPU weights' if self.packed_linears else ''}, {graphs}")
 
     def _pool_pages(self) -> int:
         cfg, config = self.model_config, self.config
         if config.num_pages is not None:
             return config.num_pages
-        per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim, self.dtype)
+        per_token = self.kv_bytes_per_token
         budget_gb = config.kv_cache_gb or self._default_kv_gb()
         pages = int(budget_gb * (1 << 30)) // (per_token * self.page_size)
         # no need for more than every row filled to the longest sequence
@@ -133,6 +137,8 @@ class Engine:
         """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports; torch otherwise."""
         if self.config.attention is not None:
             return self.config.attention
+        if self.kv_fp8:  # flashinfer's kernels take no per-head scales
+            return "torch"
         if self.device.type == "cuda" and self.dtype in HALF_DTYPES and flashinfer_available():
             return "flashinfer"
         return "torch"
