@@ -26,6 +26,7 @@ from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.env import cpu_weight_packing_disabled
 from core.layers.kernels import FlashInferKernels, TorchKernels, install_kernels
 from core.layers.packed import pack_linears, packing_available
+from core.layers.triton_support import triton_runs_on
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.models.config import ModelConfig
@@ -153,6 +154,10 @@ class Engine:
             from core.attention.flashinfer_backend import FlashInferBackend
 
             return FlashInferBackend(*args)
+        if self.kv_fp8 and triton_runs_on(self.device) and self.device.type == "cuda":
+            from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
+
+            return PagedTorchBackend(*args)
         from core.attention.torch_backend import TorchAttentionBackend
 
         return TorchAttentionBackend(*args)
