@@ -82,11 +82,35 @@ def _flashinfer(q, pool, indptr, indices, last, context) -> dict | None:
     return {"kernel": "flashinfer bf16", "context": context, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12}
 
 
+def sweep(context: int = 1100) -> list[dict]:
+    """The fp8 kernel's tile choices at one context: tokens per iteration, warps, pipeline stages."""
+    device = torch.device("cuda")
+    pages_per = -(-context // PAGE)
+    order = torch.randperm(BATCH * pages_per, device=device).to(torch.int32)
+    indptr = torch.arange(0, BATCH + 1, dtype=torch.int32, device=device) * pages_per
+    last = torch.full((BATCH,), context - (pages_per - 1) * PAGE, dtype=torch.int32, device=device)
+    q = torch.randn(BATCH, HEADS, DIM, device=device, dtype=torch.bfloat16)
+    pool = KVPool(1, BATCH * pages_per + 1, PAGE, KV_HEADS, DIM, torch.bfloat16, device, fp8=True)
+    out, rows = torch.empty_like(q), []
+    kv_bytes = BATCH * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, True)
+    for tile in [(t, w, s) for t in (64, 128, 256) for w in (4, 8) for s in (2, 3, 4)]:
+        try:
+            seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out, tile))
+        except Exception as exc:  # a tile that does not fit in shared memory
+            print(f"tile {tile}: {type(exc).__name__}", flush=True)
+            continue
+        rows.append({"kernel": f"triton fp8 tile {tile}", "context": context, "us": seconds * 1e6,
+                     "tb_s": kv_bytes / seconds / 1e12})
+        print(f"tile {tile}: {seconds * 1e6:.1f} us, {rows[-1]['tb_s']:.2f} TB/s", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
+    parser.add_argument("--sweep", action="store_true", help="time the fp8 kernel's tile choices first")
     args = parser.parse_args()
-    rows = []
+    rows = sweep() if args.sweep else []
     for context in (600, 1100, 1600):
         for row in case(context):
             print(f"{row['kernel']:<16} context {row['context']:>5}: {row['us']:8.1f} us per layer, "

@@ -16,7 +16,8 @@ import torch
 from core.attention.small_decode import block_g
 from core.kvcache.pool import KVPool
 
-BLOCK_T = 64  # cached tokens per loop iteration
+# (cached tokens per loop iteration, warps, pipeline stages), for bf16 pages and for fp8 ones
+TILES = {False: (64, 4, 2), True: (64, 4, 2)}
 
 
 @functools.cache
@@ -27,10 +28,13 @@ def _kernel():
 
 
 def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-                 kv_last: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+                 kv_last: torch.Tensor, scale: float, out: torch.Tensor | None = None,
+                 tile: tuple[int, int, int] | None = None) -> torch.Tensor:
     """q: [batch, heads, head_dim], one query per request; the pages of request i are
     ``kv_indices[kv_indptr[i]:kv_indptr[i + 1]]`` (int32, on the device), its last holding ``kv_last[i]``
-    tokens. Returns [batch, heads, head_dim] in q's dtype."""
+    tokens. Returns [batch, heads, head_dim] in q's dtype. ``tile``: (tokens per iteration, warps, stages),
+    default TILES' entry for the pool's dtype."""
+    block_t, warps, stages = tile or TILES[pool.fp8]
     batch, num_heads, head_dim = q.shape
     k_cache, v_cache = pool.k[layer], pool.v[layer]
     num_kv_heads = k_cache.shape[1]
@@ -40,6 +44,7 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     _kernel()[(batch, num_kv_heads)](
         q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, out, scale,
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
-        GROUP=num_heads // num_kv_heads, BLOCK_G=block_g(num_heads, num_kv_heads), BLOCK_T=BLOCK_T,
-        FP8=pool.fp8, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2)
+        GROUP=num_heads // num_kv_heads, BLOCK_G=block_g(num_heads, num_kv_heads), BLOCK_T=block_t,
+        FP8=pool.fp8, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=warps,
+        num_stages=stages)
     return out
