@@ -17,7 +17,7 @@ from core.attention.small_decode import block_g
 from core.kvcache.pool import KVPool
 
 # (cached tokens per loop iteration, warps, pipeline stages), for bf16 pages and for fp8 ones
-TILES = {False: (64, 4, 2), True: (64, 4, 2)}
+TILES = {False: (64, 4, 2), True: (128, 4, 2)}  # fp8: the sweep in scripts/gpu_fp8_decode.py
 
 
 @functools.cache
