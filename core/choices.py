@@ -4,6 +4,7 @@
 from core.errors import InvalidParamsError
 
 CACHE_TYPES = ("naive", "radix")
+KV_DTYPES = ("auto", "fp8")  # 'auto': the model's dtype
 ATTENTION_BACKENDS = ("torch", "flashinfer")
 # the names a dtype may be given by; core/config.py maps them to torch dtypes
 DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, check_dtype_name
+from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, KV_DTYPES, check_dtype_name
 from core.errors import InvalidParamsError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -40,6 +40,9 @@ class EngineConfig:
     # overlap scheduling: prepare step N+1 while step N runs. None: on for CUDA, off on CPU (where it gains
     # nothing but runs the same bookkeeping); MINISGL_DISABLE_OVERLAP_SCHEDULING=1 turns it off regardless
     overlap: bool | None = None
+    # the KV cache's storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales
+    # (core/kvcache/pool.py), attention then computing in float32 (the torch backend)
+    kv_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         def positive_int(name: str, value: object, allow_none: bool = False) -> None:
@@ -72,6 +75,11 @@ class EngineConfig:
         if self.overlap is not None and not isinstance(self.overlap, bool):
             raise InvalidParamsError(f"overlap must be True, False or None, got {self.overlap!r}")
         parse_dtype(self.dtype)
+        if self.kv_dtype not in KV_DTYPES:
+            raise InvalidParamsError(f"unknown kv_dtype {self.kv_dtype!r}; use one of {', '.join(KV_DTYPES)}")
+        if self.kv_dtype == "fp8" and self.attention == "flashinfer":
+            raise InvalidParamsError("kv_dtype 'fp8' runs on the torch attention backend; use --attention torch "
+                                     "or leave --attention out")
         if self.device is not None:
             try:
                 torch.device(self.device)

@@ -35,6 +35,10 @@ def bench(
         None, min=1, help="torch threads for the whole run; default torch's (one per core). On a busy machine "
                           "1 gives steadier figures."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks for the engine."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="The engine's KV cache: auto (the model's dtype) or fp8."),
+    baseline_seconds: Optional[float] = typer.Option(
+        None, "--baseline-seconds", min=1.0, help="Stop each baseline after this long and measure it on the "
+                                                   "tokens it made; default 45 on CUDA, no limit on a CPU."),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print one JSON object instead of the table."),
 ) -> None:
     """Measure throughput against transformers (one at a time, static batch, continuous batching).
@@ -51,7 +55,8 @@ def bench(
         quiet_transformers()
     options = BenchOptions(workload=workload, model=model, requests=requests, seed=seed,
                            skip_baselines=skip_baselines, device=device, threads=threads, tp=tp,
-                           hf_requests=hf_requests, baselines=baselines)
+                           hf_requests=hf_requests, baselines=baselines, kv_dtype=kv_dtype,
+                           baseline_seconds=baseline_seconds)
     from render.bench import BenchProgress, bench_view
 
     with BenchProgress(activity) as progress:  # a MinisglError becomes one line and exit 2 at the app's boundary

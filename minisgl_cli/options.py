@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from core.choices import ATTENTION_BACKENDS, CACHE_TYPES
+from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, KV_DTYPES
 
 DEFAULT_CACHE = "radix"
 DEFAULT_MAX_RUNNING = 32
@@ -48,6 +48,10 @@ Tp = Annotated[int, typer.Option("--tp", min=1, rich_help_panel=_ENGINE,
                                  help="Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).")]
 Dtype = Annotated[Optional[str], typer.Option(
     "--dtype", rich_help_panel=_ENGINE, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on CUDA).")]
+KvDtype = Annotated[Literal[KV_DTYPES], typer.Option(
+    "--kv-dtype", rich_help_panel=_ENGINE,
+    help="KV cache storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales (half the "
+         "bytes of bf16; attention computes in float32 on the torch backend).")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 
@@ -98,6 +102,7 @@ class EngineOptions:
     cuda_graph_max_bs: int | None = None
     tp: int = 1
     dtype: str | None = None
+    kv_dtype: str = "auto"
 
 
 @dataclass(frozen=True)

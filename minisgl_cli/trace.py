@@ -71,7 +71,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
           cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
           max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
           chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-          tp: o.Tp = 1, dtype: o.Dtype = None, arrival_every: ArrivalEvery = None,
+          tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto', arrival_every: ArrivalEvery = None,
           arrival_rate: ArrivalRate = None, step_delay: StepDelay = 0.0, step: StepByKey = False,
           show_radix: ShowRadix = False, no_legend: NoLegend = False) -> None:
     """Watch the scheduler: one live row per batch, then the generations and a per-request timeline.
@@ -93,7 +93,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     trace_file = TraceFile(trace_out) if trace_out else None
     try:
         llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype), Activity(err))
+                                         cuda_graph_max_bs, tp, dtype, kv_dtype), Activity(err))
         llm.report_radix = show_radix
         inputs = engine_inputs(llm, job, chat)
         view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs), show_legend=not no_legend,

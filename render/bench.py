@@ -85,4 +85,13 @@ def bench_view(report: BenchReport) -> Group:
         parts.append(f"matmul ceiling {report.matmul_gflops:.1f} GFLOP/s; minisgl did {report.model_gflop:.1f} GFLOP "
                      f"of model work at {report.engine_gflops:.1f} GFLOP/s = "
                      f"{report.model_flops_fraction:.0%} of the ceiling")
+    if report.floor is not None and engine is not None:
+        f = report.floor
+        parts.append(f"floor {f.seconds:.2f} s on {report.copy_gbps:.0f} GB/s and {report.matmul_gflops:.0f} GFLOP/s "
+                     f"(prefill {f.prefill_s:.2f} s; {f.decode_steps} decode steps {f.decode_s:.2f} s: KV "
+                     f"{f.kv_read_bytes / 1e9:.1f} GB, weights {f.weight_read_bytes / 1e9:.1f} GB); minisgl "
+                     f"{engine.wall_s:.2f} s = [bold]{report.floor_fraction:.0%} of the floor[/bold]")
+    if report.batch1_floor_ms and report.batch1_ms_per_token:
+        parts.append(f"batch-1 floor {report.batch1_floor_ms:.3f} ms per token (weights and KV once); minisgl "
+                     f"{report.batch1_floor_fraction:.0%} of it")
     return Group(*parts)

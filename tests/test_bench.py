@@ -42,6 +42,8 @@ def test_bench_json_reports_engine_and_every_baseline(model_dirs):
     assert report["matmul_gflops"] > 0 and report["model_flops_fraction"] > 0
     assert report["latency"]["ttft_s"]["p50"] > 0 and report["latency"]["tpot_s"]["p99"] > 0
     assert report["batch1_ms_per_token"] > 0
+    assert report["copy_gbps"] > 0 and report["floor"]["floor_s"] > 0
+    assert 0 < report["floor_fraction"] < 1 and 0 < report["batch1_floor_fraction"] < 1
 
 
 def test_random_spec_baselines_run_on_the_first_hf_requests():
@@ -219,3 +221,78 @@ def test_continuous_batching_config_takes_the_page_size_under_either_name():
 
     assert _continuous_config(Older, 64, num_blocks=9, auto_switch_to_flash=False) == Older(64, 9)
     assert _continuous_config(Newer, 64, num_blocks=9, auto_switch_to_flash=False) == Newer(64, 9, False)
+
+
+def _costs():
+    from core.bench.floor import ModelCosts
+    return ModelCosts(weight_bytes=1000.0, kv_bytes_per_token=10.0, flops_per_token=100.0, attn_flops_per_pair=1.0)
+
+
+def test_floor_reads_the_weights_each_step_and_each_running_requests_context():
+    from core.bench.floor import Ceilings, workload_floor
+
+    requests = [BenchRequest([1] * 4, 3), BenchRequest([1] * 2, 2)]  # decode steps: 2 and 1
+    floor = workload_floor(_costs(), requests, Ceilings(copy_gbps=1e-9 * 1e3, matmul_gflops=1e-9 * 1e9))
+    # step 1: contexts 4+1 and 2+1; step 2: 4+2 (the second request is done)
+    assert floor.decode_steps == 2 and floor.kv_read_bytes == (5 + 3 + 6) * 10.0
+    assert floor.weight_read_bytes == 2 * 1000.0
+    # bytes at 1000 B/s: (1000 + 80) / 1000 + (1000 + 60) / 1000; FLOPs at 1e9 are negligible
+    assert floor.decode_s == pytest.approx(1.08 + 1.06)
+    prefill_flops = 6 * 100.0 + (4 * 5 / 2 + 2 * 3 / 2) * 1.0
+    assert floor.prefill_flops == prefill_flops and floor.prefill_s == pytest.approx(1.0)  # the weights once
+    assert floor.seconds == pytest.approx(floor.prefill_s + floor.decode_s)
+
+
+def test_floor_takes_the_flops_when_they_are_the_longer_term():
+    from core.bench.floor import Ceilings, batch1_floor_ms, workload_floor
+
+    requests = [BenchRequest([1] * 4, 2)]
+    floor = workload_floor(_costs(), requests, Ceilings(copy_gbps=1e9, matmul_gflops=1e-9))  # 1 FLOP/s
+    assert floor.decode_s == pytest.approx(100.0 + 5 * 1.0)
+    assert batch1_floor_ms(_costs(), BenchRequest([1] * 4, 2), Ceilings(copy_gbps=1e-6, matmul_gflops=1.0)) \
+        == pytest.approx((1000.0 + 5 * 10.0) / 1e3 * 1e3)
+
+
+def test_bench_view_shows_the_floor_and_the_fraction():
+    from rich.console import Console
+
+    from core.bench.floor import Ceilings, workload_floor
+    from render.bench import bench_view
+
+    floor = workload_floor(_costs(), [BenchRequest([1] * 4, 3)], Ceilings(copy_gbps=1e-6, matmul_gflops=1.0))
+    report = BenchReport(workload="nanovllm", model="m", device="d", requests=1, prompt_tokens=4,
+                         results=[RunResult("minisgl", floor.seconds * 4, 3, 1)], latency=None,
+                         matmul_gflops=1.0, model_gflop=1.0, copy_gbps=1e-6, floor=floor,
+                         batch1_ms_per_token=2.0, batch1_floor_ms=0.5)
+    console = Console(width=200, record=True)
+    console.print(bench_view(report))
+    text = console.export_text()
+    assert "25% of the floor" in text and "minisgl 25% of it" in text
+    assert report.to_dict()["floor_fraction"] == 0.25 and report.to_dict()["floor"]["decode_steps"] == 2
+
+
+def test_a_baseline_time_limit_measures_the_tokens_made_so_far():
+    from core.bench.hf import hf_static
+    from core.models.random_hf import random_hf_model
+    from core.models.random_spec import parse_random_spec
+    import torch
+
+    model = random_hf_model(parse_random_spec("random:tiny-qwen3"), torch.device("cpu"), torch.float32)
+    workload = Workload(workload_spec("cpu"), [BenchRequest([1, 2, 3], 400), BenchRequest([4, 5], 300)], 0)
+    result = hf_static(model, workload, lambda *args: None, seconds=0.2)
+    assert 0 < result.output_tokens < workload.output_tokens and result.wall_s < 5
+    steps = result.output_tokens // 2  # both rows still running: two useful tokens per step
+    assert result.output_tokens == 2 * steps
+
+
+def test_kv_dtype_fp8_runs_the_bench_and_halves_the_kv_bytes():
+    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json",
+                                 "--threads", "1", "--skip-baselines", "--kv-dtype", "fp8"])
+    assert result.exit_code == 0, result.output
+    fp8 = json.loads(result.stdout)
+    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json",
+                                 "--threads", "1", "--skip-baselines"])
+    auto = json.loads(result.stdout)
+    assert fp8["results"][0]["output_tokens"] == auto["results"][0]["output_tokens"]
+    ratio = fp8["floor"]["kv_read_gb"] / auto["floor"]["kv_read_gb"]
+    assert 0.25 < ratio < 0.5  # float32 on a CPU: 4 bytes a value against 1 plus a scale per head

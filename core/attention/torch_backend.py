@@ -5,6 +5,10 @@ other); a request with nothing cached attends to its own fresh keys and values, 
 the pool. Decode gathers every request's keys into one padded [batch, max_len] block and runs a single masked
 SDPA call, which on a CPU beats a per-request loop by a wide margin.
 
+With an fp8 pool (core/kvcache/pool.py) the gathered keys and values are dequantised to float32 and attention
+runs in float32, whatever the model's dtype, so the CPU runs it too; a prefill's fresh keys and values are
+used as computed (only what is read back from the pool went through fp8).
+
 Keys and values are gathered with ``index_select`` over a flat list of slots: on a CPU that is several times
 faster than advanced indexing with a 2-D index, and decode attention is mostly this gather. Every SDPA call
 gets 4-D tensors, the shape the fused CPU kernel takes (3-D inputs fall back to the unfused math path).
@@ -61,14 +65,21 @@ class TorchAttentionBackend(AttentionBackend):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         self.pool.store(layer, batch.out_loc, k, v)
-        k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
         meta = batch.attn_metadata
-        if isinstance(meta, TorchDecodeMetadata):
-            return self._decode(q, k_cache, v_cache, meta)
-        return self._prefill(q, k, v, k_cache, v_cache, meta)
+        if self.pool.fp8:  # fp8 values come back as float32: attention computes in float32 throughout
+            out_dtype, q, k, v = q.dtype, q.float(), k.float(), v.float()
+            out = self._attend(q, k, v, layer, meta, torch.float32)
+            return out.to(out_dtype)
+        return self._attend(q, k, v, layer, meta, q.dtype)
 
-    def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, meta: TorchPrefillMetadata) -> torch.Tensor:
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
+                meta: TorchPrefillMetadata | TorchDecodeMetadata, dtype: torch.dtype) -> torch.Tensor:
+        if isinstance(meta, TorchDecodeMetadata):
+            return self._decode(q, layer, meta, dtype)
+        return self._prefill(q, k, v, layer, meta, dtype)
+
+    def _prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
+                 meta: TorchPrefillMetadata, dtype: torch.dtype) -> torch.Tensor:
         out = torch.empty_like(q)
         for seq in meta.seqs:
             new = slice(seq.q_start, seq.q_start + seq.extend_len)
@@ -80,17 +91,17 @@ class TorchAttentionBackend(AttentionBackend):
                 total = seq.cached_len + seq.extend_len
                 q_pos = torch.arange(seq.cached_len, total, device=q.device)
                 visible = torch.arange(total, device=q.device)[None, :] <= q_pos[:, None]
-                o = F.scaled_dot_product_attention(q_seq, _heads_first(k_cache.index_select(0, seq.slots)),
-                                                   _heads_first(v_cache.index_select(0, seq.slots)),
+                k_seq, v_seq = self.pool.gather(layer, seq.slots, dtype)
+                o = F.scaled_dot_product_attention(q_seq, _heads_first(k_seq), _heads_first(v_seq),
                                                    attn_mask=visible, scale=self.scale, enable_gqa=True)
             out[new] = o[0].transpose(0, 1)
         return out
 
-    def _decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                meta: TorchDecodeMetadata) -> torch.Tensor:
+    def _decode(self, q: torch.Tensor, layer: int, meta: TorchDecodeMetadata, dtype: torch.dtype) -> torch.Tensor:
         shape = (q.shape[0], meta.max_len, self.num_kv_heads, self.head_dim)
-        k = k_cache.index_select(0, meta.slots).view(shape).transpose(1, 2)  # [batch, kv_heads, max_len, dim]
-        v = v_cache.index_select(0, meta.slots).view(shape).transpose(1, 2)
+        k, v = self.pool.gather(layer, meta.slots, dtype)
+        k = k.view(shape).transpose(1, 2)  # [batch, kv_heads, max_len, dim]
+        v = v.view(shape).transpose(1, 2)
         o = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=meta.mask, scale=self.scale,
                                            enable_gqa=True)
         return o.squeeze(2)

@@ -43,23 +43,26 @@ def _sampling_kwargs(temperature: float) -> dict[str, Any]:
 
 
 def _generate(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int,
-              temperature: float, streamer: Any = None) -> torch.Tensor:
+              temperature: float, streamer: Any = None, max_time: float | None = None) -> torch.Tensor:
     with torch.inference_mode(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=new_tokens,
-                              min_new_tokens=new_tokens, pad_token_id=0, streamer=streamer,
+                              min_new_tokens=new_tokens, pad_token_id=0, streamer=streamer, max_time=max_time,
                               **_sampling_kwargs(temperature))
 
 
-def hf_sequential(model: Any, workload: Workload, progress: ProgressFn) -> RunResult:
+def hf_sequential(model: Any, workload: Workload, progress: ProgressFn, seconds: float | None = None) -> RunResult:
     device, temperature = model.device, workload.spec.temperature
     total = len(workload.requests)
-    start = time.perf_counter()
+    start, tokens, done = time.perf_counter(), 0, 0
     for i, req in enumerate(workload.requests):
+        if seconds is not None and time.perf_counter() - start > seconds:
+            break  # out of time: throughput over the requests that ran
         ids = torch.tensor([req.prompt_ids], device=device)
         _generate(model, ids, torch.ones_like(ids), req.max_tokens, temperature)
+        tokens, done = tokens + req.max_tokens, i + 1
         progress("hf-sequential", i + 1, total)
-    return RunResult("hf-sequential", time.perf_counter() - start, workload.output_tokens, total)
+    return RunResult("hf-sequential", time.perf_counter() - start, tokens, done)
 
 
 class _StepStreamer:
@@ -74,7 +77,7 @@ class _StepStreamer:
             self.progress("hf-static", self.calls, self.total)
 
     def end(self) -> None:
-        self.progress("hf-static", self.total, self.total)
+        self.progress("hf-static", min(max(self.calls, 0), self.total), self.total)
 
 
 def left_padded(prompts: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,13 +91,19 @@ def left_padded(prompts: list[list[int]], pad_id: int = 0) -> tuple[torch.Tensor
     return ids, mask
 
 
-def hf_static(model: Any, workload: Workload, progress: ProgressFn) -> RunResult:
+def hf_static(model: Any, workload: Workload, progress: ProgressFn, seconds: float | None = None) -> RunResult:
+    """With ``seconds``, generate stops at that time (its ``max_time``) and the useful tokens made by then
+    count: each row's steps up to its own ``max_tokens``."""
     ids, mask = left_padded([r.prompt_ids for r in workload.requests])
     steps = max(r.max_tokens for r in workload.requests)
+    streamer = _StepStreamer(progress, steps)
     start = time.perf_counter()
-    _generate(model, ids.to(model.device), mask.to(model.device), steps, workload.spec.temperature,
-              _StepStreamer(progress, steps))
-    return RunResult("hf-static", time.perf_counter() - start, workload.output_tokens, len(workload.requests))
+    _generate(model, ids.to(model.device), mask.to(model.device), steps, workload.spec.temperature, streamer,
+              max_time=seconds)
+    wall = time.perf_counter() - start
+    done = max(streamer.calls, 0)
+    tokens = sum(min(done, r.max_tokens) for r in workload.requests) if done < steps else workload.output_tokens
+    return RunResult("hf-static", wall, tokens, len(workload.requests))
 
 
 def _continuous_config(config_cls: Any, page_size: int, **settings: Any) -> Any:
@@ -109,8 +118,10 @@ def _continuous_config(config_cls: Any, page_size: int, **settings: Any) -> Any:
     return config_cls(**{name: value for name, value in settings.items() if name in known})
 
 
-def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, page_size: int = 64) -> RunResult:
-    """Transformers' continuous batching; the cache is sized to hold the whole workload at once."""
+def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, seconds: float | None = None,
+                  page_size: int = 64) -> RunResult:
+    """Transformers' continuous batching; the cache is sized to hold the whole workload at once. With
+    ``seconds``, requests stream their tokens and the run stops at that time, counting the tokens made."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -121,27 +132,31 @@ def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, page_siz
                                    auto_switch_to_flash=False)
     gen_config = GenerationConfig(eos_token_id=-1, pad_token_id=0, max_new_tokens=max(r.max_tokens for r in requests),
                                   **_sampling_kwargs(workload.spec.temperature))
-    done, tokens, errors = 0, 0, []
+    done, errors = 0, []
+    made: dict[Any, int] = {}  # tokens per request id, so far
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with model.continuous_batching_context_manager(generation_config=gen_config, continuous_batching_config=cb_config,
                                                        block=True, timeout=60) as manager:
             start = time.perf_counter()
+            streaming = {"streaming": True} if seconds is not None else {}
             for req in requests:
-                manager.add_request(req.prompt_ids, max_new_tokens=req.max_tokens, eos_token_id=-1)
+                manager.add_request(req.prompt_ids, max_new_tokens=req.max_tokens, eos_token_id=-1, **streaming)
             while done < len(requests):
+                if seconds is not None and time.perf_counter() - start > seconds:
+                    break
                 result = manager.get_result(timeout=1)
                 if result is None:
                     if not manager.is_running():
                         raise RuntimeError("the continuous batching loop stopped before every request finished")
                     continue
+                made[result.request_id] = len(result.generated_tokens)
                 if result.is_finished():
                     done += 1
-                    tokens += len(result.generated_tokens)
                     if result.error is not None:
                         errors.append(str(result.error))
                     progress("hf-continuous", done, len(requests))
             wall = time.perf_counter() - start
     if errors:
         raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
-    return RunResult("hf-continuous", wall, tokens, len(requests))
+    return RunResult("hf-continuous", wall, sum(made.values()), len(requests))

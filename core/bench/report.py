@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # the floor's module measures with torch; a report is read without it (minisgl --help)
+    from core.bench.floor import Floor
 
 # (stage name, units done, units in total): called as each engine or baseline makes progress
 ProgressFn = Callable[[str, int, int], None]
@@ -76,6 +79,21 @@ class BenchReport:
     model_gflop: float  # the workload's FLOPs (see flops.workload_flops), in GFLOP
     skipped: dict[str, str] = field(default_factory=dict)  # baseline name -> why it did not run
     batch1_ms_per_token: float | None = None  # median decode time per token of one request running alone
+    copy_gbps: float = 0.0  # the device's measured copy bandwidth (read + write)
+    floor: Floor | None = None  # the ideal engine's time on the measured ceilings (core/bench/floor.py)
+    batch1_floor_ms: float | None = None  # one batch-1 decode step's bytes over the copy bandwidth
+
+    @property
+    def floor_fraction(self) -> float:
+        """The floor's time over the engine's: 1.0 would be an engine that wastes nothing."""
+        engine = self.result("minisgl")
+        return self.floor.seconds / engine.wall_s if self.floor and engine and engine.wall_s > 0 else 0.0
+
+    @property
+    def batch1_floor_fraction(self) -> float:
+        if not self.batch1_floor_ms or not self.batch1_ms_per_token:
+            return 0.0
+        return self.batch1_floor_ms / self.batch1_ms_per_token
 
     def result(self, name: str) -> RunResult | None:
         return next((r for r in self.results if r.name == name), None)
@@ -101,4 +119,9 @@ class BenchReport:
             "model_flops_fraction": round(self.model_flops_fraction, 4),
             "skipped": self.skipped,
             "batch1_ms_per_token": None if self.batch1_ms_per_token is None else round(self.batch1_ms_per_token, 4),
+            "copy_gbps": round(self.copy_gbps, 1),
+            "floor": self.floor.to_dict() if self.floor else None,
+            "floor_fraction": round(self.floor_fraction, 4),
+            "batch1_floor_ms": None if self.batch1_floor_ms is None else round(self.batch1_floor_ms, 4),
+            "batch1_floor_fraction": round(self.batch1_floor_fraction, 4),
         }

@@ -12,7 +12,8 @@ from typing import Callable, Sequence
 import torch
 
 from core.bench.engine_run import batch1_request, run_batch1, run_engine, warm_up
-from core.bench.flops import matmul_gflops, workload_flops
+from core.bench.floor import ModelCosts, batch1_floor_ms, measure_ceilings, workload_floor
+from core.bench.flops import workload_flops
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
 from core.bench.report import BenchReport, ProgressFn, no_progress
@@ -22,6 +23,9 @@ from core.llm import LLM
 from core.models.loader import read_model_config
 from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
 
+# transformers' steps on a GPU are bound by its host work (~0.1 s a step whatever the batch): each baseline gets
+# this long there by default and its throughput is measured over the tokens it made in that time
+CUDA_BASELINE_SECONDS = 45.0
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,13 @@ class BenchOptions:
     device: str | None = None
     threads: int | None = None  # torch intra-op threads for the whole run (engine, baselines and ceiling alike)
     tp: int = 1  # tensor-parallel ranks for the engine (the baselines run on one device)
+    kv_dtype: str | None = None  # the engine's KV cache: None or 'auto' (the model's dtype), 'fp8'
     hf_requests: int | None = None  # the baselines run on the first N requests only; None: all of them
     # names from BASELINES, as a list or comma-separated; None: all of them on a CPU, CUDA_BASELINES on CUDA
     baselines: str | Sequence[str] | None = None
+    # each baseline stops after this long, its tokens/s measured on what it made; None: CUDA_BASELINE_SECONDS
+    # on CUDA, no limit on a CPU
+    baseline_seconds: float | None = None
 
     def workload_name(self) -> str:
         if self.workload is not None:
@@ -48,8 +56,9 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
               warn: Callable[[str], None] = lambda message: None,
               log: Callable[[str], None] | None = None) -> BenchReport:
     """Run the engine (after a warm-up run), then one request alone for the batch-1 decode latency, then
-    (unless skipped) each chosen baseline on the same requests; ``warn`` hears why a baseline could not run,
-    ``log`` what the run is doing as each phase starts (loading, converting a GGUF, warming up, measuring)."""
+    (unless skipped) each chosen baseline on the same requests, then the device's ceilings and the workload's
+    floor on them; ``warn`` hears why a baseline could not run, ``log`` what the run is doing as each phase
+    starts (loading, converting a GGUF, warming up, measuring)."""
     say = log or (lambda message: None)
     spec = workload_spec(options.workload_name())
     if options.threads is not None:
@@ -70,7 +79,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     longest = max(len(r.prompt_ids) + r.max_tokens for r in workload.requests + [batch1])
     say(f"loading {model_name} into the engine")
     llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
-              max_seq_len=longest, tp=options.tp, log=log)
+              max_seq_len=longest, tp=options.tp, kv_dtype=options.kv_dtype or "auto", log=log)
     say(f"warming up the engine: the {len(workload.requests)} requests cut to a few tokens each")
     warm_up(llm, workload)
     engine_result, latency = run_engine(llm, workload, progress)
@@ -80,15 +89,21 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     skipped: dict[str, str] = {}
     if not options.skip_baselines:
         say("loading the model into transformers for the baselines")
+        seconds = options.baseline_seconds
+        if seconds is None and llm.device.type == "cuda":
+            seconds = CUDA_BASELINE_SECONDS
         results += _run_baselines(llm, _first(workload, options.hf_requests), chosen or default_baselines(llm.device),
-                                  progress, skipped, warn)
-    if llm.device.type == "cpu":
-        say("measuring the matmul ceiling")
+                                  progress, skipped, warn, say, seconds)
+    say("measuring the device's copy bandwidth and matmul rate")
+    ceilings = measure_ceilings(llm.device, llm.engine.dtype)
+    costs = ModelCosts.of(cfg, llm.engine.dtype.itemsize, llm.engine.kv_bytes_per_token, options.tp)
     return BenchReport(
         workload=spec.name, model=model_name, device=_describe(llm.device), requests=len(workload.requests),
         prompt_tokens=workload.prompt_tokens, results=results, latency=latency,
-        matmul_gflops=matmul_gflops(dtype=llm.engine.dtype) if llm.device.type == "cpu" else 0.0,
-        model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped, batch1_ms_per_token=batch1_ms)
+        matmul_gflops=ceilings.matmul_gflops, model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped,
+        batch1_ms_per_token=batch1_ms, copy_gbps=ceilings.copy_gbps,
+        floor=workload_floor(costs, workload.requests, ceilings),
+        batch1_floor_ms=batch1_floor_ms(costs, batch1, ceilings))
 
 
 def default_baselines(device: torch.device) -> tuple[str, ...]:
@@ -104,15 +119,18 @@ def _first(workload: Workload, count: int | None) -> Workload:
 
 
 def _run_baselines(llm: LLM, workload: Workload, names: Sequence[str], progress: ProgressFn,
-                   skipped: dict[str, str], warn: Callable[[str], None]) -> list:
+                   skipped: dict[str, str], warn: Callable[[str], None], note: Callable[[str], None],
+                   seconds: float | None) -> list:
     # for a random spec, the weights of a one-rank engine from the same spec (the engine's own when tp == 1)
     model = load_hf_model(llm.model_dir, llm.device, llm.engine.dtype)
     _warm_up_hf(model)
     runs = {"hf-sequential": hf_sequential, "hf-static": hf_static, "hf-continuous": hf_continuous}
     results = []
     for name in names:
+        limit = f", at most {seconds:.0f} s" if seconds is not None else ""
+        note(f"bench: {name} on {len(workload.requests)} requests{limit}")
         try:
-            results.append(runs[name](model, workload, progress))
+            results.append(runs[name](model, workload, progress, seconds))
         except Exception as exc:  # a baseline that cannot run here is reported, never fatal
             skipped[name] = f"{type(exc).__name__}: {exc}"
             warn(f"{name} left out: {skipped[name]}")

@@ -26,6 +26,7 @@ from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.env import cpu_weight_packing_disabled
 from core.layers.kernels import FlashInferKernels, TorchKernels, install_kernels
 from core.layers.packed import pack_linears, packing_available
+from core.layers.triton_support import triton_runs_on
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.models.config import ModelConfig
@@ -76,11 +77,15 @@ class Engine:
         self.model = load_model(model_dir, cfg, self.device, self.dtype, self.max_seq_len)
         self.page_size = config.page_size
         self.num_kv_heads = local_kv_heads(cfg.num_kv_heads)[0]
+        self.kv_fp8 = config.kv_dtype == "fp8"
+        # what one cached token costs this rank's pool: what the benchmark's floor reads per token of context
+        self.kv_bytes_per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim,
+                                                         self.dtype, self.kv_fp8)
         self.num_pages = self._pool_pages()
         # one page more than the cache hands out: padding rows of a CUDA-graph batch write their KV there
         self.dummy_page = self.num_pages
         self.kv_pool = KVPool(cfg.num_layers, self.num_pages + 1, self.page_size, self.num_kv_heads, cfg.head_dim,
-                              self.dtype, self.device)
+                              self.dtype, self.device, fp8=self.kv_fp8)
         # one row per running request; a position's KV slot. The spare last row (padding) points at the dummy page.
         # Whole pages wide, so a page's slots are always written together.
         width = -(-self.max_seq_len // self.page_size) * self.page_size
@@ -104,9 +109,8 @@ class Engine:
 
     def describe(self, kernels: str) -> str:
         """The engine in words for someone new to it: where it runs, how much the KV cache holds and why."""
-        cfg = self.model_config
         tokens = self.num_pages * self.page_size
-        per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim, self.dtype)
+        per_token = self.kv_bytes_per_token
         rows = self.config.max_running_req
         if self.config.num_pages is not None:
             why = f"{self.num_pages:,} page{'s' if self.num_pages != 1 else ''} as asked"
@@ -118,14 +122,15 @@ class Engine:
         graphs = f"CUDA graphs up to batch {self.graph_runner.max_bs}" if self.graph_runner else "no CUDA graphs"
         packed = ", weights packed for the CPU's matrix library" if self.packed_linears else ""
         return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
-                f"{tokens:,} tokens ({_size(tokens * per_token)}; {why}), {self._attention_name()} "
+                f"{tokens:,} tokens{' in fp8' if self.kv_fp8 else ''} ({_size(tokens * per_token)}; {why}), "
+                f"{self._attention_name()} "
                 f"attention with {kernels} kernels{packed}, {graphs}")
 
     def _pool_pages(self) -> int:
-        cfg, config = self.model_config, self.config
+        config = self.config
         if config.num_pages is not None:
             return config.num_pages
-        per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim, self.dtype)
+        per_token = self.kv_bytes_per_token
         budget_gb = config.kv_cache_gb or self._default_kv_gb()
         pages = int(budget_gb * (1 << 30)) // (per_token * self.page_size)
         # no need for more than every row filled to the longest sequence
@@ -150,6 +155,8 @@ class Engine:
         """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports; torch otherwise."""
         if self.config.attention is not None:
             return self.config.attention
+        if self.kv_fp8:  # flashinfer's kernels take no per-head scales
+            return "torch"
         if self.device.type == "cuda" and self.dtype in HALF_DTYPES and flashinfer_available():
             return "flashinfer"
         return "torch"
@@ -164,6 +171,10 @@ class Engine:
             from core.attention.flashinfer_backend import FlashInferBackend
 
             return FlashInferBackend(*args)
+        if self.kv_fp8 and triton_runs_on(self.device) and self.device.type == "cuda":
+            from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
+
+            return PagedTorchBackend(*args)
         from core.attention.torch_backend import TorchAttentionBackend
 
         return TorchAttentionBackend(*args)

@@ -16,7 +16,7 @@ import dataclasses
 import threading
 import weakref
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -73,12 +73,13 @@ class LLM(Scheduler):
                  max_extend_tokens: int = 8192, dtype: Any = None, device: str | None = None,
                  attention: str | None = None, kv_cache_gb: float | None = None,
                  cuda_graph_max_bs: int | None = None, max_prefill_streak: int = 8, tp: int = 1,
-                 overlap: bool | None = None, log: Callable[[str], None] | None = None) -> None:
+                 overlap: bool | None = None, kv_dtype: str = "auto",
+                 log: Callable[[str], None] | None = None) -> None:
         config = EngineConfig(model=model, cache=cache, page_size=page_size, max_running_req=max_running_req,
                               num_pages=num_pages, kv_cache_gb=kv_cache_gb, max_seq_len=max_seq_len,
                               max_extend_tokens=max_extend_tokens, dtype=dtype, device=device, attention=attention,
                               cuda_graph_max_bs=cuda_graph_max_bs, max_prefill_streak=max_prefill_streak, tp=tp,
-                              overlap=overlap)
+                              overlap=overlap, kv_dtype=kv_dtype)
         model_dir = resolve_model_dir(model, log)
         self.model_dir = model_dir
         self.tokenizer = load_tokenizer(model_dir)

@@ -1,0 +1,60 @@
+"""The Triton kernel behind core/attention/paged_decode.py (see there for what it does and why).
+
+A module of its own because it imports triton at the top; the rest of the engine imports without triton.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
+                        kv_last_ptr, out_ptr, sm_scale,
+                        NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
+                        BLOCK_T: tl.constexpr, FP8: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program per (request, KV head): the group's query heads against every cached token, online softmax.
+
+    With FP8 the pages hold e4m3 values and a float32 scale per (slot, KV head): the scales come out of the
+    products (q . k = k_scale * (q . k8), and p @ v = (p * v_scale) @ v8), so the loop converts the fp8 tiles
+    to the query's dtype and multiplies a row of scales, never a whole tile."""
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    KV_ROW: tl.constexpr = NUM_KV_HEADS * HEAD_DIM
+    d = tl.arange(0, HEAD_DIM)
+    g = tl.arange(0, BLOCK_G)
+    g_valid = g < GROUP
+    heads = kv_head * GROUP + g
+    q_offs = (b * NUM_HEADS + heads)[:, None] * HEAD_DIM + d[None, :]
+    q = tl.load(q_ptr + q_offs, mask=g_valid[:, None], other=0.0)
+
+    first_page = tl.load(kv_indptr_ptr + b)
+    pages = tl.load(kv_indptr_ptr + b + 1) - first_page
+    length = (pages - 1) * PAGE_SIZE + tl.load(kv_last_ptr + b)
+
+    m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+    denom = tl.zeros((BLOCK_G,), tl.float32)
+    acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
+    for t0 in range(0, length, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        t_valid = t < length
+        page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
+        slot = page * PAGE_SIZE + t % PAGE_SIZE
+        kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
+        k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)
+        v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if FP8:
+            k_scale = tl.load(k_scale_ptr + slot * NUM_KV_HEADS + kv_head, mask=t_valid, other=0.0)
+            scores = scores * k_scale[None, :]
+        scores = tl.where(t_valid[None, :], scores * sm_scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        p = tl.exp(scores - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        denom = denom * alpha + tl.sum(p, axis=1)
+        if FP8:
+            v_scale = tl.load(v_scale_ptr + slot * NUM_KV_HEADS + kv_head, mask=t_valid, other=0.0)
+            p = p * v_scale[None, :]
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
+        m = m_new
+    tl.store(out_ptr + q_offs, (acc / denom[:, None]).to(q.dtype), mask=g_valid[:, None])
