@@ -22,11 +22,11 @@ from core.prompts import Prompt
 from minisgl_cli import options as o
 from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, load_job, load_llm,
                                  require_greedy)
+from minisgl_cli import trace_exports as x
 from minisgl_cli.trace_file import TraceFile
 from render.export import save_svg
-from render.results import generations_table
 from render.steps import LiveSteps, step_table
-from render.timeline import timeline_table
+from render.trace_format import Trace
 from render.verify import summary_line
 
 INTERRUPTED = 130
@@ -44,35 +44,47 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
           cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
           max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
           chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-          tp: o.Tp = 1, dtype: o.Dtype = None) -> None:
+          tp: o.Tp = 1, dtype: o.Dtype = None, replay: x.Replay = None, html: x.Html = None,
+          perfetto: x.Perfetto = None) -> None:
     """Watch the scheduler: one live row per batch, then the generations and a per-request timeline.
 
     Each row shows the phase, batch size, tokens, every request's extend length and the KV pages in use.
     Without PROMPTS it runs the tutorial's five prompts (max_tokens 6, 2, 5, 1, 4, EOS ignored)."""
     out, err = Console(), Console(stderr=True)
-    job = load_job(prompts or sample_prompts.path(), o.SamplingOptions(max_tokens, temperature, top_k, top_p,
-                                                                         seed, ignore_eos))
+    exports = x.Exports(html, perfetto)
+    if replay:
+        if prompts is not None:
+            raise typer.BadParameter("a replay takes no PROMPTS: the trace file holds the run", param_hint="'--replay'")
+        x.replay(replay, exports, svg, out, err)
+        return
+    sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
+    engine = o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention, cuda_graph_max_bs,
+                             tp, dtype)
+    job = load_job(prompts or sample_prompts.path(), sampling)
     if verify:
         require_greedy(job)
-    _check_writable(svg, "--svg")
-    trace_file = TraceFile(trace_out) if trace_out else None
+    x.check_writable(svg, "--svg")
+    exports.check()
+    header = x.run_header(job.labels, engine, sampling)
+    trace_file = TraceFile(trace_out, header) if trace_out else None
     try:
-        llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype), err)
+        llm = load_llm(engine, err)
         inputs = engine_inputs(llm, job, chat)
         view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs))
         try:
             results = _run_live(llm, inputs, job, view, trace_file, out)
         except KeyboardInterrupt:
             _report_interrupt(view, trace_file, out, err)
+            exports.save(Trace(header, view.events), err)
             raise typer.Exit(INTERRUPTED) from None
+        if trace_file:
+            trace_file.write_results(results)
     finally:
         if trace_file:
             trace_file.close()
     verdicts = check_against_reference(llm, inputs, job, results, err) if verify else None
-    screen: list[RenderableType] = [step_table(view.events, view.show_cached),
-                                    generations_table(job.labels, results, verdicts),
-                                    timeline_table(view.events, job.labels)]
+    run = Trace(header, view.events, results)
+    screen: list[RenderableType] = x.final_screen(run, verdicts)
     if verdicts is not None:
         screen.append(summary_line(verdicts))
     for renderable in screen:
@@ -82,6 +94,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
         err.print(f"[dim]saved {svg}[/]")
     if trace_file:
         err.print(f"[dim]wrote {trace_file.lines} step events to {trace_file.path}[/]")
+    exports.save(run, err)
     if verdicts is not None and not all(v.exact for v in verdicts):
         raise typer.Exit(MISMATCH)
 
@@ -108,7 +121,3 @@ def _report_interrupt(view: LiveSteps, trace_file: TraceFile | None, out: Consol
     where = f"; {trace_file.lines} complete step events are in {trace_file.path}" if trace_file else ""
     err.print(f"interrupted{where}")
 
-
-def _check_writable(path: Path | None, option: str) -> None:
-    if path is not None and not path.parent.resolve().is_dir():
-        raise typer.BadParameter(f"directory {path.parent} does not exist", param_hint=f"'{option}'")

@@ -1,0 +1,124 @@
+"""What ``minisgl trace`` keeps of a run, and replaying it: the trace file, the HTML page, the Perfetto file.
+
+The formats live in render/ (they are views of step events); this module only ties them to options: it checks
+the output paths before a model loads, names the run in the trace's header, writes the exports at the end,
+and replays a saved trace through the same screen a live run prints, without loading any model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console, RenderableType
+from rich.live import Live
+
+from minisgl_cli.options import EngineOptions, SamplingOptions
+from render.html_replay import save_html
+from render.perfetto import save_perfetto
+from render.results import generations_table
+from render.steps import LiveSteps, step_table
+from render.timeline import timeline_table
+from render.trace_format import Trace, TraceFormatError, TraceHeader, read_trace
+
+EMBEDDED_MODEL = "SmolLM2-135M-Instruct (embedded)"
+
+Replay = Annotated[Optional[Path], typer.Option(
+    "--replay", metavar="FILE.jsonl", rich_help_panel="Trace files",
+    help="Replay a saved --trace-out file (no model is loaded): the same table, and --html/--perfetto/--svg.")]
+Html = Annotated[Optional[Path], typer.Option(
+    "--html", metavar="FILE.html", rich_help_panel="Trace files",
+    help="Save a self-contained HTML page that replays the run step by step (opens offline in any browser).")]
+Perfetto = Annotated[Optional[Path], typer.Option(
+    "--perfetto", metavar="FILE.json", rich_help_panel="Trace files",
+    help="Save the run as Chrome trace-event JSON: open it in ui.perfetto.dev or chrome://tracing.")]
+
+
+@dataclass(frozen=True)
+class Exports:
+    """The files a run or a replay writes at its end."""
+
+    html: Path | None = None
+    perfetto: Path | None = None
+
+    def check(self) -> None:
+        """Before any model loads: a directory that does not exist fails now, not after the run."""
+        for path, option in ((self.html, "--html"), (self.perfetto, "--perfetto")):
+            check_writable(path, option)
+
+    def save(self, trace: Trace, err: Console) -> None:
+        if self.html:
+            _write(save_html, trace, self.html, "--html")
+            err.print(f"[dim]saved {self.html} (open it in a browser)[/]")
+        if self.perfetto:
+            _write(save_perfetto, trace, self.perfetto, "--perfetto")
+            err.print(f"[dim]saved {self.perfetto} (open it in ui.perfetto.dev or chrome://tracing)[/]")
+
+
+def check_writable(path: Path | None, option: str) -> None:
+    if path is not None and not path.parent.resolve().is_dir():
+        raise typer.BadParameter(f"directory {path.parent} does not exist", param_hint=f"'{option}'")
+
+
+def _write(save: Any, trace: Trace, path: Path, option: str) -> None:
+    try:
+        save(trace, path)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot write {path}: {exc.strerror or exc}", param_hint=f"'{option}'") from None
+
+
+def run_header(labels: list[str], engine: EngineOptions, sampling: SamplingOptions) -> TraceHeader:
+    """The trace's first line: which model, the options that shape the schedule, and each prompt's label."""
+    options = {key: value for key, value in asdict(engine).items() if key != "model"}
+    options.update(sampling.explicit())
+    return TraceHeader(engine.model or EMBEDDED_MODEL, options, tuple(labels))
+
+
+def final_screen(trace: Trace, verdicts: Any = None) -> list[RenderableType]:
+    """The screen a run ends on: every step, the generations (when it finished) and the timeline."""
+    show_cached = trace.header.show_cached
+    labels = list(trace.header.prompts)
+    screen: list[RenderableType] = [step_table(trace.events, show_cached)]
+    if trace.results is not None:
+        screen.append(generations_table(labels, trace.results, verdicts))
+    screen.append(timeline_table(trace.events, labels))
+    return screen
+
+
+def load_replay(path: Path) -> Trace:
+    try:
+        return read_trace(path)
+    except FileNotFoundError:
+        raise typer.BadParameter(f"no such file: {path}", param_hint="'--replay'") from None
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror or exc}", param_hint="'--replay'") from None
+    except UnicodeDecodeError:
+        raise typer.BadParameter(f"{path} is not a text file", param_hint="'--replay'") from None
+    except TraceFormatError as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--replay'") from None
+
+
+def replay(path: Path, exports: Exports, svg: Path | None, out: Console, err: Console) -> Trace:
+    """Show a saved trace as the live run showed it: the step table grows, then the final screen."""
+    exports.check()
+    check_writable(svg, "--svg")
+    trace = load_replay(path)
+    view = LiveSteps(show_cached=trace.header.show_cached, total_requests=len(trace.header.prompts))
+    with Live(view, console=out, auto_refresh=False, transient=True) as live:
+        for event in trace.events:
+            view.add(event)
+            live.refresh()
+    screen = final_screen(trace)
+    for renderable in screen:
+        out.print(renderable)
+    if not trace.finished:
+        err.print(f"[yellow]the run in {path} was interrupted after {len(trace.events)} steps: no results[/]")
+    if svg:
+        from render.export import save_svg
+
+        save_svg(screen, svg, title="minisgl trace")
+        err.print(f"[dim]saved {svg}[/]")
+    exports.save(trace, err)
+    return trace
