@@ -25,16 +25,11 @@ class RequestLife:
     arrival_step: int  # the first step it could have joined: it was submitted before this step was formed
     states: str  # one character per step, from the constants above
     waits: dict[int, WaitReason]  # step -> why it was not admitted in that step (when the events say)
+    finish_step: int | None = None  # the step it finished in; None if it had not when the trace ends
 
     @property
     def scheduled_steps(self) -> list[int]:
         return [i for i, s in enumerate(self.states) if s in (PREFILL, DECODE)]
-
-    @property
-    def finish_step(self) -> int | None:
-        """The step it finished in, or None if it had not finished when the trace ends."""
-        gone = self.states.find(GONE)
-        return gone - 1 if gone > 0 else None
 
 
 def arrival_steps(events: Sequence[StepEvent], num_requests: int) -> list[int]:
@@ -52,7 +47,7 @@ def request_lives(events: Sequence[StepEvent], num_requests: int) -> list[Reques
     states: list[list[str]] = [[] for _ in range(num_requests)]
     waits: list[dict[int, WaitReason]] = [{} for _ in range(num_requests)]
     started = [False] * num_requests
-    done = [False] * num_requests
+    finish: list[int | None] = [None] * num_requests
     for i, event in enumerate(events):
         in_batch = {r.uid for r in event.reqs}
         waiting = {w.uid: w for w in event.waits}
@@ -60,7 +55,7 @@ def request_lives(events: Sequence[StepEvent], num_requests: int) -> list[Reques
             if uid in in_batch:
                 state = PREFILL if event.phase == "prefill" else DECODE
                 started[uid] = True
-            elif done[uid]:
+            elif finish[uid] is not None:
                 state = GONE
             elif i < arrival[uid]:
                 state = NOT_ARRIVED
@@ -72,9 +67,10 @@ def request_lives(events: Sequence[StepEvent], num_requests: int) -> list[Reques
                 waits[uid][i] = waiting[uid]
             states[uid].append(state)
         for uid in event.finished:
-            if 0 <= uid < num_requests:
-                done[uid] = True
-    return [RequestLife(uid, arrival[uid], "".join(states[uid]), waits[uid]) for uid in range(num_requests)]
+            if 0 <= uid < num_requests and finish[uid] is None:
+                finish[uid] = i
+    return [RequestLife(uid, arrival[uid], "".join(states[uid]), waits[uid], finish[uid])
+            for uid in range(num_requests)]
 
 
 def step_starts(events: Sequence[StepEvent]) -> list[float]:

@@ -129,6 +129,7 @@ def parse_trace(text: str, name: str = "trace") -> Trace:
         raise TraceFormatError(f"{name}, line 1: empty file, not a minisgl trace")
     header = _parse_header(_record(lines[0], 1, name), name)
     events: list[StepEvent] = []
+    history = _History()
     results = None
     for number, line in enumerate(lines[1:], start=2):
         record = _record(line, number, name)
@@ -139,6 +140,7 @@ def parse_trace(text: str, name: str = "trace") -> Trace:
         if kind == "step":
             event = _decode(StepEvent, record, where)
             _check_step(event, len(events), len(header.prompts), where)
+            history.check(event, where)
             events.append(event)
         elif kind == "results":
             results = _parse_results(record, len(header.prompts), where)
@@ -197,6 +199,25 @@ def _check_step(event: StepEvent, expected_step: int, num_prompts: int, where: s
         problems.append("KV pages out of range (cached <= used <= total)")
     if problems:
         raise TraceFormatError(f"{where}: {problems[0]}")
+
+
+@dataclass
+class _History:
+    """What earlier steps said about each request, for the checks that span steps."""
+
+    prefilled: set[int] = field(default_factory=set)
+    finished: set[int] = field(default_factory=set)
+
+    def check(self, event: StepEvent, where: str) -> None:
+        for req in event.reqs:
+            if req.uid in self.finished:
+                raise TraceFormatError(f"{where}: uid {req.uid} runs after it finished")
+            if event.phase == "decode" and req.uid not in self.prefilled:
+                raise TraceFormatError(f"{where}: uid {req.uid} decodes before any prefill")
+            if event.phase == "decode" and req.extend_len != 1:
+                raise TraceFormatError(f"{where}: uid {req.uid} decodes {req.extend_len} tokens (one per step)")
+        self.prefilled.update(r.uid for r in event.reqs)
+        self.finished.update(event.finished)
 
 
 def _parse_results(record: dict[str, Any], num_prompts: int, where: str) -> list[dict[str, Any]]:

@@ -130,7 +130,7 @@
         if ("wPDp".indexOf(s) >= 0) row.appendChild(svg("rect", { x: i, y: s === "p" ? 0.3 : 0.12, width: j - i, height: s === "p" ? 0.4 : 0.76, "class": s }));
         i = j;
       }
-      if (life.arrival < n) row.appendChild(svg("rect", { x: life.arrival, y: 0, width: Math.min(0.12, 0.5), height: 1, "class": "arrival" }));
+      if (life.arrival < n) row.appendChild(svg("rect", { x: life.arrival, y: 0, width: Math.max(n, 1) / 400, height: 1, "class": "arrival" }));
       bars.appendChild(row);
     });
     var cursor = el("div", { "class": "cursor", id: "gantt-cursor" });
@@ -179,7 +179,7 @@
   function play() {
     if (current >= n - 1) show(0);
     $("play").textContent = "\u23f8 pause";
-    timer = setInterval(function () { if (current >= n - 1) stop(); else show(current + 1); }, Number($("speed").value));
+    timer = setInterval(function () { show(current + 1); if (current >= n - 1) stop(); }, Number($("speed").value));
   }
 
   showSettings();
