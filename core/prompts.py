@@ -1,7 +1,9 @@
 """Prompt files: what the command line reads, parsed into prompts plus the sampling values each one sets.
 
 Two formats. ``.txt``: one prompt a line, blank lines skipped. ``.jsonl``: one JSON object a line with
-``prompt`` (a string) or ``input_ids`` (a list of token ids), and optionally any of the sampling fields below.
+``prompt`` (a string) or ``input_ids`` (a list of token ids), optionally any of the sampling fields below, and
+for the trace when the request arrives: ``arrival_step`` (before that step) or ``arrival_s`` (seconds after
+the start).
 Stdin and files with another suffix are JSONL when their first non-blank line is a JSON object, text otherwise.
 
 Every mistake is a :class:`PromptFileError` whose message names the file and, for JSONL, the line, so that it
@@ -18,10 +20,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from core.errors import InvalidParamsError, PromptFileError
+from core.llm.arrivals import Arrival
 from core.request import SamplingParams
 
 SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos")
-JSONL_KEYS = ("prompt", "input_ids") + SAMPLING_KEYS
+ARRIVAL_KEYS = ("arrival_step", "arrival_s")
+JSONL_KEYS = ("prompt", "input_ids") + SAMPLING_KEYS + ARRIVAL_KEYS
 STDIN = "-"
 
 Prompt = str | list[int]
@@ -34,6 +38,7 @@ class PromptSpec:
     prompt: Prompt
     overrides: dict[str, Any] = field(default_factory=dict)
     where: str = ""
+    arrival: Arrival | None = None  # when it enters a running engine; None: at the start
 
     def params(self, explicit: Mapping[str, Any] | None = None) -> SamplingParams:
         """Sampling parameters for this prompt: built-in defaults, then the file's values, then ``explicit``
@@ -117,9 +122,10 @@ def _parse_jsonl_line(line: str, where: str) -> PromptSpec:
     overrides = {key: obj[key] for key in SAMPLING_KEYS if key in obj}
     try:
         SamplingParams(**overrides)
+        arrival = Arrival(obj.get("arrival_step"), obj.get("arrival_s")) if set(ARRIVAL_KEYS) & obj.keys() else None
     except InvalidParamsError as exc:
         raise PromptFileError(f"{where}: {exc}") from None
-    return PromptSpec(prompt, overrides, where)
+    return PromptSpec(prompt, overrides, where, arrival)
 
 
 def _prompt_of(obj: dict[str, Any], where: str) -> Prompt:

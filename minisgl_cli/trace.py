@@ -1,9 +1,12 @@
 """``minisgl trace``: watch the scheduler build each batch, live, then see who ran when.
 
 The step table grows by one row per scheduled batch while the engine runs (a Rich Live display fed by the
-engine's step events). When every request is done, the full table, the generations and a per-request timeline
-are printed; that final screen is what ``--svg`` saves. Ctrl-C stops cleanly: the live display is closed, the
-steps so far are printed, and the ``--trace-out`` file holds every finished step as a complete JSON line.
+engine's step events); under it, the newest step's queue with why each request waits, the KV pool bar, the radix
+tree (``--show-radix``) and a legend. Requests can arrive while it runs (``arrival_step``/``arrival_s`` in a
+JSONL file, ``--arrival-every``, ``--arrival-rate``), and ``--step-delay``/``--step`` set the pace. When every
+request is done, the full table, the generations and a per-request timeline are printed; that final screen is
+what ``--svg`` saves. Ctrl-C stops cleanly: the live display is closed, the steps so far are printed, and the
+``--trace-out`` file holds every finished step as a complete JSON line.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from rich.live import Live
 import sample_prompts
 from core import LLM
 from core.events import StepEvent
+from core.llm.arrivals import Arrival, every_n_steps, poisson
 from core.prompts import Prompt
 from minisgl_cli import options as o
 from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, load_job, load_llm,
                                  require_greedy)
+from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
 from minisgl_cli import trace_exports as x
 from minisgl_cli.trace_file import TraceFile
 from render.export import save_svg
@@ -36,6 +41,24 @@ TraceOut = Annotated[Optional[Path], typer.Option(
     "--trace-out", metavar="FILE.jsonl", help="Write every step event as a JSON line (flushed as it happens).")]
 Svg = Annotated[Optional[Path], typer.Option("--svg", metavar="FILE.svg", help="Save the final screen as SVG.")]
 Verify = Annotated[bool, typer.Option("--verify", help="Check each generation against transformers greedy.")]
+_ARRIVALS = "Arrivals and pace"
+ArrivalEvery = Annotated[Optional[int], typer.Option(
+    "--arrival-every", min=1, metavar="N", rich_help_panel=_ARRIVALS,
+    help="One new request every N steps (request i arrives before step i*N) instead of all at the start.")]
+ArrivalRate = Annotated[Optional[float], typer.Option(
+    "--arrival-rate", min=0.0, metavar="R", rich_help_panel=_ARRIVALS,
+    help="Poisson arrivals, R requests per second on average (seeded by --seed, else 0).")]
+StepDelay = Annotated[float, typer.Option(
+    "--step-delay", min=0.0, metavar="SECONDS", rich_help_panel=_ARRIVALS,
+    help="Pause after every step so the table can be read as it grows (terminal only).")]
+StepByKey = Annotated[bool, typer.Option(
+    "--step", rich_help_panel=_ARRIVALS,
+    help="Wait for Enter or space before each step; q stops the run (terminal only).")]
+ShowRadix = Annotated[bool, typer.Option(
+    "--show-radix", rich_help_panel=_ARRIVALS,
+    help="Draw the radix cache's tree (token spans, locks, who holds what) under the table.")]
+NoLegend = Annotated[bool, typer.Option("--no-legend", rich_help_panel=_ARRIVALS,
+                                        help="Hide the line per column under the table.")]
 
 
 def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Svg = None, verify: Verify = False,
@@ -44,18 +67,21 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
           cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
           max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
           chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-          tp: o.Tp = 1, dtype: o.Dtype = None, replay: x.Replay = None, html: x.Html = None,
+          tp: o.Tp = 1, dtype: o.Dtype = None, arrival_every: ArrivalEvery = None,
+          arrival_rate: ArrivalRate = None, step_delay: StepDelay = 0.0, step: StepByKey = False,
+          show_radix: ShowRadix = False, no_legend: NoLegend = False, replay: x.Replay = None, html: x.Html = None,
           perfetto: x.Perfetto = None) -> None:
     """Watch the scheduler: one live row per batch, then the generations and a per-request timeline.
 
-    Each row shows the phase, batch size, tokens, every request's extend length and the KV pages in use.
-    Without PROMPTS it runs the tutorial's five prompts (max_tokens 6, 2, 5, 1, 4, EOS ignored)."""
+    Each row shows the phase, batch size, tokens, every request's extend length, the KV pages in use and who
+    waits; under the table, why each queued request waits and the KV pool. Without PROMPTS it runs the
+    tutorial's five prompts (max_tokens 6, 2, 5, 1, 4, EOS ignored)."""
     out, err = Console(), Console(stderr=True)
     exports = x.Exports(html, perfetto)
     if replay:
         if prompts is not None:
             raise typer.BadParameter("a replay takes no PROMPTS: the trace file holds the run", param_hint="'--replay'")
-        x.replay(replay, exports, svg, out, err)
+        x.replay(replay, x.ReplayView(show_radix, not no_legend, step_delay, step), exports, svg, out, err)
         return
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
     engine = o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention, cuda_graph_max_bs,
@@ -63,20 +89,34 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     job = load_job(prompts or sample_prompts.path(), sampling)
     if verify:
         require_greedy(job)
+    if arrival_every is not None and arrival_rate is not None:
+        raise typer.BadParameter("give one of --arrival-every and --arrival-rate", param_hint="'--arrival-rate'")
+    arrivals = _arrivals(job, arrival_every, arrival_rate, seed)
     x.check_writable(svg, "--svg")
     exports.check()
-    header = x.run_header(job.labels, engine, sampling)
+    pacer = Pacer.for_terminal(step_delay, step, err)
+    header = x.run_header(job.labels, engine, sampling, arrival_every, arrival_rate)
     trace_file = TraceFile(trace_out, header) if trace_out else None
     try:
         llm = load_llm(engine, err)
+        if trace_file:
+            trace_file.decode = llm.tokenizer.decode
+        llm.report_radix = show_radix
         inputs = engine_inputs(llm, job, chat)
-        view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs))
+        view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs), show_legend=not no_legend,
+                         show_radix=show_radix, decode=llm.tokenizer.decode,
+                         arrivals_expected=any(a is not None and (a.step or a.after_s) for a in arrivals or []))
+        view.hint = STEP_HINT if pacer.step_by_key else ""
         try:
-            results = _run_live(llm, inputs, job, view, trace_file, out)
+            results = _run_live(llm, inputs, job, arrivals, view, trace_file, pacer, out)
         except KeyboardInterrupt:
             _report_interrupt(view, trace_file, out, err)
             exports.save(Trace(header, view.events), err)
             raise typer.Exit(INTERRUPTED) from None
+        except StopRequested:
+            _report_interrupt(view, trace_file, out, err, how="stopped with q")
+            exports.save(Trace(header, view.events), err)
+            raise typer.Exit(0) from None
         if trace_file:
             trace_file.write_results(results)
     finally:
@@ -84,7 +124,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
             trace_file.close()
     verdicts = check_against_reference(llm, inputs, job, results, err) if verify else None
     run = Trace(header, view.events, results)
-    screen: list[RenderableType] = x.final_screen(run, verdicts)
+    screen: list[RenderableType] = x.final_screen(run, show_radix, not no_legend, llm.tokenizer.decode, verdicts)
     if verdicts is not None:
         screen.append(summary_line(verdicts))
     for renderable in screen:
@@ -94,30 +134,44 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
         err.print(f"[dim]saved {svg}[/]")
     if trace_file:
         err.print(f"[dim]wrote {trace_file.lines} step events to {trace_file.path}[/]")
-    exports.save(run, err)
+    exports.save(run, err, llm.tokenizer.decode)
     if verdicts is not None and not all(v.exact for v in verdicts):
         raise typer.Exit(MISMATCH)
 
 
-def _run_live(llm: LLM, inputs: list[Prompt], job: Job, view: LiveSteps, trace_file: TraceFile | None,
-              out: Console) -> list[Result]:
+def _arrivals(job: Job, every: int | None, rate: float | None, seed: int | None) -> list[Arrival | None] | None:
+    """The options win over the file's own ``arrival_step``/``arrival_s``; None: everything at the start."""
+    if every is not None:
+        return list(every_n_steps(len(job.specs), every))
+    if rate is not None:
+        return list(poisson(len(job.specs), rate, seed if seed is not None else 0))
+    from_file = [spec.arrival for spec in job.specs]
+    return from_file if any(a is not None for a in from_file) else None
+
+
+def _run_live(llm: LLM, inputs: list[Prompt], job: Job, arrivals: list[Arrival | None] | None, view: LiveSteps,
+              trace_file: TraceFile | None, pacer: Pacer, out: Console) -> list[Result]:
     """Generate with the step table on screen, redrawn on every step event: the engine runs on this thread,
-    so there is nothing to redraw between steps."""
+    so there is nothing to redraw between steps (and a pause between steps holds the engine too)."""
     with Live(view, console=out, auto_refresh=False, transient=True) as live:
         def on_step(event: StepEvent) -> None:
             if trace_file:
                 trace_file.write(event)
             view.add(event)
             live.refresh()
+            pacer.after_step()
 
         llm.add_step_callback(on_step)
+        if pacer.step_by_key:
+            llm.add_before_step_callback(lambda _step: pacer.before_step())
         live.refresh()
-        return llm.generate(inputs, job.params)
+        return llm.generate(inputs, job.params, arrivals=arrivals)
 
 
-def _report_interrupt(view: LiveSteps, trace_file: TraceFile | None, out: Console, err: Console) -> None:
+def _report_interrupt(view: LiveSteps, trace_file: TraceFile | None, out: Console, err: Console,
+                      how: str = "interrupted") -> None:
     if view.events:
-        out.print(step_table(view.events, view.show_cached, caption=f"interrupted after {len(view.events)} steps"))
+        out.print(step_table(view.events, view.show_cached, caption=f"{how} after {len(view.events)} steps"))
     where = f"; {trace_file.lines} complete step events are in {trace_file.path}" if trace_file else ""
-    err.print(f"interrupted{where}")
+    err.print(f"{how}; unfinished requests were aborted{where}")
 

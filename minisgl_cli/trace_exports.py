@@ -7,6 +7,7 @@ and replays a saved trace through the same screen a live run prints, without loa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -16,12 +17,16 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 from minisgl_cli.options import EngineOptions, SamplingOptions
+from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
 from render.html_replay import save_html
 from render.perfetto import save_perfetto
 from render.results import generations_table
-from render.steps import LiveSteps, step_table
+from render.step_detail import step_detail
+from render.steps import LiveSteps, has_late_arrivals, legend_for, step_table
 from render.timeline import timeline_table
 from render.trace_format import Trace, TraceFormatError, TraceHeader, read_trace
+
+Decode = Callable[[list[int]], str]
 
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct (embedded)"
 
@@ -48,7 +53,10 @@ class Exports:
         for path, option in ((self.html, "--html"), (self.perfetto, "--perfetto")):
             check_writable(path, option)
 
-    def save(self, trace: Trace, err: Console) -> None:
+    def save(self, trace: Trace, err: Console, decode: Decode | None = None) -> None:
+        """``decode``: the tokenizer, to show the radix tree's token spans as text (a replay has the file's)."""
+        if decode is not None:
+            trace = trace.with_token_text(decode)
         if self.html:
             _write(save_html, trace, self.html, "--html")
             err.print(f"[dim]saved {self.html} (open it in a browser)[/]")
@@ -69,21 +77,45 @@ def _write(save: Any, trace: Trace, path: Path, option: str) -> None:
         raise typer.BadParameter(f"cannot write {path}: {exc.strerror or exc}", param_hint=f"'{option}'") from None
 
 
-def run_header(labels: list[str], engine: EngineOptions, sampling: SamplingOptions) -> TraceHeader:
+@dataclass(frozen=True)
+class ReplayView:
+    """The live table's options, as a replay takes them: the same as for a run."""
+
+    show_radix: bool = False
+    show_legend: bool = True
+    step_delay: float = 0.0
+    step_by_key: bool = False
+
+
+def run_header(labels: list[str], engine: EngineOptions, sampling: SamplingOptions,
+               arrival_every: int | None = None, arrival_rate: float | None = None) -> TraceHeader:
     """The trace's first line: which model, the options that shape the schedule, and each prompt's label."""
     options = {key: value for key, value in asdict(engine).items() if key != "model"}
     options.update(sampling.explicit())
+    if arrival_every is not None:
+        options["arrival_every"] = arrival_every
+    if arrival_rate is not None:
+        options["arrival_rate"] = arrival_rate
     return TraceHeader(engine.model or EMBEDDED_MODEL, options, tuple(labels))
 
 
-def final_screen(trace: Trace, verdicts: Any = None) -> list[RenderableType]:
-    """The screen a run ends on: every step, the generations (when it finished) and the timeline."""
+def final_screen(trace: Trace, show_radix: bool = False, show_legend: bool = True, decode: Decode | None = None,
+                 verdicts: Any = None) -> list[RenderableType]:
+    """The screen a run ends on: every step, the last step's queue, KV pool (and tree), the legend, the
+    generations (when it finished) and the timeline. A replay has no tokenizer: ``decode`` then reads the
+    token text the trace file kept."""
+    decode = decode or trace.decode
     show_cached = trace.header.show_cached
-    labels = list(trace.header.prompts)
     screen: list[RenderableType] = [step_table(trace.events, show_cached)]
+    if trace.events:
+        screen.append(step_detail(trace.events[-1], show_radix, decode))
+    if show_legend:
+        screen.append(legend_for(trace.events, show_cached))
     if trace.results is not None:
-        screen.append(generations_table(labels, trace.results, verdicts))
-    screen.append(timeline_table(trace.events, labels))
+        screen += [generations_table(trace.header.prompts, trace.results, verdicts, visible_whitespace=True),
+                   timeline_table(trace.events, trace.header.prompts, [r["uid"] for r in trace.results])]
+    else:
+        screen.append(timeline_table(trace.events, trace.header.prompts))
     return screen
 
 
@@ -100,17 +132,31 @@ def load_replay(path: Path) -> Trace:
         raise typer.BadParameter(str(exc), param_hint="'--replay'") from None
 
 
-def replay(path: Path, exports: Exports, svg: Path | None, out: Console, err: Console) -> Trace:
-    """Show a saved trace as the live run showed it: the step table grows, then the final screen."""
+def replay(path: Path, options: ReplayView, exports: Exports, svg: Path | None, out: Console,
+           err: Console) -> Trace:
+    """Show a saved trace as the live run showed it, at the pace asked for: the step table grows (one row
+    per key with ``--step``), then the final screen. ``q`` ends the replay early, with the steps shown so far."""
     exports.check()
     check_writable(svg, "--svg")
     trace = load_replay(path)
-    view = LiveSteps(show_cached=trace.header.show_cached, total_requests=len(trace.header.prompts))
-    with Live(view, console=out, auto_refresh=False, transient=True) as live:
-        for event in trace.events:
-            view.add(event)
+    pacer = Pacer.for_terminal(options.step_delay, options.step_by_key, err)
+    view = LiveSteps(show_cached=trace.header.show_cached, total_requests=len(trace.header.prompts),
+                     show_legend=options.show_legend, show_radix=options.show_radix, decode=trace.decode,
+                     arrivals_expected=has_late_arrivals(trace.events))
+    view.hint = STEP_HINT if pacer.step_by_key else ""
+    try:
+        with Live(view, console=out, auto_refresh=False, transient=True) as live:
             live.refresh()
-    screen = final_screen(trace)
+            for event in trace.events:
+                if pacer.step_by_key:
+                    pacer.before_step()
+                view.add(event)
+                live.refresh()
+                pacer.after_step()
+    except StopRequested:
+        out.print(step_table(view.events, view.show_cached, caption=f"stopped with q after {len(view.events)} steps"))
+        raise typer.Exit(0) from None
+    screen = final_screen(trace, options.show_radix, options.show_legend)
     for renderable in screen:
         out.print(renderable)
     if not trace.finished:

@@ -5,6 +5,7 @@ Every step is one flushed line, so an interrupted run leaves a valid file (witho
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -19,6 +20,7 @@ class TraceFile:
     def __init__(self, path: Path, header: TraceHeader) -> None:
         self.path = path
         self.lines = 0  # step events written
+        self.decode: Callable[[list[int]], str] | None = None  # the tokenizer, once loaded: radix spans as text
         try:
             self._writer = TraceWriter(path, header)
         except OSError as exc:
@@ -26,7 +28,7 @@ class TraceFile:
                                      param_hint="'--trace-out'") from None
 
     def write(self, event: StepEvent) -> None:
-        self._writer.write_step(event)
+        self._writer.write_step(event, self.decode)
         self.lines += 1
 
     def write_results(self, results: list[dict[str, Any]]) -> None:

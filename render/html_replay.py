@@ -79,9 +79,12 @@ def page_data(trace: Trace) -> dict[str, Any]:
         parts = kv_parts(event)
         record["kv_parts"] = {"by_request": [list(p) for p in event.kv.by_request] if event.kv else None,
                               **parts, "total": event.kv.total if event.kv else event.kv_pages_total}
+        if event.radix is not None:
+            for node in record["radix"]:
+                node["text"] = trace.token_text.get(tuple(node["first_tokens"]))
         steps.append(record)
     lives = request_lives(trace.events, len(trace.header.prompts))
-    return {"model": trace.header.model, "options": trace.header.options, "prompts": list(trace.header.prompts),
+    return {"model": trace.header.model, "options": trace.header.options, "prompts": list(trace.labels_by_uid),
             "steps": steps, "lives": [{"uid": life.uid, "arrival": life.arrival_step, "states": life.states}
                                       for life in lives],
             "has_radix": any(e.radix is not None for e in trace.events), "results": trace.results}

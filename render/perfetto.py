@@ -121,14 +121,15 @@ def _request_events(life: RequestLife, events: list[StepEvent], spans: list[tupl
 
 def perfetto_trace(trace: Trace) -> dict[str, Any]:
     """The trace-event JSON object for a trace (``traceEvents`` plus the run's settings as ``otherData``)."""
-    labels = trace.header.prompts
+    labels = trace.labels_by_uid
     events = trace.events
     out = _metadata(labels)
     if events:
         spans = step_spans(events)
+        by_uid = {r["uid"]: r for r in trace.results or []}
         out += _engine_events(events, spans)
         for life in request_lives(events, len(labels)):
-            result = trace.results[life.uid] if trace.results else None
+            result = by_uid.get(life.uid)
             out += _request_events(life, events, spans, result)
     return {"traceEvents": out, "displayTimeUnit": "ms",
             "otherData": {"model": trace.header.model, **{k: str(v) for k, v in trace.header.options.items()},

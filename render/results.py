@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core.reference import Verdict
-from render.style import FINISH_STYLE, one_line, titled_table
+from render.style import FINISH_STYLE, one_line, show_edges, titled_table
 from render.verify import verdict_mark
 
 Result = dict[str, Any]
@@ -25,7 +25,9 @@ def finish_text(result: Result) -> Text:
 
 
 def generations_table(labels: Sequence[str], results: Sequence[Result],
-                      verdicts: Sequence[Verdict] | None = None, title: str = "generations") -> Table:
+                      verdicts: Sequence[Verdict] | None = None, title: str = "generations",
+                      visible_whitespace: bool = False) -> Table:
+    """``visible_whitespace`` shows trailing spaces as ␣, so a completion of one space is not a blank."""
     table = titled_table(title)
     table.add_column("uid", justify="right")
     table.add_column("prompt", max_width=32, no_wrap=True, overflow="ellipsis")
@@ -36,7 +38,8 @@ def generations_table(labels: Sequence[str], results: Sequence[Result],
         table.add_column("vs HF")
     for i, (label, result) in enumerate(zip(labels, results)):
         completion = (Text(result["error"] or "", style="red") if result["finish_reason"] == "error"
-                      else one_line(result["text"], style="green"))
+                      else one_line(show_edges(result["text"]) if visible_whitespace else result["text"],
+                                    style="green"))
         row: list[RenderableType] = [str(i), one_line(label), completion, finish_text(result),
                                      str(len(result["token_ids"]))]
         if verdicts is not None:

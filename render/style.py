@@ -20,6 +20,12 @@ def one_line(text: str, style: str = "") -> Text:
     return out
 
 
+def show_edges(text: str) -> str:
+    """A completion that is only spaces, and spaces at its end, as ␣: in a table cell they are invisible."""
+    body = text.rstrip(" ")
+    return body + "␣" * (len(text) - len(body))
+
+
 def titled_table(title: str, caption: str | None = None, **kwargs: object) -> Table:
     """The one table look: bold title on the left, a rule under the header, no outer frame, compact columns."""
     return Table(title=title, caption=caption, title_justify="left", caption_justify="left", title_style="bold",

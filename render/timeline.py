@@ -1,8 +1,8 @@
 """The per-request timeline: for each request, what it did in every step, one character a step.
 
 ``P`` it was prefilled, ``D`` it decoded, ``·`` it was waiting (queued, or paused while another phase ran),
-blank once it finished. Read down a column to see a batch; read along a row to see a request join, wait and
-leave: continuous batching at a glance.
+``▸`` it arrived in that step and waited, blank before it arrived and once it finished. Read down a column to
+see a batch; read along a row to see a request arrive, wait, join and leave: continuous batching at a glance.
 """
 
 from __future__ import annotations
@@ -15,22 +15,35 @@ from rich.text import Text
 from core.events import StepEvent
 from render.style import PHASE_STYLE, one_line, titled_table
 
-PREFILL, DECODE, WAITING, GONE = "P", "D", "·", " "
-_CELL_STYLE = {PREFILL: PHASE_STYLE["prefill"], DECODE: PHASE_STYLE["decode"], WAITING: "dim"}
-LEGEND = "P prefill · D decode · '·' waiting"
+PREFILL, DECODE, WAITING, ARRIVED, GONE = "P", "D", "·", "▸", " "
+_CELL_STYLE = {PREFILL: PHASE_STYLE["prefill"], DECODE: PHASE_STYLE["decode"], WAITING: "dim", ARRIVED: "blue"}
+LEGEND = "P prefill · D decode · '·' waiting · ▸ arrived, waiting · blank: not arrived yet, or done"
+
+
+def arrival_steps(events: Sequence[StepEvent]) -> dict[int, int]:
+    """The step each uid arrived in (just before it was scheduled)."""
+    arrived: dict[int, int] = {}
+    for event in events:
+        for uid in event.arrived:
+            arrived.setdefault(uid, event.step)
+    return arrived
 
 
 def request_states(events: Sequence[StepEvent], uids: Sequence[int]) -> dict[int, str]:
     """Each uid's state in every step, as a string with one character per step."""
     rows: dict[int, list[str]] = {uid: [] for uid in uids}
     done: set[int] = set()
+    arrived_at = arrival_steps(events)
     for event in events:
         in_step = {r.uid for r in event.reqs}
         for uid in uids:
+            arrival = arrived_at.get(uid, events[0].step)
             if uid in in_step:
                 rows[uid].append(PREFILL if event.phase == "prefill" else DECODE)
+            elif uid in done or event.step < arrival:
+                rows[uid].append(GONE)
             else:
-                rows[uid].append(GONE if uid in done else WAITING)
+                rows[uid].append(ARRIVED if event.step == arrival and arrival > events[0].step else WAITING)
         done.update(event.finished)
     return {uid: "".join(states) for uid, states in rows.items()}
 
@@ -53,6 +66,10 @@ def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Seq
     table.add_column("uid", justify="right")
     table.add_column("prompt", max_width=28, no_wrap=True, overflow="ellipsis")
     table.add_column(Text(ruler(len(events)) or "step", style="dim"), overflow="fold")
+    arrived_at = arrival_steps(events)
+    late = any(step > events[0].step for step in arrived_at.values()) if events else False
+    if late:
+        table.add_column("arrived", justify="right")
     table.add_column("steps in", justify="right")
     table.add_column("waited", justify="right")
     for uid, label in zip(uids, labels):
@@ -64,6 +81,7 @@ def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Seq
             cells = Text()
             for char in row:
                 cells.append(char, style=_CELL_STYLE.get(char, ""))
-        waited = sum(c == WAITING for c in row) if ran else 0
-        table.add_row(str(uid), one_line(label), cells, str(ran), str(waited))
+        waited = sum(c in (WAITING, ARRIVED) for c in row) if ran else 0
+        arrival = [f"step {arrived_at[uid]}" if uid in arrived_at else ""] if late else []
+        table.add_row(str(uid), one_line(label), cells, *arrival, str(ran), str(waited))
     return table

@@ -4,6 +4,9 @@ One JSON object a line, each with a ``type``:
 
     {"type": "header", "format": "minisgl-trace", "version": 1, "model": ..., "options": {...}, "prompts": [...]}
     {"type": "step", "step": 0, "phase": "prefill", ...}      one per scheduled batch, flushed as it happens
+                                                               (with the radix tree: "radix_text", each node's
+                                                               first tokens as text, since a replay has no
+                                                               tokenizer)
     {"type": "results", "results": [...]}                      only when the run finished
 
 Every line is written whole and flushed, so a run stopped part way (Ctrl-C) leaves a valid file without the
@@ -19,6 +22,7 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -35,7 +39,8 @@ class TraceFormatError(ValueError):
 
 @dataclass(frozen=True)
 class TraceHeader:
-    """What the run was: the model, the options it ran with, and each prompt's label (uid i is prompt i)."""
+    """What the run was: the model, the options it ran with, and each prompt's label in the file's order
+    (requests get uids in the order they arrive; the results line says which uid each prompt got)."""
 
     model: str
     options: dict[str, Any]
@@ -59,10 +64,42 @@ class Trace:
     header: TraceHeader
     events: list[StepEvent] = field(default_factory=list)
     results: list[dict[str, Any]] | None = None
+    token_text: dict[tuple[int, ...], str] = field(default_factory=dict)  # radix nodes' first tokens, as text
 
     @property
     def finished(self) -> bool:
         return self.results is not None
+
+    @property
+    def labels_by_uid(self) -> tuple[str, ...]:
+        """Each uid's prompt label: the results say which uid each prompt got; a run without results is taken
+        to have submitted them in the file's order."""
+        if self.results is None:
+            return self.header.prompts
+        labels = list(self.header.prompts)
+        for label, result in zip(self.header.prompts, self.results):
+            labels[result["uid"]] = label
+        return tuple(labels)
+
+    def decode(self, token_ids: list[int]) -> str:
+        """The text the run's tokenizer gave these tokens, where the file kept it; else the ids."""
+        text = self.token_text.get(tuple(token_ids))
+        return text if text is not None else " ".join(map(str, token_ids))
+
+    def with_token_text(self, decode: Callable[[list[int]], str]) -> "Trace":
+        """This trace with the text of every radix node's first tokens, from the run's tokenizer."""
+        return dataclasses.replace(self, token_text=radix_token_text(self.events, decode))
+
+
+def radix_token_text(events: list[StepEvent], decode: Callable[[list[int]], str]) -> dict[tuple[int, ...], str]:
+    return {node.first_tokens: decode(list(node.first_tokens)) for e in events for node in e.radix or ()}
+
+
+def _step_record(event: StepEvent, decode: Callable[[list[int]], str] | None) -> dict[str, Any]:
+    record = {"type": "step", **event.to_dict()}
+    if event.radix is not None and decode is not None:
+        record["radix_text"] = [decode(list(node.first_tokens)) for node in event.radix]
+    return record
 
 
 # ---- writing ---------------------------------------------------------------------------------------------
@@ -78,8 +115,9 @@ class TraceWriter:
         self._file: TextIO = open(self.path, "w", encoding="utf-8")
         self._line(header.to_dict())
 
-    def write_step(self, event: StepEvent) -> None:
-        self._line({"type": "step", **event.to_dict()})
+    def write_step(self, event: StepEvent, decode: Callable[[list[int]], str] | None = None) -> None:
+        """``decode``: the tokenizer, so the file keeps the radix tree's token spans as text."""
+        self._line(_step_record(event, decode))
         self.steps += 1
 
     def write_results(self, results: list[dict[str, Any]]) -> None:
@@ -95,7 +133,8 @@ class TraceWriter:
 
 def trace_lines(trace: Trace) -> str:
     """The whole file's text for a trace held in memory (what ``TraceWriter`` writes line by line)."""
-    records = [trace.header.to_dict()] + [{"type": "step", **e.to_dict()} for e in trace.events]
+    decode = trace.decode if trace.token_text else None
+    records = [trace.header.to_dict()] + [_step_record(e, decode) for e in trace.events]
     if trace.results is not None:
         records.append({"type": "results", "results": [_result_record(r) for r in trace.results]})
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
@@ -131,6 +170,7 @@ def parse_trace(text: str, name: str = "trace") -> Trace:
     events: list[StepEvent] = []
     history = _History()
     results = None
+    token_text: dict[tuple[int, ...], str] = {}
     for number, line in enumerate(lines[1:], start=2):
         record = _record(line, number, name)
         where = f"{name}, line {number}"
@@ -138,7 +178,13 @@ def parse_trace(text: str, name: str = "trace") -> Trace:
             raise TraceFormatError(f"{where}: a line after the results, which end a trace")
         kind = record.pop("type", None)
         if kind == "step":
+            radix_text = record.pop("radix_text", None)
             event = _decode(StepEvent, record, where)
+            if radix_text is not None:
+                if (event.radix is None or not isinstance(radix_text, list) or len(radix_text) != len(event.radix)
+                        or not all(isinstance(t, str) for t in radix_text)):
+                    raise TraceFormatError(f"{where}: 'radix_text' must hold one string per radix node")
+                token_text.update(zip((n.first_tokens for n in event.radix), radix_text))
             _check_step(event, len(events), len(header.prompts), where)
             history.check(event, where)
             events.append(event)
@@ -146,7 +192,7 @@ def parse_trace(text: str, name: str = "trace") -> Trace:
             results = _parse_results(record, len(header.prompts), where)
         else:
             raise TraceFormatError(f"{where}: unknown line type {kind!r} (expected 'step' or 'results')")
-    return Trace(header, events, results)
+    return Trace(header, events, results, token_text)
 
 
 def _record(line: str, number: int, name: str) -> dict[str, Any]:
@@ -232,8 +278,8 @@ def _parse_results(record: dict[str, Any], num_prompts: int, where: str) -> list
         for key, kind in _RESULT_FIELDS.items():
             if not isinstance(result[key], kind) or isinstance(result[key], bool):
                 raise TraceFormatError(f"{where}: result {i}: bad {key!r}")
-        if result["uid"] != i:
-            raise TraceFormatError(f"{where}: result {i} has uid {result['uid']}")
+    if sorted(r["uid"] for r in results) != list(range(num_prompts)):  # uids follow arrival, not file order
+        raise TraceFormatError(f"{where}: the results' uids are not one per prompt (0 to {num_prompts - 1})")
     return results
 
 

@@ -95,3 +95,52 @@ def test_ctrl_c_in_a_terminal_leaves_it_clean_and_the_trace_valid(tmux, model_di
     assert json.loads(lines[0])["type"] == "header" and json.loads(lines[-1])["type"] == "step"  # no results
     steps = [json.loads(line)["step"] for line in lines[1:]]
     assert steps == list(range(len(steps))) and steps
+
+
+LESSON = ('{"input_ids": [1, 2, 3], "max_tokens": 5, "arrival_step": 0}\n'
+          '{"input_ids": [4, 5, 6], "max_tokens": 5, "arrival_step": 0}\n'
+          '{"input_ids": [7, 8], "max_tokens": 3, "arrival_step": 1}\n')
+
+
+def rows_on_screen(screen: str) -> list[str]:
+    """The step table's data rows: a step number then a phase."""
+    return [line for line in screen.splitlines()
+            if len(line.split()) > 2 and line.split()[0].isdigit() and line.split()[1] in ("prefill", "decode")]
+
+
+def test_step_by_key_waits_for_enter_and_q_stops_cleanly(tmux, model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.jsonl", LESSON)
+    tmux.start(trace_command(prompts, "--model", model_dirs["llama"], "--max-running", "2", "--step"))
+    tmux.wait_for("Enter or space: next step")
+    time.sleep(1.0)
+    assert rows_on_screen(tmux.screen()) == []  # nothing runs until a key is pressed
+    for expected in (1, 2, 3):
+        tmux("send-keys", "-t", "t", "Enter" if expected != 2 else "Space")
+        deadline = time.monotonic() + HANG_LIMIT_S
+        while len(rows_on_screen(tmux.screen())) < expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)
+        screen = tmux.screen()
+        assert len(rows_on_screen(screen)) == expected, screen  # exactly one step per key
+    assert "waiting" in screen and "no free table row" in screen  # uid2 arrived at step 1; both rows are busy
+    assert "KV pages [" in screen and "the forward pass's number" in screen
+    tmux("send-keys", "-t", "t", "q")
+    screen = tmux.wait_for("EXIT=")
+    assert "EXIT=0" in screen and "stopped with q after 3 steps" in screen and "Traceback" not in screen
+    assert tmux.cursor_visible()
+
+
+def test_step_delay_lets_the_table_grow_visibly(tmux, model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.jsonl", LESSON)
+    tmux.start(trace_command(prompts, "--model", model_dirs["llama"], "--max-running", "2", "--step-delay", "1.5"))
+    tmux.wait_for("running…")
+    seen = set()
+    deadline = time.monotonic() + HANG_LIMIT_S
+    while time.monotonic() < deadline:
+        screen = tmux.screen()
+        if "EXIT=" in screen:
+            break
+        seen.add(len(rows_on_screen(screen)))
+        time.sleep(0.3)
+    assert "EXIT=0" in tmux.screen()
+    assert len({n for n in seen if n > 0}) >= 3  # the live table was seen at several sizes, not all at once

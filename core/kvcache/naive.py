@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.kvcache.prefix import InsertResult, PrefixMatch
+from core.kvcache.prefix import CachedSpan, InsertResult, PrefixMatch
 
 
 class NaivePrefixCache:
@@ -34,4 +34,10 @@ class NaivePrefixCache:
         return []
 
     def reset(self) -> list[int]:
+        return []
+
+    def spans(self) -> list[CachedSpan]:
+        return []
+
+    def path_ids(self, handle: object) -> list[int]:
         return []

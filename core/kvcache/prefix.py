@@ -25,6 +25,17 @@ class InsertResult:
     handle: object = None
 
 
+@dataclass(frozen=True)
+class CachedSpan:
+    """One node of a prefix cache's tree, for views of it (the cache itself never needs this)."""
+
+    node_id: int
+    parent_id: int | None  # None: a child of the root
+    tokens: tuple[int, ...]
+    pages: int
+    lock_count: int
+
+
 class PrefixCache(Protocol):
     def match(self, token_ids: list[int]) -> PrefixMatch: ...
 
@@ -43,6 +54,10 @@ class PrefixCache(Protocol):
     def evict(self, num_pages: int) -> list[int]: ...
 
     def reset(self) -> list[int]: ...
+
+    def spans(self) -> list[CachedSpan]: ...
+
+    def path_ids(self, handle: object) -> list[int]: ...
 
     @property
     def evictable_pages(self) -> int: ...

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from core.kvcache.prefix import InsertResult, PrefixMatch
+from core.kvcache.prefix import CachedSpan, InsertResult, PrefixMatch
 
 Tokens = tuple[int, ...]
 
@@ -218,6 +218,21 @@ class RadixPrefixCache:
             pages += node.pages
             stack.extend(node.children.values())
         return pages
+
+    def spans(self) -> list[CachedSpan]:
+        """Every node, parents before children and siblings in creation order, for views of the tree."""
+        spans: list[CachedSpan] = []
+        queue = sorted(self._root.children.values(), key=lambda n: n.uid)
+        while queue:
+            node = queue.pop(0)
+            parent = None if node.parent is self._root else node.parent.uid
+            spans.append(CachedSpan(node.uid, parent, node.tokens, len(node.pages), node.ref))
+            queue.extend(sorted(node.children.values(), key=lambda n: n.uid))
+        return spans
+
+    def path_ids(self, handle: object) -> list[int]:
+        """The ids of the nodes a handle runs through, root side first."""
+        return [node.uid for node in reversed(self._path(handle))]
 
     # ---- giving pages back ---------------------------------------------------------------------------------
     def evict(self, num_pages: int) -> list[int]:

@@ -1,3 +1,4 @@
+from core.llm.arrivals import Arrival
 from core.llm.llm import LLM
 
-__all__ = ["LLM"]
+__all__ = ["LLM", "Arrival"]

@@ -24,6 +24,7 @@ from core.config import EngineConfig
 from core.distributed.info import tp_scope
 from core.distributed.workers import start_group
 from core.errors import EngineBusyError, InvalidParamsError, ModelLoadError, one_line
+from core.llm.arrivals import Arrival, ArrivalFeeder
 from core.models.random_spec import ByteTokenizer, RandomSpec
 from core.models.weights import resolve_model_dir
 from core.request import SamplingParams
@@ -217,27 +218,55 @@ class LLM(Scheduler):
 
     # ---- offline: a list of prompts ----------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt],
-                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[dict[str, Any]]:
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, *,
+                 arrivals: Sequence[Arrival | None] | None = None) -> list[dict[str, Any]]:
         """Complete every prompt; results come back in prompt order, one per prompt, errors included.
 
-        If ``serve_forever`` runs on another thread, the requests join its loop and this waits for them;
-        otherwise this thread runs the loop until they are done."""
+        ``arrivals`` (one per prompt, None for "at the start") lets requests enter while the others run: before a
+        given step, or some seconds after the start (core/llm/arrivals.py). If ``serve_forever`` runs on another
+        thread, the requests join its loop and this waits for them; otherwise this thread runs the loop."""
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise InvalidParamsError("prompts must be a list of strings or of token-id lists")
         params = self._params_per_prompt(prompts, sampling_params)
+        if arrivals is not None and len(arrivals) != len(prompts):
+            raise InvalidParamsError(f"got {len(arrivals)} arrivals for {len(prompts)} prompts")
         prompt_ids = [self.tokenize(p) for p in prompts]  # every prompt checked before any is queued
         collected = [_Collected(ids, frozenset(self.eos_token_ids)) for ids in prompt_ids]
-        uids = [self._submit_ids(ids, sp, got.on_reply) for ids, sp, got in zip(prompt_ids, params, collected)]
+        uids: list[int | None] = [None] * len(prompts)
+
+        def submit(indices: list[int]) -> None:
+            for i in indices:
+                uids[i] = self._submit_ids(prompt_ids[i], params[i], collected[i].on_reply)
+
         try:
-            if self.loop_running_elsewhere:
-                for got in collected:
-                    got.done.wait()
+            if arrivals is None or self.loop_running_elsewhere:
+                submit(list(range(len(prompts))))  # a loop of its own: arrivals are its clients' business
+                if self.loop_running_elsewhere:
+                    for got in collected:
+                        got.done.wait()
+                else:
+                    self.run_until_idle()
             else:
-                self.run_until_idle()
+                self._run_arrivals(ArrivalFeeder(arrivals, self._scheduled), submit)
         except BaseException:  # Ctrl-C or an error mid-run: free what this call holds, so the LLM stays usable
-            self._abandon(uids)
+            self._abandon([uid for uid in uids if uid is not None])
             raise
         return [self._result(uid, got) for uid, got in zip(uids, collected)]
+
+    def _run_arrivals(self, feeder: ArrivalFeeder, submit: Callable[[list[int]], None]) -> None:
+        def at_step(step: int) -> None:
+            submit(feeder.due(step))
+
+        submit(feeder.due(self._scheduled))
+        self.before_step_callbacks.append(at_step)
+        try:
+            while True:
+                self.run_until_idle()
+                if feeder.done:
+                    return
+                submit(feeder.next_when_idle())  # the engine ran out of work before the next arrival
+        finally:
+            self.before_step_callbacks.remove(at_step)
 
     def _abandon(self, uids: list[int]) -> None:
         if self.loop_running_elsewhere:  # that loop frees them

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.events import WaitReason
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager, pages_for
@@ -59,9 +60,13 @@ class PrefillAdder:
     admitted_prompt_tokens: int = 0  # prompts of requests admitted this step, and the part of them found cached
     admitted_cached_tokens: int = 0
     batch_prompts: list[list[int]] = field(default_factory=list)  # prompts of the requests in this batch so far
+    batch_uids: list[int] = field(default_factory=list)
+    refusal: WaitReason | None = None  # why the last request tried was not admitted
 
     def try_add(self, pending: PendingReq) -> Req | None:
         if self.token_budget <= 0:
+            self.refusal = WaitReason(pending.uid, "token_budget", "this step's prefill token budget is used up "
+                                      "(long prompts are cut into chunks over several steps)")
             return None
         req = pending.started or self._admit(pending)
         if req is None:
@@ -71,19 +76,29 @@ class PrefillAdder:
         self.token_budget -= extend
         self.token_pool_writes.append((req.table_idx, req.cached_len, pending.input_ids[req.cached_len:req.device_len]))
         self.batch_prompts.append(pending.input_ids)
+        self.batch_uids.append(pending.uid)
         return req
 
     def _admit(self, pending: PendingReq) -> Req | None:
         """Give the request a row and its cached prefix, if a row and enough pages for its whole life are free."""
         if self.table.available == 0:
+            self.refusal = WaitReason(pending.uid, "rows", f"no free table row: all {self.table.total_rows} "
+                                      "rows hold running requests")
             return None
         match = self.cache.match(pending.input_ids)
-        if self._shares_with_batch(pending.input_ids, match.cached_len):
+        sharer = self._shares_with_batch(pending.input_ids, match.cached_len)
+        if sharer is not None:
+            self.refusal = WaitReason(pending.uid, "shared_prefix", f"waits one step for uid{sharer} in this "
+                                      "batch to cache the prompt prefix they share")
             return None
         lifetime_pages = pages_for(pending.max_kv_len, self.page_size) - len(match.pages)
         # matched pages that nobody else holds are counted as evictable; locking them takes them out of that pool
         available = self.cache.available_pages - self.cache.prefix_cache.evictable_in(match.handle)
         if lifetime_pages + self.reserved_pages > available:
+            free, evictable = self.cache.free_pages, available - self.cache.free_pages
+            promised = f", {self.reserved_pages} promised to running requests" if self.reserved_pages else ""
+            self.refusal = WaitReason(pending.uid, "kv_pages", f"KV: needs {lifetime_pages} pages, {free} free, "
+                                      f"{evictable} evictable{promised}", lifetime_pages, free, evictable)
             return None
         req = Req(uid=pending.uid, input_ids=list(pending.input_ids), prompt_len=len(pending.input_ids),
                   table_idx=self.table.allocate(), cached_len=match.cached_len, device_len=match.cached_len,
@@ -95,16 +110,16 @@ class PrefillAdder:
         pending.started = req
         return req
 
-    def _shares_with_batch(self, prompt: list[int], cached_len: int) -> bool:
-        """Would waiting for a request already in this batch let this one reuse many more cached tokens?"""
+    def _shares_with_batch(self, prompt: list[int], cached_len: int) -> int | None:
+        """The request already in this batch that, once cached, would let this one reuse many more tokens."""
         if not self.cache.reuses_prefixes:
-            return False
-        for other in self.batch_prompts:
+            return None
+        for uid, other in zip(self.batch_uids, self.batch_prompts):
             # what the cache could match once ``other`` is in it: whole pages, never the last prompt token
             shared = common_prefix_len(prompt[:-1], other) // self.page_size * self.page_size
             if shared - cached_len >= IN_BATCH_SHARED_TOKENS:
-                return True
-        return False
+                return uid
+        return None
 
 
 class PrefillManager:
@@ -114,6 +129,7 @@ class PrefillManager:
         self.decode = decode
         self.page_size = page_size
         self.pending: list[PendingReq] = []
+        self.refusal: WaitReason | None = None  # why the head of the queue was not admitted in the last step
         # cumulative over every admitted request: the prefix cache's hit rate is cached / prompt
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
@@ -132,6 +148,7 @@ class PrefillManager:
         return self.decode.reserved_pages + chunked
 
     def schedule_next_batch(self, token_budget: int) -> tuple[Batch, list[tuple[int, int, list[int]]]] | None:
+        self.refusal = None
         if not self.pending:
             return None
         # A chunked request at the head adds no pages at admission (it was admitted with its whole life's
@@ -143,6 +160,7 @@ class PrefillManager:
             if req is None:
                 break
             reqs.append(req)
+        self.refusal = adder.refusal
         if not reqs:
             return None
         self.prompt_tokens += adder.admitted_prompt_tokens

@@ -38,13 +38,14 @@ from core import env
 from core.config import EngineConfig
 from core.engine.engine import Engine, ForwardOutput
 from core.engine.sampler import SampleArgs
-from core.events import ReqStep, StepCallback, StepEvent
+from core.events import KVUsage, RadixNodeView, ReqStep, StepCallback, StepEvent, WaitReason
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager, pages_for
 from core.scheduler.fence import ReleaseFence
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
 from core.scheduler.prefill import PendingReq, PrefillManager
+from core.scheduler.report import kv_usage, radix_view, wait_reasons
 from core.scheduler.table import TableManager
 from core.transfer import upload
 
@@ -77,6 +78,9 @@ class _Prepared:
     pages_cached: int
     started: float
     arrived: tuple[int, ...]  # uids queued since the step before
+    waits: tuple[WaitReason, ...] = ()
+    kv: KVUsage | None = None
+    evicted_pages: int = 0
 
 
 @dataclass
@@ -117,6 +121,9 @@ class Scheduler:
         self._scheduled = 0  # steps scheduled so far: the index of the next one
         self._arrived: list[int] = []  # uids queued since the last scheduled step
         self._freed_by_reset = 0
+        self.report_radix = False  # step events carry the radix tree (set by watchers that draw it)
+        self._evicted_reported = 0
+        self._born = time.perf_counter()
         self._prefill_streak = 0
         self._rng = random.Random()
         self._last_result_at = 0.0
@@ -294,7 +301,17 @@ class Scheduler:
             self._prefill_streak = 0
             if batch is None:
                 return None
-        return self._prepare(batch, writes, note, waiting, started)
+        prepared = self._prepare(batch, writes, note, waiting, started)
+        if self.step_callbacks:
+            in_batch = {r.uid for r in batch.reqs}
+            queued = [p for p in self.prefill_manager.pending if p.uid not in in_batch]
+            prepared.waits = wait_reasons(queued, self.prefill_manager.refusal, note)
+            running = {*self.decode_manager.running, *batch.reqs,
+                       *(p.started for p in self.prefill_manager.pending if p.started is not None)}
+            prepared.kv = kv_usage(running, self.cache_manager.prefix_cache, self.cache_manager.num_pages)
+            evicted = self.cache_manager.evicted_pages
+            prepared.evicted_pages, self._evicted_reported = evicted - self._evicted_reported, evicted
+        return prepared
 
     def _prepare(self, batch: Batch, writes: list[tuple[int, int, list[int]]], note: str, waiting: int,
                  started: float) -> _Prepared:
@@ -442,10 +459,17 @@ class Scheduler:
             batch.is_prefill else batch.size, reqs=prepared.req_steps,
             kv_pages_used=prepared.pages_used, kv_pages_total=self.cache_manager.num_pages,
             elapsed_s=elapsed, tp_size=self.config.tp, note=prepared.note, finished=tuple(finished),
-            waiting=prepared.waiting, kv_pages_cached=prepared.pages_cached, arrived=prepared.arrived)
+            waiting=prepared.waiting, kv_pages_cached=prepared.pages_cached, arrived=prepared.arrived,
+            waits=prepared.waits, kv=prepared.kv, evicted_pages=prepared.evicted_pages,
+            radix=self._radix_now() if self.report_radix else None, started_s=prepared.started - self._born)
         self._step += 1
         for fn in self.step_callbacks:
             fn(event)
+
+    def _radix_now(self) -> tuple[RadixNodeView, ...]:
+        running = {*self.decode_manager.running,
+                   *(p.started for p in self.prefill_manager.pending if p.started is not None)}
+        return radix_view(running, self.cache_manager.prefix_cache)
 
     # ---- introspection ------------------------------------------------------------------------------------
     def stats(self) -> dict[str, int | float]:

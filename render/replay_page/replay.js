@@ -106,7 +106,8 @@
     nodes.forEach(function (node) { var p = node.parent_id === null ? "root" : node.parent_id; (children[p] = children[p] || []).push(node); });
     function branch(key, cls) {
       return el("ul", { "class": cls }, (children[key] || []).map(function (node) {
-        var words = [node.num_tokens + " tokens [" + node.first_tokens.join(" ") + (node.num_tokens > node.first_tokens.length ? " \u2026" : "") + "]",
+        var span = node.text !== null && node.text !== undefined ? JSON.stringify(node.text) : "[" + node.first_tokens.join(" ") + "]";
+        var words = [node.num_tokens + " tokens " + span + (node.num_tokens > node.first_tokens.length ? " \u2026" : ""),
           node.pages + " pages"];
         var item = el("li", {}, [el("span", { "class": "mono", text: "n" + node.node_id + " " }), words.join(" \u00b7 ")]);
         if (node.lock_count) item.appendChild(el("span", { "class": "locked", text: " \u00b7 locked \u00d7" + node.lock_count }));
