@@ -95,3 +95,31 @@ def test_export_paths_are_checked_before_the_model_loads(tmp_path):
     prompts = write(tmp_path / "p.txt", "hello\n")
     assert_user_error(run("trace", prompts, "--model", tmp_path / "missing-model", "--perfetto",
                           tmp_path / "no" / "t.json"), "'--perfetto'")
+
+
+LESSON = ('{"prompt": "a shared prefix, then one", "max_tokens": 4, "arrival_step": 0}\n'
+          '{"prompt": "a shared prefix, then two", "max_tokens": 2, "arrival_step": 0}\n'
+          '{"prompt": "something else entirely", "max_tokens": 3, "arrival_step": 2}\n'
+          '{"prompt": "a shared prefix, then three", "max_tokens": 2, "arrival_step": 1}\n')
+
+
+def test_arrivals_waits_and_the_radix_tree_survive_the_round_trip(model_dirs, tmp_path):
+    prompts = write(tmp_path / "lesson.jsonl", LESSON)
+    live = run("trace", prompts, "--model", model_dirs["llama"], "--max-running", "2", "--show-radix",
+               "--trace-out", tmp_path / "t.jsonl", "--html", tmp_path / "t.html", "--perfetto", tmp_path / "t.json")
+    assert live.exit_code == 0, live.stderr
+    trace = read_trace(tmp_path / "t.jsonl")
+    assert any(e.arrived for e in trace.events[1:]) and any(e.waits for e in trace.events)
+    assert all(e.kv is not None and e.radix is not None for e in trace.events)
+    assert trace.token_text  # the radix spans as the tokenizer reads them, for a replay without one
+    assert sorted(r["uid"] for r in trace.results) == [0, 1, 2, 3]
+    replayed = run("trace", "--replay", tmp_path / "t.jsonl", "--show-radix", "--html", tmp_path / "r.html")
+    assert replayed.exit_code == 0, replayed.stderr
+    assert replayed.stdout == live.stdout
+    assert (tmp_path / "r.html").read_bytes() == (tmp_path / "t.html").read_bytes()
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    reasons = {w.text for e in trace.events for w in e.waits}
+    waited = [e["args"] for e in events if e["ph"] == "X" and e["name"] == "waiting"]
+    assert waited and {r for w in waited for r in w.get("reasons", [])} == reasons
+    kv = [e["args"] for e in events if e["ph"] == "C" and e["name"] == "KV pages"]
+    assert [k["free"] for k in kv] == [e.kv.free for e in trace.events]
