@@ -27,14 +27,13 @@ from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, exit_for, load_job, load_llm,
                                  require_greedy)
 from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
+from minisgl_cli import trace_exports as x
 from minisgl_cli.paths import check_output_file
 from minisgl_cli.trace_file import TraceFile
 from render.export import save_svg
-from render.results import generations_table
-from render.step_detail import step_detail
-from render.steps import LiveSteps, legend_for, step_table
-from render.timeline import timeline_table
+from render.steps import LiveSteps, step_table
 from render.activity import Activity
+from render.trace_format import Trace
 from render.verify import summary_line
 
 if TYPE_CHECKING:
@@ -73,15 +72,24 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
           chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
           tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto', arrival_every: ArrivalEvery = None,
           arrival_rate: ArrivalRate = None, step_delay: StepDelay = 0.0, step: StepByKey = False,
-          show_radix: ShowRadix = False, no_legend: NoLegend = False) -> None:
+          show_radix: ShowRadix = False, no_legend: NoLegend = False, replay: x.Replay = None, html: x.Html = None,
+          perfetto: x.Perfetto = None) -> None:
     """Watch the scheduler: one live row per batch, then the generations and a per-request timeline.
 
     Each row shows the phase, batch size, tokens, every request's extend length, the KV pages in use and who
     waits; under the table, why each queued request waits and the KV pool. Without PROMPTS it runs the
     tutorial's five prompts (max_tokens 6, 2, 5, 1, 4, EOS ignored)."""
     out, err = Console(), Console(stderr=True)
-    job = load_job(prompts or sample_prompts.path(), o.SamplingOptions(max_tokens, temperature, top_k, top_p,
-                                                                         seed, ignore_eos))
+    exports = x.Exports(html, perfetto)
+    if replay:
+        if prompts is not None:
+            raise typer.BadParameter("a replay takes no PROMPTS: the trace file holds the run", param_hint="'--replay'")
+        x.replay(replay, x.ReplayView(show_radix, not no_legend, step_delay, step), exports, svg, out, err)
+        return
+    sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
+    engine = o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention, cuda_graph_max_bs,
+                             tp, dtype, kv_dtype)
+    job = load_job(prompts or sample_prompts.path(), sampling)
     if verify:
         require_greedy(job)
     if arrival_every is not None and arrival_rate is not None:
@@ -89,11 +97,14 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     arrivals = _arrivals(job, arrival_every, arrival_rate, seed)
     check_output_file(svg, "--svg")
     check_output_file(trace_out, "--trace-out")
+    exports.check()
     pacer = Pacer.for_terminal(step_delay, step, err)
-    trace_file = TraceFile(trace_out) if trace_out else None
+    header = x.run_header(job.labels, engine, sampling, arrival_every, arrival_rate)
+    trace_file = TraceFile(trace_out, header) if trace_out else None
     try:
-        llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype, kv_dtype), Activity(err))
+        llm = load_llm(engine, Activity(err))
+        if trace_file:
+            trace_file.decode = llm.tokenizer.decode
         llm.report_radix = show_radix
         inputs = engine_inputs(llm, job, chat)
         view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs), show_legend=not no_legend,
@@ -104,21 +115,20 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
             results = _run_live(llm, inputs, job, arrivals, view, trace_file, pacer, out)
         except KeyboardInterrupt:
             _report_interrupt(view, trace_file, out, err)
+            exports.save(Trace(header, view.events), err)
             raise typer.Exit(INTERRUPTED) from None
         except StopRequested:
             _report_interrupt(view, trace_file, out, err, how="stopped with q")
+            exports.save(Trace(header, view.events), err)
             raise typer.Exit(0) from None
+        if trace_file:
+            trace_file.write_results(results)
     finally:
         if trace_file:
             trace_file.close()
     verdicts = check_against_reference(llm, inputs, job, results, Activity(err)) if verify else None
-    screen: list[RenderableType] = [step_table(view.events, view.show_cached)]
-    if view.events:
-        screen.append(step_detail(view.events[-1], show_radix, llm.tokenizer.decode))
-    if not no_legend:
-        screen.append(legend_for(view.events, view.show_cached))
-    screen += [generations_table(job.labels, results, verdicts, visible_whitespace=True),
-               timeline_table(view.events, job.labels, [r["uid"] for r in results])]
+    run = Trace(header, view.events, results)
+    screen: list[RenderableType] = x.final_screen(run, show_radix, not no_legend, llm.tokenizer.decode, verdicts)
     if verdicts is not None:
         screen.append(summary_line(verdicts))
     for renderable in screen:
@@ -128,6 +138,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
         err.print(f"[dim]saved {svg}[/]")
     if trace_file:
         err.print(f"[dim]wrote {trace_file.lines} step events to {trace_file.path}[/]")
+    exports.save(run, err, llm.tokenizer.decode)
     if verdicts is not None and not all(v.exact for v in verdicts):
         raise typer.Exit(SOME_FAILED)
     exit_for(results, Activity(err))

@@ -25,6 +25,11 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def trace_steps(path: Path) -> list[dict]:
+    """The step events of a ``--trace-out`` file, as JSON objects (the header and results lines left out)."""
+    return [record for record in json_lines(path.read_text()) if record["type"] == "step"]
+
+
 def assert_user_error(result, fragment: str, after_load: bool = False) -> None:
     """A user mistake: exit 2, one line on stderr that starts with 'error:' and says what was wrong.
 

@@ -92,7 +92,9 @@ def test_ctrl_c_in_a_terminal_leaves_it_clean_and_the_trace_valid(tmux, model_di
     assert "EXIT=130" in screen and "interrupted" in screen and "Traceback" not in screen
     assert tmux.cursor_visible()
     lines = out.read_text().splitlines()
-    assert lines and [json.loads(line)["step"] for line in lines] == list(range(len(lines)))
+    assert json.loads(lines[0])["type"] == "header" and json.loads(lines[-1])["type"] == "step"  # no results
+    steps = [json.loads(line)["step"] for line in lines[1:]]
+    assert steps == list(range(len(steps))) and steps
 
 
 LESSON = ('{"input_ids": [1, 2, 3], "max_tokens": 5, "arrival_step": 0}\n'

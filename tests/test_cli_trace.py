@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli_support import json_lines, run, write
+from cli_support import run, trace_steps, write
 from minisgl_cli.trace_file import TraceFile
 
 
@@ -28,7 +28,7 @@ def test_trace_shows_every_batch_the_generations_and_the_timeline(model_dirs, pr
     out = tmp_path / "trace.jsonl"
     result = run("trace", prompts, "--model", model_dirs["llama"], "--trace-out", out)
     assert result.exit_code == 0, result.stderr
-    events = json_lines(out.read_text())
+    events = trace_steps(out)
     assert [e["step"] for e in events] == list(range(len(events)))
     assert [e["phase"] for e in events] == ["prefill", "decode", "decode"]
     assert [e["batch_size"] for e in events] == [3, 2, 1]
@@ -47,7 +47,7 @@ def test_requests_that_do_not_fit_wait_and_the_timeline_shows_it(model_dirs, pro
     out = tmp_path / "trace.jsonl"
     result = run("trace", prompts, "--model", model_dirs["llama"], "--max-running", "1", "--trace-out", out)
     assert result.exit_code == 0, result.stderr
-    events = json_lines(out.read_text())
+    events = trace_steps(out)
     assert all(e["batch_size"] == 1 for e in events) and len(events) == 3 + 1 + 2
     assert events[0]["waiting"] == 2
     timeline = result.stdout.split("request timeline")[1]
@@ -85,7 +85,7 @@ def test_ctrl_c_leaves_a_valid_partial_trace(model_dirs, prompts, tmp_path, monk
     out = tmp_path / "trace.jsonl"
     result = run("trace", prompts, "--model", model_dirs["llama"], "--trace-out", out)
     assert result.exit_code == 130
-    assert [e["step"] for e in json_lines(out.read_text())] == [0, 1]
+    assert [e["step"] for e in trace_steps(out)] == [0, 1]
     assert out.read_text().endswith("\n")
     assert "interrupted after 2 steps" in result.stdout
     assert "2 complete step events are in" in result.stderr
@@ -97,7 +97,7 @@ def test_default_trace_is_the_chapters_five_prompts_on_the_embedded_model(smollm
     out = tmp_path / "trace.jsonl"
     result = run("trace", "--trace-out", out)
     assert result.exit_code == 0, result.stderr
-    events = json_lines(out.read_text())
+    events = trace_steps(out)
     assert [e["phase"] for e in events] == ["prefill"] + ["decode"] * 5
     assert [e["batch_size"] for e in events] == [5, 4, 3, 3, 2, 1]
     assert [len(r) for r in [step_rows(result.stdout)]] == [6]
@@ -118,6 +118,6 @@ def test_trace_with_two_ranks_shows_rank_zeros_batches(model_dirs, prompts, tmp_
                            "--tp", "2", "--trace-out", str(out)], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
-    events = json_lines(out.read_text())
+    events = trace_steps(out)
     assert {e["tp_size"] for e in events} == {2}
     assert [e["batch_size"] for e in events] == [3, 2, 1]

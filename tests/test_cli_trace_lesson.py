@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cli_support import json_lines, run, write
+from cli_support import run, trace_steps, write
 
 STAGGERED = ('{"input_ids": [1, 2, 3], "max_tokens": 6, "arrival_step": 0}\n'
              '{"input_ids": [4, 5, 6], "max_tokens": 3, "arrival_step": 0}\n'
@@ -17,7 +17,7 @@ def trace_events(tmp_path, *args: object, name: str = "t.jsonl"):
     out = tmp_path / name
     result = run("trace", *args, "--trace-out", out)
     assert result.exit_code == 0, result.stderr
-    return result, json_lines(out.read_text())
+    return result, trace_steps(out)
 
 
 def without_times(events):
@@ -37,7 +37,7 @@ def test_step_arrivals_are_deterministic_and_join_a_running_batch(model_dirs, tm
     joined = next(e for e in first if e["phase"] == "prefill" and [r["uid"] for r in e["reqs"]] == [2])
     assert joined["step"] > 2
     assert "new" in result.stdout and "arrived" in result.stdout and "▸" in result.stdout
-    assert "no free table row" in json_lines((tmp_path / "a.jsonl").read_text())[2]["waits"][0]["text"]
+    assert "no free table row" in trace_steps(tmp_path / "a.jsonl")[2]["waits"][0]["text"]
 
 
 def test_arrival_every_n_steps_for_a_text_file(model_dirs, tmp_path):
