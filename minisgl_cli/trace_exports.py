@@ -95,6 +95,13 @@ def run_header(labels: list[str], engine: EngineOptions, sampling: SamplingOptio
     return TraceHeader(engine.model or EMBEDDED_MODEL, options, tuple(labels))
 
 
+def serve_header(engine: EngineOptions) -> TraceHeader:
+    """A server's trace header: its requests arrive from clients, so it lists no prompts (render/trace_format.py
+    labels them by uid when the file is read)."""
+    header = run_header([], engine, SamplingOptions())
+    return TraceHeader(header.model, {**header.options, "source": "serve"}, ())
+
+
 def final_screen(trace: Trace, show_radix: bool = False, show_legend: bool = True, decode: Decode | None = None,
                  verdicts: Any = None) -> list[RenderableType]:
     """The screen a run ends on: every step, the last step's queue, KV pool (and tree), the legend, the

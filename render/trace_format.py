@@ -48,6 +48,11 @@ class TraceHeader:
     version: int = VERSION
 
     @property
+    def open_ended(self) -> bool:
+        """A server's trace: requests come from clients, so no prompt is known when the header is written."""
+        return self.options.get("source") == "serve"
+
+    @property
     def show_cached(self) -> bool:
         """Whether a prefix cache could have reused tokens, so the views show cached lengths."""
         return self.options.get("cache") != "naive"
@@ -185,13 +190,17 @@ def parse_trace(text: str, name: str = "trace") -> Trace:
                         or not all(isinstance(t, str) for t in radix_text)):
                     raise TraceFormatError(f"{where}: 'radix_text' must hold one string per radix node")
                 token_text.update(zip((n.first_tokens for n in event.radix), radix_text))
-            _check_step(event, len(events), len(header.prompts), where)
+            _check_step(event, len(events), None if header.open_ended else len(header.prompts), where)
             history.check(event, where)
             events.append(event)
         elif kind == "results":
             results = _parse_results(record, len(header.prompts), where)
         else:
             raise TraceFormatError(f"{where}: unknown line type {kind!r} (expected 'step' or 'results')")
+    if header.open_ended:  # label each client's request by its uid, so every view reads it like a file's prompts
+        seen = [r.uid for e in events for r in e.reqs] + [u for e in events for u in (*e.arrived, *e.finished)]
+        labels = tuple(f"request uid{uid}" for uid in range(max(seen, default=-1) + 1))
+        header = dataclasses.replace(header, prompts=labels)
     return Trace(header, events, results, token_text)
 
 
@@ -228,7 +237,7 @@ def _parse_header(record: dict[str, Any], name: str) -> TraceHeader:
     return TraceHeader(model, options, tuple(prompts), version)
 
 
-def _check_step(event: StepEvent, expected_step: int, num_prompts: int, where: str) -> None:
+def _check_step(event: StepEvent, expected_step: int, num_prompts: int | None, where: str) -> None:
     """What the scheduler guarantees of every event; a file that breaks it was edited or damaged."""
     problems = []
     if event.step != expected_step:
@@ -238,7 +247,7 @@ def _check_step(event: StepEvent, expected_step: int, num_prompts: int, where: s
     if event.num_tokens != sum(r.extend_len for r in event.reqs):
         problems.append(f"num_tokens {event.num_tokens} is not the sum of the extend lengths")
     uids = [r.uid for r in event.reqs] + list(event.finished) + list(event.arrived) + [w.uid for w in event.waits]
-    strangers = sorted({u for u in uids if not 0 <= u < num_prompts})
+    strangers = sorted({u for u in uids if not 0 <= u < (num_prompts if num_prompts is not None else u + 1)})
     if strangers:
         problems.append(f"uid {strangers[0]} but the header has {num_prompts} prompts")
     if not 0 <= event.kv_pages_cached <= event.kv_pages_used <= event.kv_pages_total:

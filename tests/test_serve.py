@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from core import LLM, SamplingParams
+from render.trace_format import read_trace
 from serve_support import Server, with_chat_template
 
 MODEL = "llama"
@@ -359,7 +360,11 @@ def test_trace_out_keeps_the_step_events(model_dir, tmp_path):
         assert server.terminate() == 0
     finally:
         server.stop()
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert lines[0]["type"] == "header" and lines[0]["options"]["source"] == "serve"
+    events = [line for line in lines if line["type"] == "step"]
     assert [e["phase"] for e in events] == ["prefill", "decode", "decode", "decode"]
     assert events[0]["arrived"] == [0] and events[-1]["finished"] == [0]
     assert "1/1 requests finished" in server.log()
+    replayed = read_trace(trace)  # the server's trace replays like a command's, each client request by uid
+    assert replayed.header.prompts == ("request uid0",) and len(replayed.events) == 4

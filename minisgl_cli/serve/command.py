@@ -46,12 +46,17 @@ def serve(model: o.Model = None, host: Host = "127.0.0.1", port: Port = 8000, ma
 
     from minisgl_cli.serve.api import create_app
     from minisgl_cli.serve.bridge import EngineBridge
+    from minisgl_cli.trace_exports import serve_header
     from minisgl_cli.trace_file import TraceFile
 
     err = Console(stderr=True)
-    trace_file = TraceFile(trace_out) if trace_out is not None else None  # a bad path fails before the load
-    llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, False, attention,
-                                   cuda_graph_max_bs, tp, dtype), Activity(err))
+    engine = o.EngineOptions(model, cache, page_size, max_running, num_pages, False, attention, cuda_graph_max_bs,
+                             tp, dtype)
+    # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
+    trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
+    llm = load_llm(engine, Activity(err))
+    if trace_file is not None:
+        trace_file.decode = llm.tokenizer.decode
     name = served_model_name or default_model_name(model)
     bridge = EngineBridge(llm, name, max_queue)
     live = start_trace(llm, err) if trace else None
