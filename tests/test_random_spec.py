@@ -20,6 +20,13 @@ def test_qwen3_0_6b_spec_has_the_published_shape():
     assert (cfg.rope_theta, cfg.rms_norm_eps, cfg.tie_word_embeddings, cfg.qk_norm) == (1e6, 1e-6, True, True)
 
 
+def test_qwen3_8b_spec_has_the_published_shape_and_splits_over_two_ranks():
+    cfg = SPECS["qwen3-8b"].config
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_layers) == (151936, 4096, 12288, 36)
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.tie_word_embeddings) == (32, 8, 128, False)
+    assert cfg.tp_split_problem(2) is None and cfg.tp_split_problem(8) is None
+
+
 def test_same_spec_gives_same_tokens_and_a_seed_changes_them(tiny):
     params = SamplingParams(max_tokens=8, ignore_eos=True)
     first = tiny.generate([[1, 2, 3]], params)[0]

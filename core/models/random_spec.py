@@ -48,6 +48,10 @@ SPECS: dict[str, RandomSpec] = {
     "qwen3-0.6b": RandomSpec("qwen3-0.6b", _qwen3(
         vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_layers=28, num_heads=16,
         num_kv_heads=8, head_dim=128, max_position_embeddings=40960)),
+    # large enough for tensor parallelism to pay on two GPUs (docs/tensor-parallel.md)
+    "qwen3-8b": RandomSpec("qwen3-8b", _qwen3(
+        vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_layers=36, num_heads=32,
+        num_kv_heads=8, head_dim=128, max_position_embeddings=40960, tie_word_embeddings=False)),
     "small-qwen3": RandomSpec("small-qwen3", _qwen3(
         vocab_size=4096, hidden_size=512, intermediate_size=1024, num_layers=4, num_heads=8, num_kv_heads=4,
         head_dim=128, max_position_embeddings=4096), init_std=0.1),
