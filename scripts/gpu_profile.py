@@ -9,15 +9,21 @@ back-to-back replays, so host work is excluded), the engine's wall time per deco
 torch.profiler kernel tables of eager decode steps at batch 1 and 256, and the sampler's time on a full
 batch of logits. The gap between the engine's step time and the graph's device time is what the host and
 the work outside the graph cost.
+
+``--sections workload`` places the nano-vllm workload's wall time against its floor (see workload_budget):
+
+    python3 scripts/gpu_profile.py --sections workload --out $OUT
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,10 +32,14 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from core import LLM, SamplingParams  # noqa: E402
+from core.bench.engine_run import sampling_params, warm_up  # noqa: E402
+from core.bench.floor import ModelCosts, measure_ceilings, workload_floor  # noqa: E402
+from core.bench.workload import make_workload, workload_spec  # noqa: E402
 from core.engine.sampler import SampleArgs  # noqa: E402
 
 MODEL = "random:qwen3-0.6b"
-SECTIONS = ("engine", "graph_kernels", "attention", "kernels_off", "host", "eager")
+SECTIONS = ("engine", "graph_kernels", "attention", "kernels_off", "host", "eager", "workload")
+DEFAULT_SECTIONS = SECTIONS[:-1]  # the workload budget runs when asked for
 HOST_FLOOR_MODEL = "random:small-qwen3"  # 4 layers of width 512: a step's time is nearly all host work
 
 
@@ -185,13 +195,215 @@ def replays_with(variable: str, cases: tuple[tuple[int, int], ...]) -> list[tupl
         os.environ.pop(variable)
 
 
+GRID_BATCHES = (1, 8, 32, 64, 128, 192, 256)  # captured sizes at which the decode graph's device time is measured
+GRID_CONTEXTS = (300, 1500)  # two prompt lengths: the replay time's intercept and its slope per cached token
+SAMPLER_BATCHES = (1, 32, 128, 256)
+BINS = ((256, 256), (129, 255), (33, 128), (1, 32))  # decode batch sizes, each bin a row of the budget
+
+
+def step_record(event) -> dict:
+    """What the budget needs of a step: its phase, rows, tokens, time between results, and the keys it read
+    (for a decode step, the cached tokens its rows attend to; for a prefill step, the query-key pairs)."""
+    context = sum(r.cached_len + r.extend_len for r in event.reqs)
+    pairs = sum(r.extend_len * (r.cached_len + (r.extend_len + 1) / 2) for r in event.reqs)
+    return {"phase": event.phase, "batch": event.batch_size, "tokens": event.num_tokens, "s": event.elapsed_s,
+            "context": context, "pairs": pairs}
+
+
+def _sync(llm: LLM) -> None:
+    if llm.device.type == "cuda":
+        torch.cuda.synchronize(llm.device)
+
+
+def timed_workload(llm: LLM, workload, record: bool) -> tuple[float, int, list[dict]]:
+    """Wall seconds and tokens of the whole workload through ``generate``, with every step's record when asked
+    (recording makes the scheduler report waits and KV use each step: a little host work more)."""
+    steps: list[dict] = []
+
+    def keep(event) -> None:
+        steps.append(step_record(event))
+
+    if record:
+        llm.add_step_callback(keep)
+    try:
+        _sync(llm)
+        start = time.perf_counter()
+        outputs = llm.generate([r.prompt_ids for r in workload.requests], sampling_params(workload))
+        _sync(llm)
+        wall = time.perf_counter() - start
+    finally:
+        if record:
+            llm.step_callbacks.remove(keep)
+        llm.reset_prefix_cache()
+    return wall, sum(len(o["token_ids"]) for o in outputs), steps
+
+
+def replay_grid(llm: LLM) -> list[dict]:
+    """Device ms of one decode-graph replay at each grid batch and context, planned for a real batch."""
+    runner = llm.engine.graph_runner
+    points = []
+    for batch in GRID_BATCHES:
+        if runner is None or batch > max(runner.sizes):
+            continue
+        for context in GRID_CONTEXTS:
+            points.append({"batch": batch, "context": context, "ms": graph_replay_ms(llm, batch, context)})
+    return points
+
+
+def workload_budget(model: str, page_size: int, requests: int | None, device: str | None, grid: bool,
+                    out: Path) -> dict:
+    """The nano-vllm workload (the one ``minisgl bench --workload nanovllm`` runs) on an engine with CUDA graphs
+    and overlap: its wall time without and with step records, every step, the floor and its ceilings, and on
+    CUDA the decode graph's device time over a grid of batch sizes and contexts and the sampler's time."""
+    llm = LLM(model, page_size=page_size, max_running_req=256, max_seq_len=4096, device=device)
+    try:
+        cfg = llm.engine.model_config
+        workload = make_workload(workload_spec("nanovllm"), cfg.vocab_size, 0, requests, 4096)
+        warm_up(llm, workload)
+        wall, tokens, _ = timed_workload(llm, workload, record=False)
+        wall_recorded, _, steps = timed_workload(llm, workload, record=True)
+        ceilings = measure_ceilings(llm.device, llm.engine.dtype)
+        costs = ModelCosts.of(cfg, llm.engine.dtype.itemsize, llm.engine.kv_bytes_per_token)
+        floor = workload_floor(costs, workload.requests, ceilings)
+        cuda = llm.device.type == "cuda"
+        runner = llm.engine.graph_runner
+        result = {
+            "model": model, "page_size": page_size, "requests": len(workload.requests), "tokens": tokens,
+            "wall_s": wall, "wall_recorded_s": wall_recorded, "steps": steps,
+            "copy_gbps": ceilings.copy_gbps, "matmul_gflops": ceilings.matmul_gflops,
+            "costs": {"weight_bytes": costs.weight_bytes, "kv_bytes_per_token": costs.kv_bytes_per_token,
+                      "flops_per_token": costs.flops_per_token, "attn_flops_per_pair": costs.attn_flops_per_pair},
+            "floor": floor.to_dict(), "graph_sizes": list(runner.sizes) if runner is not None else [],
+            "grid": [], "sampler_ms": {},
+        }
+        (out / f"workload_page{page_size}.json").write_text(json.dumps(result))  # kept if the grid is cut short
+        if cuda and grid:
+            result["sampler_ms"] = {b: sampler_ms(llm, b)["temperature"] for b in SAMPLER_BATCHES}
+            result["grid"] = replay_grid(llm)
+            (out / f"workload_page{page_size}.json").write_text(json.dumps(result))
+        if cuda and grid:
+            table = graph_kernel_table(llm, 256, 900, out / "graph_kernels_bs256.txt")
+            result["graph_kernels_bs256"] = table
+        return result
+    finally:
+        llm.close()
+
+
+def _interpolate(points: dict[int, float], batch: int) -> float:
+    """Linear in the batch size between the measured batches (flat beyond the ends)."""
+    sizes = sorted(points)
+    if batch <= sizes[0]:
+        return points[sizes[0]]
+    for low, high in zip(sizes, sizes[1:]):
+        if batch <= high:
+            return points[low] + (points[high] - points[low]) * (batch - low) / (high - low)
+    return points[sizes[-1]]
+
+
+def _padded(sizes: list[int], batch: int) -> int:
+    return next((s for s in sizes if s >= batch), batch)
+
+
+def decode_device_model(budget: dict) -> tuple[dict[int, float], dict[int, float]] | None:
+    """From the replay grid: per batch size, the device ms of a replay with no context (weights, GEMMs, norms,
+    the LM head) and its ms per cached token read (attention), from the two contexts' replays."""
+    by_batch: dict[int, dict[int, float]] = {}
+    for point in budget["grid"]:
+        by_batch.setdefault(point["batch"], {})[point["context"]] = point["ms"]
+    fixed, per_token = {}, {}
+    for batch, times in by_batch.items():
+        if len(times) < 2:
+            continue
+        (c0, t0), (c1, t1) = sorted(times.items())[:2]
+        # the replay planned by graph_replay_ms is for contexts of c + 3 tokens per row
+        slope = (t1 - t0) / (batch * (c1 - c0))
+        per_token[batch] = max(slope, 0.0)
+        fixed[batch] = t0 - per_token[batch] * batch * (c0 + 3)
+    return (fixed, per_token) if fixed else None
+
+
+def budget_rows(budget: dict) -> list[dict]:
+    """The workload's steps in rows (prefill; decode by batch size), each with its count, its measured time
+    (time between results: the rows sum to the recorded run's wall time, less what came before the first
+    result), the same steps' floor, and on CUDA what the decode graph's device time, the sampler and the rest
+    (host work the overlap did not hide, launches, copies) take of it."""
+    bandwidth = budget["copy_gbps"] * 1e9
+    rate = budget["matmul_gflops"] * 1e9
+    costs = budget["costs"]
+    model = decode_device_model(budget)
+    sampler = {int(b): ms for b, ms in budget["sampler_ms"].items()}
+    sizes = budget["graph_sizes"]
+    rows = []
+    prefill = [s for s in budget["steps"] if s["phase"] == "prefill"]
+    rows.append({"name": "prefill", "steps": len(prefill), "s": sum(s["s"] for s in prefill),
+                 "floor_s": sum(max((s["tokens"] * costs["flops_per_token"] + s["pairs"] * costs["attn_flops_per_pair"])
+                                    / rate, costs["weight_bytes"] / bandwidth) for s in prefill)})
+    last_prefill = max((i for i, s in enumerate(budget["steps"]) if s["phase"] == "prefill"), default=-1)
+    for low, high in BINS:
+        for during in (True, False):
+            chosen = [s for i, s in enumerate(budget["steps"]) if s["phase"] == "decode"
+                      and low <= s["batch"] <= high and (i < last_prefill) == during]
+            if not chosen:
+                continue
+            row = {"name": f"decode {low}-{high}" + (" (between prefills)" if during else ""), "steps": len(chosen),
+                   "s": sum(s["s"] for s in chosen),
+                   "floor_kv_s": sum(s["context"] * costs["kv_bytes_per_token"] for s in chosen) / bandwidth,
+                   "floor_weights_s": len(chosen) * costs["weight_bytes"] / bandwidth}
+            row["floor_s"] = row["floor_kv_s"] + row["floor_weights_s"]
+            if model is not None:
+                fixed, per_token = model
+                padded = [_padded(sizes, s["batch"]) for s in chosen]
+                row["device_fixed_s"] = sum(_interpolate(fixed, p) for p in padded) / 1e3
+                row["device_attention_s"] = sum(_interpolate(per_token, p) * s["context"]
+                                                for p, s in zip(padded, chosen)) / 1e3
+                row["sampler_s"] = sum(_interpolate(sampler, p) for p in padded) / 1e3 if sampler else 0.0
+                row["rest_s"] = row["s"] - row["device_fixed_s"] - row["device_attention_s"] - row["sampler_s"]
+            rows.append(row)
+    return rows
+
+
+def budget_lines(budget: dict) -> list[str]:
+    floor = budget["floor"]
+    steps_s = sum(s["s"] for s in budget["steps"])
+    lines = [f"workload {budget['model']} page {budget['page_size']}: {budget['tokens']} tokens in "
+             f"{budget['wall_s']:.3f} s ({budget['tokens'] / budget['wall_s']:.0f} tok/s); with step records "
+             f"{budget['wall_recorded_s']:.3f} s, steps {steps_s:.3f} s over {len(budget['steps'])} steps",
+             f"  ceilings: copy {budget['copy_gbps']:.0f} GB/s, matmul {budget['matmul_gflops'] / 1e3:.0f} TFLOP/s; "
+             f"floor {floor['floor_s']:.3f} s (prefill {floor['prefill_s']:.3f}, decode {floor['decode_s']:.3f} over "
+             f"{floor['decode_steps']} steps: KV {floor['kv_read_gb']:.0f} GB, weights {floor['weight_read_gb']:.0f} GB)"]
+    for row in budget_rows(budget):
+        text = f"  {row['name']}: {row['steps']} steps, {row['s']:.3f} s, floor {row['floor_s']:.3f} s"
+        if "floor_kv_s" in row:
+            text += f" (KV {row['floor_kv_s']:.3f}, weights {row['floor_weights_s']:.3f})"
+        if "device_fixed_s" in row:
+            text += (f"; graph device: fixed {row['device_fixed_s']:.3f} s, attention {row['device_attention_s']:.3f} s;"
+                     f" sampler {row['sampler_s']:.3f} s; rest {row['rest_s']:.3f} s")
+        lines.append(text)
+    for point in budget["grid"]:
+        lines.append(f"  graph replay batch {point['batch']} context {point['context']}: {point['ms']:.3f} ms")
+    for batch, ms in budget["sampler_ms"].items():
+        lines.append(f"  sampler, temperature, batch {batch}: {ms:.3f} ms")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(ROOT / "out" / "profile"))
-    parser.add_argument("--sections", default=",".join(SECTIONS),
+    parser.add_argument("--sections", default=",".join(DEFAULT_SECTIONS),
                         help=f"comma-separated, from: {', '.join(SECTIONS)}")
+    parser.add_argument("--model", default=MODEL, help="the workload section's model")
+    parser.add_argument("--requests", type=int, help="the workload section's requests (default: the workload's)")
+    parser.add_argument("--page-sizes", default="16,1", help="the workload section's page sizes, comma-separated")
+    parser.add_argument("--device", default=None, help="the workload section's device (default: the engine's)")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
+    unknown = sections - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(sorted(unknown))}; use some of {', '.join(SECTIONS)}")
+    try:
+        page_sizes = [int(p) for p in args.page_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--page-sizes takes integers separated by commas, got {args.page_sizes!r}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -244,6 +456,15 @@ def main() -> int:
                     cuda_graph_max_bs=0)
         table = kernel_table(eager, 1, 300, 6, 0.0, out / "kernels_bs1.txt")
         say(f"==== eager kernels, batch 1, 6 tokens (prefill included)\n{table}")
+    if "workload" in sections:
+        for page_size in page_sizes:
+            budget = workload_budget(args.model, page_size, args.requests, args.device, 
+                                     grid=page_size == page_sizes[0], out=out)
+            (out / f"workload_page{page_size}.json").write_text(json.dumps(budget))
+            for line in budget_lines(budget):
+                say(line)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     (out / "profile.txt").write_text("\n".join(lines))
     return 0
 
