@@ -185,7 +185,7 @@ def _warm_sampler() -> None:
 def run_pytest(check: Check) -> tuple[str, str]:
     junit = Path("/tmp/minisgl-pytest.xml")
     # the GPU tests, and the Triton kernels' tests (which run on a CPU only under Triton's interpreter)
-    kernel_tests = ["tests/test_fused_qkv.py", "tests/test_gemv.py", "tests/test_small_decode.py"]
+    kernel_tests = ["tests/kernels/test_fused_qkv.py", "tests/kernels/test_gemv.py", "tests/kernels/test_small_decode.py"]
     cmd = [sys.executable, "-m", "pytest", "-q", "tests/gpu", *kernel_tests, f"--junitxml={junit}", "-p",
            "no:cacheprovider"]
     timeout = max(check.left() - 240, 60)  # leave the benchmarks their time
