@@ -20,13 +20,12 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+from core import LLM, SamplingParams
+from core.engine.sampler import SampleArgs
 
-from core import LLM, SamplingParams  # noqa: E402
-from core.engine.sampler import SampleArgs  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]  # where the output folder goes by default
 
 MODEL = "random:qwen3-0.6b"
 SECTIONS = ("engine", "graph_kernels", "attention", "kernels_off", "host", "eager")
