@@ -88,6 +88,11 @@ class Check:
         return "\n".join(lines)
 
 
+def _model(check: Check) -> str:
+    """The model every step runs: the Qwen3-0.6B shape with random weights, or a tiny one with --smoke."""
+    return "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
+
+
 # ---- environment and kernel builds --------------------------------------------------------------------------
 def env_info(check: Check) -> str:
     info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -189,7 +194,7 @@ def _warm_sampler() -> None:
 def run_pytest(check: Check) -> tuple[str, str]:
     junit = Path("/tmp/minisgl-pytest.xml")
     # the GPU tests, and the Triton kernels' tests (which run on a CPU only under Triton's interpreter)
-    kernel_tests = ["tests/kernels/test_fused_qkv.py", "tests/kernels/test_gemv.py", "tests/kernels/test_small_decode.py"]
+    kernel_tests = [f"tests/kernels/test_{name}.py" for name in ("fused_qkv", "gemv", "small_decode")]
     cmd = [sys.executable, "-m", "pytest", "-q", "tests/gpu", *kernel_tests, f"--junitxml={junit}", "-p",
            "no:cacheprovider"]
     timeout = max(check.left() - 240, 60)  # leave the benchmarks their time
@@ -224,7 +229,7 @@ def backends_agree_on_real_shape(check: Check) -> tuple[str, str]:
     from tests.gpu.compare import near_tie_compare
 
     rng = random.Random(1)
-    model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
+    model = _model(check)
     prompts = [[rng.randrange(10000 if not check.smoke else 256) for _ in range(rng.randint(20, 300))]
                for _ in range(12)]
     lengths = [rng.randint(8, 48) for _ in prompts]
@@ -247,7 +252,7 @@ def overlap_agrees_on_real_shape(check: Check) -> tuple[str, str]:
     from tests.gpu.compare import near_tie_compare
 
     rng = random.Random(2)
-    model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
+    model = _model(check)
     prompts = [[rng.randrange(10000 if not check.smoke else 256) for _ in range(rng.randint(20, 300))]
                for _ in range(24)]
     params = [SamplingParams(max_tokens=rng.randint(8, 64), ignore_eos=True) for _ in prompts]
@@ -326,10 +331,6 @@ class BenchState:
     llm: LLM | None = None
 
 
-def _model(check: Check) -> str:
-    return "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
-
-
 def bench_engine(check: Check, state: BenchState, page_size: int, overlap: bool = True,
                  max_warmup_step_ms: float | None = None) -> str | tuple[str, str]:
     """The nanovllm workload on one engine, warmed up and timed as ``minisgl bench`` does; ``overlap=False``
@@ -355,7 +356,8 @@ def bench_engine(check: Check, state: BenchState, page_size: int, overlap: bool 
         llm.step_callbacks.remove(probe.append)
         probe_ms = percentile([e.elapsed_s for e in probe if e.phase == "decode"], 0.5) * 1e3
         if probe_ms > max_warmup_step_ms:
-            return "SKIP", f"warm-up decode step {probe_ms:.1f} ms at batch 16 (> {max_warmup_step_ms} ms): too slow to run"
+            return "SKIP", (f"warm-up decode step {probe_ms:.1f} ms at batch 16 (> {max_warmup_step_ms} ms): "
+                            "too slow to run")
     warm_up(llm, workload)
     steps: list = []
     llm.add_step_callback(steps.append)
@@ -378,9 +380,9 @@ def bench_engine(check: Check, state: BenchState, page_size: int, overlap: bool 
            "decode_time_s": round(sum(e.elapsed_s for e in decode_steps), 3),
            "peak_batch": max((e.batch_size for e in decode_steps), default=0), "overlap": llm.overlap}
     check.figures[f"nanovllm_ps{page_size}" + ("" if overlap else "_plain")] = fig
-    return (f"{fig['tok_per_s']:.0f} tok/s ({total} tok in {result.wall_s:.1f}s), TTFT p50 {fig['ttft_s']['p50']:.2f}s, "
-            f"TPOT p50 {fig['tpot_ms'].get('p50', 0):.2f}ms, decode step p50 {fig['decode_step_ms'].get('p50', 0):.2f}ms "
-            f"over {len(decode_steps)} steps, prefill {fig['prefill_time_s']:.1f}s")
+    return (f"{fig['tok_per_s']:.0f} tok/s ({total} tok in {result.wall_s:.1f}s), "
+            f"TTFT p50 {fig['ttft_s']['p50']:.2f}s, TPOT p50 {fig['tpot_ms'].get('p50', 0):.2f}ms, "
+            f"decode step p50 {fig['decode_step_ms'].get('p50', 0):.2f}ms over {len(decode_steps)} steps, prefill {fig['prefill_time_s']:.1f}s")
 
 
 BATCH1_TOKENS = 257

@@ -5,7 +5,8 @@
 
 The workload is ``minisgl bench``'s nanovllm workload (core/bench/workload.py): random prompt ids in
 [0, 10000), prompt length and max_tokens each uniform in [100, max_len], temperature 0.6, ignore_eos, seed 0;
-throughput is the sum of max_tokens over wall time. A short warm-up generate runs first on each engine. ``minisgl bench --tp N`` is the user-facing way to get these figures;
+throughput is the sum of max_tokens over wall time. A short warm-up generate runs first on each engine.
+``minisgl bench --tp N`` is the user-facing way to get these figures;
 this script exists so they can be taken before that command knows about tensor parallelism.
 """
 

@@ -14,8 +14,8 @@ from core.bench.workload import WORKLOADS, Workload, make_workload
 
 _FROM_RUNNER = ("BenchOptions", "run_bench")
 
-__all__ = ["BenchOptions", "BenchReport", "Latency", "Percentiles", "RunResult", "percentile", "BASELINES", "CUDA_BASELINES",
-           "WORKLOADS", "Workload", "make_workload", "run_bench"]
+__all__ = ["BenchOptions", "BenchReport", "Latency", "Percentiles", "RunResult", "percentile", "BASELINES",
+           "CUDA_BASELINES", "WORKLOADS", "Workload", "make_workload", "run_bench"]
 
 
 def __getattr__(name: str) -> Any:
