@@ -1,2 +1,2 @@
-"""What the tests share: random checkpoints, the transformers reference, accounting checks, the CLI and server
-harnesses, trace samples and the headless browser."""
+"""What the tests share: random checkpoints, varied prompts, the transformers reference, accounting checks,
+the CLI and server harnesses, trace samples and the headless browser."""
