@@ -4,9 +4,9 @@ The reference runs one prompt at a time through the transformers model, in float
 loop over its KV cache (what ``generate`` does greedily). A loop rather than ``generate(min_new_tokens=...)``
 because that would suppress EOS, while the engine with ``ignore_eos`` merely keeps going after one.
 
-The comparison follows DESIGN.md: token-exact is a match; otherwise, at the first differing position, a
-near-tie when the engine's token is within the reference's top-5 there (the comparison stops at that
-position either way). Only the reference's logprobs are known, so this is the one-sided form of the rule:
+The comparison is the rule ``minisgl verify`` applies: token-exact is a match; otherwise, at the first
+differing position, a near-tie when the engine's token is within the reference's top-5 there (the comparison
+stops at that position either way). Only the reference's logprobs are known, so this is the one-sided form of the rule:
 the two sides share the prefix up to that position, so the reference distribution is the one both tokens
 were drawn from.
 """

@@ -7,9 +7,10 @@
    streaming completions at ``--rate`` requests per second (Poisson arrivals, seeded), each timed from its
    send: time to first token (TTFT), time per output token after it (TPOT), and the run's throughput.
 
-The workload is the one the bench uses: random prompt ids, prompt length and max_tokens uniform in the given
-ranges, ignore_eos, so every request generates exactly its max_tokens. Throughput is output tokens over wall
-time; online it can be no higher than the rate times the mean max_tokens.
+The workload is drawn as ``minisgl bench`` draws its own (core/bench/workload.py): random prompt ids, prompt
+length and max_tokens uniform in the given ranges, greedy, ignore_eos, so every request generates exactly its
+max_tokens; percentiles follow the bench's one rule (core/bench/report.py). Throughput is output tokens over
+wall time; online it can be no higher than the rate times the mean max_tokens.
 """
 
 from __future__ import annotations
@@ -20,14 +21,12 @@ import json
 import random
 import socket
 import statistics
-import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from core import LLM, SamplingParams  # noqa: E402
+from core import LLM, SamplingParams
+from core.bench.report import Percentiles
+from core.bench.workload import WorkloadSpec, make_workload
 
 
 def parse_args() -> argparse.Namespace:
@@ -47,10 +46,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def workload(args: argparse.Namespace, vocab: int) -> tuple[list[list[int]], list[int]]:
-    rng = random.Random(args.seed)
-    prompts = [[rng.randrange(min(vocab, 10000)) for _ in range(rng.randint(*args.prompt_len))]
-               for _ in range(args.requests)]
-    return prompts, [rng.randint(*args.max_tokens) for _ in range(args.requests)]
+    spec = WorkloadSpec("serve", args.requests, tuple(args.prompt_len), tuple(args.max_tokens), 10000, 0.0)
+    drawn = make_workload(spec, vocab, args.seed)
+    return [r.prompt_ids for r in drawn.requests], [r.max_tokens for r in drawn.requests]
 
 
 def offline(llm: LLM, prompts: list[list[int]], lengths: list[int]) -> dict[str, float]:
@@ -103,10 +101,9 @@ async def online_run(port: int, model: str, prompts: list[list[int]], lengths: l
         done = await asyncio.gather(*(one_request(client, model, p, n, d) for p, n, d in zip(prompts, lengths, delays)))
     wall = max(r["end"] for r in done) - started
     tokens = sum(r["tokens"] for r in done)
-    ttft = sorted(r["ttft"] for r in done)
-    return {"wall_s": wall, "tokens": tokens, "tok_per_s": tokens / wall, "ttft_mean_s": statistics.mean(ttft),
-            "ttft_p50_s": ttft[len(ttft) // 2], "ttft_p99_s": ttft[min(len(ttft) - 1, int(len(ttft) * 0.99))],
-            "tpot_mean_s": statistics.mean(r["tpot"] for r in done)}
+    ttft = Percentiles.of([r["ttft"] for r in done])
+    return {"wall_s": wall, "tokens": tokens, "tok_per_s": tokens / wall, "ttft_mean_s": ttft.mean,
+            "ttft_p50_s": ttft.p50, "ttft_p99_s": ttft.p99, "tpot_mean_s": statistics.mean(r["tpot"] for r in done)}
 
 
 def online(llm: LLM, prompts: list[list[int]], lengths: list[int], rate: float, seed: int) -> dict[str, float]:

@@ -4,8 +4,12 @@ Run through scripts/gpu_check.sh on a CUDA machine. Every step is guarded: a fai
 reason and the next step still runs; a step that would not fit in the time left is skipped and says so. The
 last thing printed is a summary table; everything (log, pytest output, figures as JSON) also goes to --out.
 
-    python scripts/gpu_check.py --out out/gpu --budget 500     # on the GPU
-    python scripts/gpu_check.py --smoke                         # the same code path on a CPU, tiny model
+    python scripts/gpu_check.py --out out/gpu --budget 500     # on the GPU (gpu_env.sh puts the tree on the path)
+    PYTHONPATH=. python scripts/gpu_check.py --smoke            # the same code path on a CPU, tiny model
+
+The benchmarks are ``minisgl bench``'s own pieces (core/bench: the nanovllm workload, its warm-up, the timed
+run, the percentile rule); what this script adds is the step runner, the kernel builds, the GPU tests, the
+correctness checks on the real shape, step-level figures and a profile.
 """
 
 from __future__ import annotations
@@ -13,25 +17,25 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import platform
 import random
-import statistics
 import subprocess
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+import torch
 
-import torch  # noqa: E402
+from core import LLM, SamplingParams
+from core.bench.engine_run import batch1_request, run_engine, sampling_params, warm_up
+from core.bench.report import no_progress, percentile
+from core.bench.workload import Workload, make_workload, workload_spec
 
-from core import LLM, SamplingParams  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]  # where pytest runs and the commit is read
 
 
 @dataclass
@@ -82,6 +86,11 @@ class Check:
         lines = [f"{'step'.ljust(width)}  status  secs  detail", "-" * (width + 60)]
         lines += [f"{r.step.ljust(width)}  {r.status.ljust(6)}  {r.seconds:4.0f}  {r.detail}" for r in self.rows]
         return "\n".join(lines)
+
+
+def _model(check: Check) -> str:
+    """The model every step runs: the Qwen3-0.6B shape with random weights, or a tiny one with --smoke."""
+    return "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
 
 
 # ---- environment and kernel builds --------------------------------------------------------------------------
@@ -185,7 +194,7 @@ def _warm_sampler() -> None:
 def run_pytest(check: Check) -> tuple[str, str]:
     junit = Path("/tmp/minisgl-pytest.xml")
     # the GPU tests, and the Triton kernels' tests (which run on a CPU only under Triton's interpreter)
-    kernel_tests = ["tests/test_fused_qkv.py", "tests/test_gemv.py", "tests/test_small_decode.py"]
+    kernel_tests = [f"tests/kernels/test_{name}.py" for name in ("fused_qkv", "gemv", "small_decode")]
     cmd = [sys.executable, "-m", "pytest", "-q", "tests/gpu", *kernel_tests, f"--junitxml={junit}", "-p",
            "no:cacheprovider"]
     timeout = max(check.left() - 240, 60)  # leave the benchmarks their time
@@ -217,10 +226,10 @@ def _junit_rows(path: Path) -> list[Row]:
 
 # ---- correctness on the real shape ---------------------------------------------------------------------------
 def backends_agree_on_real_shape(check: Check) -> tuple[str, str]:
-    from gpu.compare import near_tie_compare
+    from tests.gpu.compare import near_tie_compare
 
     rng = random.Random(1)
-    model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
+    model = _model(check)
     prompts = [[rng.randrange(10000 if not check.smoke else 256) for _ in range(rng.randint(20, 300))]
                for _ in range(12)]
     lengths = [rng.randint(8, 48) for _ in prompts]
@@ -240,10 +249,10 @@ def backends_agree_on_real_shape(check: Check) -> tuple[str, str]:
 
 def overlap_agrees_on_real_shape(check: Check) -> tuple[str, str]:
     """The overlap loop against the plain loop on one flashinfer engine with graphs, queueing included."""
-    from gpu.compare import near_tie_compare
+    from tests.gpu.compare import near_tie_compare
 
     rng = random.Random(2)
-    model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
+    model = _model(check)
     prompts = [[rng.randrange(10000 if not check.smoke else 256) for _ in range(rng.randint(20, 300))]
                for _ in range(24)]
     params = [SamplingParams(max_tokens=rng.randint(8, 64), ignore_eos=True) for _ in prompts]
@@ -289,7 +298,7 @@ def profile_host(check: Check, state: BenchState) -> str:
         profile.disable()
         llm.step_callbacks.remove(steps.append)
         decode = [e.elapsed_s for e in steps if e.phase == "decode"]
-        per_step = statistics.median(decode) * 1e3 if decode else float("nan")
+        per_step = percentile(decode, 0.5) * 1e3 if decode else float("nan")
         summary.append(f"{name}: {per_step:.2f} ms/step under the profiler")
         out.write(f"==== {name}: {len(decode)} decode steps, median {per_step:.2f} ms under the profiler\n")
         stats = pstats.Stats(profile, stream=out)
@@ -301,23 +310,21 @@ def profile_host(check: Check, state: BenchState) -> str:
 
 
 # ---- benchmarks ----------------------------------------------------------------------------------------------
-def nanovllm_workload(n: int = 256, seed: int = 0, min_len: int = 100, max_len: int = 1024,
-                      max_id: int = 10000) -> tuple[list[list[int]], list[SamplingParams]]:
-    """nano-vllm's benchmark: random prompt ids in [0, 10000), prompt length and max_tokens uniform in
-    [100, max_len], temperature 0.6, EOS ignored, Python's random seeded with 0 (prompts drawn first)."""
-    rng = random.Random(seed)
-    prompts = [[rng.randint(0, max_id) for _ in range(rng.randint(min_len, max_len))] for _ in range(n)]
-    params = [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=rng.randint(min_len, max_len))
-              for _ in range(n)]
-    return prompts, params
+def nanovllm_workload(smoke: bool, vocab_size: int) -> Workload:
+    """``minisgl bench``'s nanovllm workload (256 requests, lengths in [100, 1024], temperature 0.6, seed 0);
+    with --smoke, 8 short requests over the tiny model's ids."""
+    spec = workload_spec("nanovllm")
+    if smoke:
+        spec = replace(spec, num_requests=8, prompt_len=(10, 40), max_tokens=(10, 40), token_id_limit=256)
+    return make_workload(spec, vocab_size)
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def _summary(values: list[float], scale: float = 1.0) -> dict[str, float]:
+    """p50, p90, p99 and mean by core/bench's one percentile rule (the same as ``minisgl bench``)."""
     if not values:
         return {}
-    values = sorted(values)
-    pick = lambda q: values[min(len(values) - 1, int(q * len(values)))]  # noqa: E731
-    return {"p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99), "mean": statistics.fmean(values)}
+    return {"p50": percentile(values, 0.5) * scale, "p90": percentile(values, 0.9) * scale,
+            "p99": percentile(values, 0.99) * scale, "mean": sum(values) / len(values) * scale}
 
 
 class BenchState:
@@ -326,153 +333,112 @@ class BenchState:
 
 def bench_engine(check: Check, state: BenchState, page_size: int, overlap: bool = True,
                  max_warmup_step_ms: float | None = None) -> str | tuple[str, str]:
-    """The nanovllm workload on one engine; ``overlap=False`` runs the same engine with the plain loop.
-    With ``max_warmup_step_ms``, a warm-up slower than that per step skips the measurement (it would not
-    finish in the time left)."""
-    model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
-    n = 8 if check.smoke else 256
-    max_len = 40 if check.smoke else 1024
+    """The nanovllm workload on one engine, warmed up and timed as ``minisgl bench`` does; ``overlap=False``
+    runs the same engine with the plain loop. With ``max_warmup_step_ms``, a probe slower than that per decode
+    step skips the measurement (it would not finish in the time left)."""
     if state.llm is None or state.llm.config.page_size != page_size:
         state.llm = None
         gc.collect()
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
         start = time.time()
-        max_seq_len = 512 if check.smoke else 2 * max_len + 8
-        state.llm = LLM(model, max_running_req=n, page_size=page_size, max_seq_len=max_seq_len, log=print)
+        max_seq_len = 512 if check.smoke else 2 * workload_spec("nanovllm").max_tokens[1] + 8
+        n = 8 if check.smoke else workload_spec("nanovllm").num_requests
+        state.llm = LLM(_model(check), max_running_req=n, page_size=page_size, max_seq_len=max_seq_len, log=print)
         check.figures[f"engine_start_s_ps{page_size}"] = round(time.time() - start, 1)
     llm = state.llm
     llm.overlap = overlap and (torch.cuda.is_available() or check.smoke)
-    prompts, params = nanovllm_workload(n, min_len=10 if check.smoke else 100, max_len=max_len,
-                                        max_id=255 if check.smoke else 10000)
-    # warm-up: a short run of the same kind (prefill, decode graphs, seeded sampling)
-    warm_steps: list = []
-    llm.add_step_callback(warm_steps.append)
-    llm.generate(prompts[:16], [SamplingParams(temperature=0.6, ignore_eos=True, max_tokens=32)] * len(prompts[:16]))
-    llm.step_callbacks.remove(warm_steps.append)
-    warm_ms = statistics.median(e.elapsed_s for e in warm_steps if e.phase == "decode") * 1e3
-    if max_warmup_step_ms is not None and warm_ms > max_warmup_step_ms:
-        return "SKIP", f"warm-up decode step {warm_ms:.1f} ms at batch 16 (> {max_warmup_step_ms} ms): too slow to run"
-    first: dict[int, float] = {}
-    last: dict[int, float] = {}
-    counts: dict[int, int] = {}
-    start_box = [0.0]
-
-    def on_reply(reply) -> None:
-        now = time.perf_counter()
-        if reply.token is not None:
-            first.setdefault(reply.uid, now)
-            last[reply.uid] = now
-            counts[reply.uid] = counts.get(reply.uid, 0) + 1
-
+    workload = nanovllm_workload(check.smoke, llm.vocab_size)
+    if max_warmup_step_ms is not None:  # a short probe at batch 16 first: is a full run affordable at all?
+        probe: list = []
+        llm.add_step_callback(probe.append)
+        llm.generate([r.prompt_ids for r in workload.requests[:16]],
+                     [replace(p, max_tokens=32) for p in sampling_params(workload)[:16]])
+        llm.step_callbacks.remove(probe.append)
+        probe_ms = percentile([e.elapsed_s for e in probe if e.phase == "decode"], 0.5) * 1e3
+        if probe_ms > max_warmup_step_ms:
+            return "SKIP", (f"warm-up decode step {probe_ms:.1f} ms at batch 16 (> {max_warmup_step_ms} ms): "
+                            "too slow to run")
+    warm_up(llm, workload)
     steps: list = []
-    llm.add_reply_callback(on_reply)
     llm.add_step_callback(steps.append)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    start_box[0] = time.perf_counter()
-    outs = llm.generate(prompts, params)
-    wall = time.perf_counter() - start_box[0]
-    llm._reply_callbacks.remove(on_reply)
-    llm.step_callbacks.remove(steps.append)
-    total = sum(p.max_tokens for p in params)
-    produced = sum(len(o["token_ids"]) for o in outs)
-    assert produced == total, f"produced {produced} tokens, expected {total}"
-    ttft = [first[u] - start_box[0] for u in first]
-    tpot = [(last[u] - first[u]) / (counts[u] - 1) for u in first if counts[u] > 1]
+    try:
+        result, latency = run_engine(llm, workload, no_progress)
+    finally:
+        llm.step_callbacks.remove(steps.append)
+    total = workload.output_tokens
+    assert result.output_tokens == total, f"produced {result.output_tokens} tokens, expected {total}"
     decode_steps = [e for e in steps if e.phase == "decode"]
     prefill_steps = [e for e in steps if e.phase == "prefill"]
-    fig = {"requests": n, "output_tokens": total, "prompt_tokens": sum(map(len, prompts)), "wall_s": round(wall, 3),
-           "tok_per_s": round(total / wall, 1), "ttft_s": _percentiles(ttft), "tpot_ms": {
-               k: v * 1e3 for k, v in _percentiles(tpot).items()},
+    fig = {"requests": len(workload.requests), "output_tokens": total, "prompt_tokens": workload.prompt_tokens,
+           "wall_s": round(result.wall_s, 3), "tok_per_s": round(result.output_tokens_per_s, 1),
+           "ttft_s": latency.ttft.to_dict(), "tpot_ms": {k: v * 1e3 for k, v in latency.tpot.to_dict().items()},
            "decode_steps": len(decode_steps), "prefill_steps": len(prefill_steps),
-           "decode_step_ms": {k: v * 1e3 for k, v in _percentiles([e.elapsed_s for e in decode_steps]).items()},
+           "decode_step_ms": _summary([e.elapsed_s for e in decode_steps], 1e3),
            "prefill_time_s": round(sum(e.elapsed_s for e in prefill_steps), 3),
            "decode_time_s": round(sum(e.elapsed_s for e in decode_steps), 3),
-           "peak_batch": max((e.batch_size for e in decode_steps), default=0)}
-    fig["overlap"] = llm.overlap
+           "peak_batch": max((e.batch_size for e in decode_steps), default=0), "overlap": llm.overlap}
     check.figures[f"nanovllm_ps{page_size}" + ("" if overlap else "_plain")] = fig
-    return (f"{fig['tok_per_s']:.0f} tok/s ({total} tok in {wall:.1f}s), TTFT p50 {fig['ttft_s']['p50']:.2f}s, "
-            f"TPOT p50 {fig['tpot_ms'].get('p50', 0):.2f}ms, decode step p50 {fig['decode_step_ms']['p50']:.2f}ms "
-            f"over {len(decode_steps)} steps, prefill {fig['prefill_time_s']:.1f}s")
+    return (f"{fig['tok_per_s']:.0f} tok/s ({total} tok in {result.wall_s:.1f}s), "
+            f"TTFT p50 {fig['ttft_s']['p50']:.2f}s, TPOT p50 {fig['tpot_ms'].get('p50', 0):.2f}ms, "
+            f"decode step p50 {fig['decode_step_ms'].get('p50', 0):.2f}ms over {len(decode_steps)} steps, prefill {fig['prefill_time_s']:.1f}s")
+
+
+BATCH1_TOKENS = 257
 
 
 def bench_batch1(check: Check, state: BenchState, graphs: bool = True, overlap: bool = True) -> str:
-    """Per-token latency of one request decoding alone (greedy), from the decode steps' wall times."""
-    model = "random:tiny-qwen3" if check.smoke else "random:qwen3-0.6b"
+    """Per-token latency of one request decoding alone (greedy), from the decode steps' wall times; the prompt
+    is ``minisgl bench``'s batch-1 prompt (from the workload's own ids)."""
     if graphs and state.llm is not None:
         llm = state.llm
     else:
-        llm = LLM(model, max_running_req=1, page_size=16, max_seq_len=1024, kv_cache_gb=2.0,
+        llm = LLM(_model(check), max_running_req=1, page_size=16, max_seq_len=1024, kv_cache_gb=2.0,
                   cuda_graph_max_bs=None if graphs else 0)
     llm.overlap = overlap and (torch.cuda.is_available() or check.smoke)
-    prompt = [random.Random(3).randint(0, 255) for _ in range(128)]
+    prompt = batch1_request(nanovllm_workload(check.smoke, llm.vocab_size), 1024).prompt_ids
     steps: list = []
     llm.generate([prompt], SamplingParams(max_tokens=16, ignore_eos=True))  # warm-up
     llm.add_step_callback(steps.append)
     start = time.perf_counter()
-    out = llm.generate([prompt], SamplingParams(max_tokens=257, ignore_eos=True))[0]
+    out = llm.generate([prompt], SamplingParams(max_tokens=BATCH1_TOKENS, ignore_eos=True))[0]
     assert out["finish_reason"] == "length", out
     wall = time.perf_counter() - start
     llm.step_callbacks.remove(steps.append)
-    decode = sorted(e.elapsed_s for e in steps if e.phase == "decode")
-    median_ms = statistics.median(decode) * 1e3
+    decode = _summary([e.elapsed_s for e in steps if e.phase == "decode"], 1e3)
     key = "batch1" + ("" if graphs else "_eager") + ("" if overlap else "_plain")
-    check.figures[key] = {"median_ms_per_token": round(median_ms, 3), "p90_ms": round(decode[int(0.9 * len(decode))] * 1e3, 3),
-                          "tokens": 257, "wall_s": round(wall, 3), "overlap": llm.overlap}
-    return f"median {median_ms:.3f} ms/token (p90 {check.figures[key]['p90_ms']:.3f}), 257 tokens in {wall:.2f}s"
+    check.figures[key] = {"median_ms_per_token": round(decode["p50"], 3), "p90_ms": round(decode["p90"], 3),
+                          "tokens": BATCH1_TOKENS, "wall_s": round(wall, 3), "overlap": llm.overlap}
+    return (f"median {decode['p50']:.3f} ms/token (p90 {decode['p90']:.3f}), {BATCH1_TOKENS} tokens in "
+            f"{wall:.2f}s")
 
 
 def bench_transformers(check: Check, state: BenchState, n: int) -> str:
-    """transformers' static batched generate (padded) on the first n requests of the same workload."""
-    from transformers import AutoModelForCausalLM, Qwen3Config
+    """transformers' static batched generate (padded) on the first n requests of the same workload, with the
+    engine's very weights: ``minisgl bench``'s hf-static baseline."""
+    from core.bench.hf import hf_static, load_hf_model
+    from core.models.weights import resolve_model_dir
 
     state.llm = None
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    smoke = check.smoke
-    cfg = Qwen3Config(vocab_size=320 if smoke else 151936, hidden_size=64 if smoke else 1024,
-                      intermediate_size=128 if smoke else 3072, num_hidden_layers=2 if smoke else 28,
-                      num_attention_heads=4 if smoke else 16, num_key_value_heads=2 if smoke else 8,
-                      head_dim=16 if smoke else 128, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                      max_position_embeddings=4096, rope_theta=1e6)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
-    prompts, params = nanovllm_workload(256 if not smoke else 8, min_len=10 if smoke else 100,
-                                        max_len=40 if smoke else 1024, max_id=255 if smoke else 10000)
-    prompts, params = prompts[:n], params[:n]
-    width = max(map(len, prompts))
-    ids = torch.zeros(n, width, dtype=torch.long)
-    mask = torch.zeros(n, width, dtype=torch.long)
-    for i, p in enumerate(prompts):  # left padding, as batched generation needs
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    new = max(p.max_tokens for p in params)
-    kwargs = dict(do_sample=True, temperature=0.6, top_k=0, top_p=1.0, eos_token_id=None, pad_token_id=0)
-    with torch.no_grad():
-        model.generate(input_ids=ids[:, -8:], attention_mask=mask[:, -8:], max_new_tokens=4, min_new_tokens=4,
-                       **kwargs)  # warm-up
-        if device == "cuda":
-            torch.cuda.synchronize()
-        max_time = max(min(check.left() - 30, 45), 10)
-        start = time.perf_counter()
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
-                             max_time=max_time, **kwargs)
-        if device == "cuda":
-            torch.cuda.synchronize()
-        wall = time.perf_counter() - start
-    steps = out.shape[1] - width
-    useful = sum(min(p.max_tokens, steps) for p in params)
-    fig = {"requests": n, "useful_tokens": useful, "steps": steps, "of_steps": new, "wall_s": round(wall, 3),
-           "tok_per_s": round(useful / wall, 1), "cut_by_max_time": steps < new}
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = load_hf_model(resolve_model_dir(_model(check)), device, dtype)
+    workload = nanovllm_workload(check.smoke, model.config.vocab_size)
+    workload = replace(workload, requests=workload.requests[:n])
+    n = len(workload.requests)
+    steps = max(r.max_tokens for r in workload.requests)
+    result = hf_static(model, workload, no_progress, seconds=max(min(check.left() - 30, 45), 10))
+    cut = result.output_tokens < workload.output_tokens
+    fig = {"requests": n, "useful_tokens": result.output_tokens, "of_steps": steps, "wall_s": round(result.wall_s, 3),
+           "tok_per_s": round(result.output_tokens_per_s, 1), "cut_by_max_time": cut}
     check.figures["transformers_static"] = fig
     engine = check.figures.get("nanovllm_ps16") or check.figures.get("nanovllm_ps1")
     ratio = f", engine/transformers {engine['tok_per_s'] / fig['tok_per_s']:.1f}x" if engine else ""
-    cut = f" (stopped at {steps}/{new} steps by max_time)" if steps < new else ""
-    return f"{fig['tok_per_s']:.0f} tok/s on {n} requests{cut}{ratio}"
+    return f"{fig['tok_per_s']:.0f} tok/s on {n} requests{' (stopped by max_time)' if cut else ''}{ratio}"
 
 
 def headline(fig: dict[str, Any]) -> str:

@@ -26,17 +26,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+from core import LLM, SamplingParams
+from core.bench.engine_run import sampling_params, warm_up
+from core.bench.floor import ModelCosts, measure_ceilings, workload_floor
+from core.bench.workload import make_workload, workload_spec
+from core.engine.sampler import SampleArgs
 
-from core import LLM, SamplingParams  # noqa: E402
-from core.bench.engine_run import sampling_params, warm_up  # noqa: E402
-from core.bench.floor import ModelCosts, measure_ceilings, workload_floor  # noqa: E402
-from core.bench.workload import make_workload, workload_spec  # noqa: E402
-from core.engine.sampler import SampleArgs  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[1]  # where the output folder goes by default
 MODEL = "random:qwen3-0.6b"
 SECTIONS = ("engine", "graph_kernels", "attention", "kernels_off", "host", "eager", "workload")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # the workload budget runs when asked for

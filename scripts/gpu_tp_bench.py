@@ -3,9 +3,10 @@
     python scripts/gpu_tp_bench.py                          # 256 sequences, Qwen3-0.6B shape, tp 1 and 2
     python scripts/gpu_tp_bench.py --num-seqs 64 --tps 1,2
 
-The workload is DESIGN.md's: random prompt ids in [0, 10000), prompt length and max_tokens each uniform in
-[100, max_len], temperature 0.6, ignore_eos, seed 0; throughput is the sum of max_tokens over wall time. A short
-warm-up generate runs first on each engine. ``minisgl bench --tp N`` is the user-facing way to get these figures;
+The workload is ``minisgl bench``'s nanovllm workload (core/bench/workload.py): random prompt ids in
+[0, 10000), prompt length and max_tokens each uniform in [100, max_len], temperature 0.6, ignore_eos, seed 0;
+throughput is the sum of max_tokens over wall time. A short warm-up generate runs first on each engine.
+``minisgl bench --tp N`` is the user-facing way to get these figures;
 this script exists so they can be taken before that command knows about tensor parallelism.
 """
 
@@ -13,26 +14,25 @@ from __future__ import annotations
 
 import argparse
 import gc
-import random
 import sys
 import time
-from pathlib import Path
+from dataclasses import replace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
+from core import LLM, SamplingParams
+from core.bench.engine_run import sampling_params
+from core.bench.workload import make_workload, workload_spec
+from core.models.loader import read_model_config
+from core.models.weights import resolve_model_dir
+from gpu_tp_check import model_spec  # beside this script: Python puts a script's folder on its path
 
-from core import LLM, SamplingParams  # noqa: E402
-from gpu_tp_check import model_spec  # noqa: E402
 
-
-def workload(n: int, max_len: int) -> tuple[list[list[int]], list[SamplingParams]]:
-    rng = random.Random(0)
-    prompts = [[rng.randrange(10000) for _ in range(rng.randint(100, max_len))] for _ in range(n)]
-    params = [SamplingParams(max_tokens=rng.randint(100, max_len), temperature=0.6, ignore_eos=True, seed=i)
-              for i in range(n)]
-    return prompts, params
+def workload(model: str, n: int, max_len: int) -> tuple[list[list[int]], list[SamplingParams]]:
+    """The nanovllm workload with ``n`` requests and lengths up to ``max_len``, over the model's vocabulary."""
+    spec = replace(workload_spec("nanovllm"), num_requests=n, prompt_len=(100, max_len), max_tokens=(100, max_len))
+    drawn = make_workload(spec, read_model_config(resolve_model_dir(model)).vocab_size)
+    return [r.prompt_ids for r in drawn.requests], sampling_params(drawn)
 
 
 def measure(model: str, tp: int, prompts, params, kv_gb: float, max_running_req: int) -> float:
@@ -61,7 +61,7 @@ def main() -> int:
     parser.add_argument("--max-running-req", type=int, default=256)
     args = parser.parse_args()
     model = model_spec(args.model)
-    prompts, params = workload(args.num_seqs, args.max_len)
+    prompts, params = workload(model, args.num_seqs, args.max_len)
     results = {}
     for tp in (int(t) for t in args.tps.split(",")):
         results[tp] = measure(model, tp, prompts, params, args.kv_cache_gb, args.max_running_req)

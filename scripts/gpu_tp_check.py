@@ -5,9 +5,10 @@
     python scripts/gpu_tp_check.py --kill-test             # also: a worker killed mid-run raises WorkerError
 
 Prompts are token ids (no tokenizer needed). One GPU and two sum in a different order (the all-reduce), which
-can flip a greedy near-tie, in bf16 often and in float32 rarely; so for both the rule is the one DESIGN.md
-gives, and the exact matches are counted apart: at the first differing position both tokens must be within the reference's top-5 (the
-reference: transformers on the same weights, one prompt at a time) and the comparison stops there.
+can flip a greedy near-tie, in bf16 often and in float32 rarely; so for both the rule is ``minisgl verify``'s
+near-tie rule, and the exact matches are counted apart: at the first differing position both tokens must be
+within the reference's top-5 (the reference: transformers on the same weights, one prompt at a time) and the
+comparison stops there.
 Prints one line per case and a summary; exits non-zero if any prompt fails.
 """
 
@@ -23,11 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from core import LLM, SamplingParams, WorkerError  # noqa: E402
+from core import LLM, SamplingParams, WorkerError
 
 QWEN3_06B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, rope_theta=1e6, rms_norm_eps=1e-6,
@@ -118,8 +117,7 @@ def compare(model: str, dtype: str, prompts, ones, twos) -> dict[str, int]:
 def kill_test(model: str, tp: int) -> bool:
     """In a child process (a failed NCCL group may take its process down): kill rank 1 after a few steps."""
     code = f"""
-import os, signal, sys, time
-sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+import os, signal, time
 from core import LLM, SamplingParams, WorkerError
 if __name__ == "__main__":
     llm = LLM({model!r}, tp={tp}, kv_cache_gb=4)

@@ -15,12 +15,9 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 CASE = r"""
-import faulthandler, json, random, sys, time
-sys.path.insert(0, {root!r})
+import faulthandler, json, random, time
 faulthandler.dump_traceback_later({hang_s}, exit=True)
 from core import LLM, SamplingParams
 if __name__ == "__main__":
@@ -44,7 +41,7 @@ def run_case(tp: int, graphs: int, overlap: bool, prompts: int, tokens: int, lim
     env = dict(os.environ)
     if not overlap:
         env["MINISGL_DISABLE_OVERLAP_SCHEDULING"] = "1"
-    code = CASE.format(root=str(ROOT), hang_s=limit_s - 10, prompts=prompts, tokens=tokens, tp=tp, graphs=graphs)
+    code = CASE.format(hang_s=limit_s - 10, prompts=prompts, tokens=tokens, tp=tp, graphs=graphs)
     start = time.time()
     try:
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=limit_s)

@@ -10,9 +10,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
-from models import save_random_model  # noqa: E402
-
-FAMILIES = ("llama", "qwen2", "qwen3")
+from tests.support.models import FAMILIES, save_random_model  # noqa: E402
 
 
 @pytest.fixture(scope="session")

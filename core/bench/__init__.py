@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from core.bench.names import BASELINES, CUDA_BASELINES
-from core.bench.report import BenchReport, Latency, Percentiles, RunResult
+from core.bench.report import BenchReport, Latency, Percentiles, RunResult, percentile
 from core.bench.workload import WORKLOADS, Workload, make_workload
 
 _FROM_RUNNER = ("BenchOptions", "run_bench")
 
-__all__ = ["BenchOptions", "BenchReport", "Latency", "Percentiles", "RunResult", "BASELINES", "CUDA_BASELINES",
-           "WORKLOADS", "Workload", "make_workload", "run_bench"]
+__all__ = ["BenchOptions", "BenchReport", "Latency", "Percentiles", "RunResult", "percentile", "BASELINES",
+           "CUDA_BASELINES", "WORKLOADS", "Workload", "make_workload", "run_bench"]
 
 
 def __getattr__(name: str) -> Any:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 if TYPE_CHECKING:  # the floor's module measures with torch; a report is read without it (minisgl --help)
     from core.bench.floor import Floor
@@ -34,6 +35,19 @@ class RunResult:
                 "output_tokens_per_s": round(self.output_tokens_per_s, 2), "requests": self.requests}
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0 < q <= 1): the smallest value with at least ``q`` of them at or below it.
+
+    Every figure the project reports (``minisgl bench``, the scripts) uses this one rule, so two reports of the
+    same timings give the same p50 and p99.
+    """
+    if not values:
+        raise ValueError("no values to take a percentile of")
+    ordered = sorted(values)
+    rank = math.ceil(q * len(ordered) - 1e-9)  # 1-based; the epsilon keeps 0.29 * 100 at rank 29, not 30
+    return ordered[min(len(ordered) - 1, max(0, rank - 1))]
+
+
 @dataclass(frozen=True)
 class Percentiles:
     mean: float
@@ -44,12 +58,7 @@ class Percentiles:
     def of(cls, values: list[float]) -> "Percentiles":
         if not values:
             return cls(0.0, 0.0, 0.0)
-        ordered = sorted(values)
-
-        def pick(q: float) -> float:  # nearest rank
-            return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
-
-        return cls(sum(ordered) / len(ordered), pick(0.50), pick(0.99))
+        return cls(sum(values) / len(values), percentile(values, 0.50), percentile(values, 0.99))
 
     def to_dict(self) -> dict[str, float]:
         return {"mean": round(self.mean, 5), "p50": round(self.p50, 5), "p99": round(self.p99, 5)}

@@ -15,9 +15,9 @@ from core.attention.torch_backend import TorchAttentionBackend
 from core.kvcache.pool import KVPool
 from core.request import Batch, Req
 from core.scheduler.cache import CacheManager
-from gpu.compare import near_tie_compare
-from models import save_random_model
-from reference import hf_greedy
+from tests.gpu.compare import near_tie_compare
+from tests.support.models import save_random_model
+from tests.support.reference import hf_greedy
 
 pytestmark = pytest.mark.gpu
 needs_flashinfer = pytest.mark.skipif(not flashinfer_available(), reason="needs flashinfer")

@@ -1,0 +1,92 @@
+"""``minisgl generate``: continuations with finish reason and counts, a summary, JSON lines, stdin, errors."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from core import LLM, SamplingParams
+from tests.support.cli import json_lines, run, write
+
+
+def summary_value(stdout: str, label: str) -> str:
+    line = next(ln for ln in stdout.splitlines() if ln.strip().startswith(label))
+    return line.split()[-1]
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("prompts") / "p.txt", "hello there\n\nsecond prompt\n")
+
+
+def test_prints_each_prompt_with_its_continuation_and_a_summary(model_dirs, prompts_file):
+    result = run("generate", prompts_file, "--model", model_dirs["llama"], "--max-tokens", "3")
+    assert result.exit_code == 0, result.stderr
+    assert "hello there" in result.stdout and "second prompt" in result.stdout
+    assert result.stdout.count("length · ") == 2 and "3 generated" in result.stdout
+    assert summary_value(result.stdout, "requests") == "2"
+    assert summary_value(result.stdout, "prompt tokens") == "24"
+    assert summary_value(result.stdout, "generated tokens") == "6"
+    assert "tok/s" in result.stdout
+
+
+def test_json_lines_match_the_offline_api(model_dirs, prompts_file):
+    result = run("generate", prompts_file, "--model", model_dirs["llama"], "-n", "4", "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = json_lines(result.stdout)
+    assert [r["index"] for r in rows] == [0, 1]
+    assert all(set(r) >= {"index", "prompt", "text", "token_ids", "finish_reason", "error"} for r in rows)
+    expected = LLM(model_dirs["llama"]).generate(["hello there", "second prompt"], SamplingParams(max_tokens=4))
+    assert [r["token_ids"] for r in rows] == [e["token_ids"] for e in expected]
+    assert [r["text"] for r in rows] == [e["text"] for e in expected]
+    assert [r["prompt"] for r in rows] == ["hello there", "second prompt"]
+    assert all(r["finish_reason"] == "length" and r["error"] is None for r in rows)
+
+
+def test_stdin_jsonl_with_per_prompt_settings_and_token_ids(model_dirs):
+    stdin = '{"prompt": "ab", "max_tokens": 2}\n{"input_ids": [5, 6, 7], "max_tokens": 3, "ignore_eos": true}\n'
+    result = run("generate", "-", "--model", model_dirs["qwen2"], "--json", input=stdin)
+    assert result.exit_code == 0, result.stderr
+    first, second = json_lines(result.stdout)
+    assert len(first["token_ids"]) == 2 and second["prompt"] == [5, 6, 7] and len(second["token_ids"]) == 3
+    assert second["prompt_tokens"] == 3
+
+
+def test_command_line_max_tokens_overrides_the_file(model_dirs, tmp_path):
+    path = write(tmp_path / "p.jsonl", '{"prompt": "ab", "max_tokens": 2}\n')
+    rows = json_lines(run("generate", path, "--model", model_dirs["llama"], "-n", "5", "--json").stdout)
+    assert len(rows[0]["token_ids"]) == 5
+
+
+def test_a_prompt_too_long_for_the_context_is_its_own_error(model_dirs, tmp_path):
+    path = write(tmp_path / "p.txt", "short one\n" + "x" * 600 + "\nanother\n")
+    result = run("generate", path, "--model", model_dirs["llama"], "-n", "2", "--json")
+    assert result.exit_code == 1, result.stderr  # the results are printed, and the exit code says one failed
+    assert "1 of 3 prompts failed" in result.stderr
+    rows = json_lines(result.stdout)
+    assert [r["finish_reason"] for r in rows] == ["length", "error", "length"]
+    assert "exceeds the context of 512 tokens" in rows[1]["error"] and rows[1]["token_ids"] == []
+    table = run("generate", path, "--model", model_dirs["llama"], "-n", "2")
+    assert table.exit_code == 1 and "exceeds the context" in table.stdout
+    assert summary_value(table.stdout, "errors") == "1"
+
+
+def test_sampling_with_a_seed_is_reproducible(model_dirs, prompts_file):
+    args = ("generate", prompts_file, "--model", model_dirs["llama"], "-n", "6", "--temperature", "1.0",
+            "--top-k", "50", "--top-p", "0.9", "--seed", "3", "--json")
+    assert json_lines(run(*args).stdout) == json_lines(run(*args).stdout)
+
+
+def test_chat_applies_the_chat_template(model_dirs, tmp_path):
+    from transformers import AutoTokenizer
+
+    model = tmp_path / "chat-model"
+    shutil.copytree(model_dirs["llama"], model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer.chat_template = ("{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
+                               "{% if add_generation_prompt %}:{% endif %}")
+    tokenizer.save_pretrained(model)
+    rows = json_lines(run("generate", write(tmp_path / "p.txt", "hi\n"), "--model", model, "--chat", "-n", "1",
+                          "--json").stdout)
+    assert rows[0]["prompt"] == "hi" and rows[0]["prompt_tokens"] == len("<hi>:")

@@ -1,0 +1,110 @@
+"""What a user sees from ``generate``, ``trace`` and ``verify``: results exactly as generated wherever stdout
+goes, an exit code that says whether every prompt finished, short echoes of long prompts, output paths
+checked before the run, and an engine described in words."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.cli import assert_user_error, json_lines, run, write
+
+
+def run_piped(*args: object, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """``minisgl ARGS`` as a real process with stdout and stderr piped, on a narrow screen."""
+    return subprocess.run([sys.executable, "-m", "minisgl_cli", *map(str, args)], capture_output=True, text=True,
+                          input=stdin, timeout=300, env={**os.environ, "COLUMNS": "40"})
+
+
+def test_piped_output_carries_each_completion_exactly(model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.txt", "hello there\n" + "x" * 600 + "\nsecond prompt\n")
+    args = ("generate", prompts, "--model", model_dirs["llama"], "-n", "60", "--ignore-eos")
+    rows = json_lines(run(*args, "--json").stdout)
+    piped = run_piped(*args)
+    assert piped.returncode == 1, piped.stderr  # the too-long prompt failed; the others are still printed
+    for row in (rows[0], rows[2]):
+        assert len(row["text"]) > 40
+        assert row["prompt"] + row["text"] + "\n" in piped.stdout  # no newline or space inserted, no tab expanded
+    error_line = f"error: {rows[1]['error']}"
+    assert len(error_line) > 40 and error_line in piped.stdout.splitlines()  # one line, however narrow the screen
+    # while stdout is piped, stderr says what the command is doing
+    assert f"loading {model_dirs['llama']}…" in piped.stderr and "generating: 3 requests…" in piped.stderr
+    assert "1 of 3 prompts failed" in piped.stderr
+
+
+@pytest.mark.parametrize("args, stdin", [
+    (["--max-tokens", "100000"], None),  # every prompt over the context
+    (["--num-pages", "1", "--max-running", "1"], None),  # a pool too small for any prompt
+    ([], '{"input_ids": [1, 999999]}\n'),  # a token outside the vocabulary
+])
+def test_a_run_with_failed_prompts_exits_1(model_dirs, tmp_path, args, stdin):
+    source = "-" if stdin else write(tmp_path / "p.txt", "hello\n")
+    result = run("generate", source, "--model", model_dirs["llama"], "--json", *args, input=stdin)
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    assert all(r["finish_reason"] == "error" for r in json_lines(result.stdout))
+
+
+def test_trace_and_verify_exit_1_when_a_prompt_failed(model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.txt", "fits\n" + "y" * 600 + "\n")
+    trace = run("trace", prompts, "--model", model_dirs["llama"], "-n", "2")
+    assert trace.exit_code == 1 and "exceeds the context" in trace.stdout
+    verify = run("verify", prompts, "--model", model_dirs["llama"], "-n", "2")
+    assert verify.exit_code == 1
+
+
+def test_a_long_refused_prompt_is_echoed_cut_with_its_token_count(model_dirs, tmp_path):
+    prompt = " ".join(f"word{i}" for i in range(10_000))
+    result = run("generate", write(tmp_path / "p.txt", prompt + "\n"), "--model", model_dirs["llama"])
+    assert result.exit_code == 1
+    assert len(result.stdout.splitlines()) < 20  # not the 10,000 words
+    assert "characters not shown" in result.stdout and "word0 word1" in result.stdout and "word9999" in result.stdout
+    tokens = json_lines(run("generate", tmp_path / "p.txt", "--model", model_dirs["llama"], "--json").stdout)[0]
+    assert f"{tokens['prompt_tokens']:,} prompt tokens" in result.stdout
+    assert "exceeds the context of 512 tokens" in result.stdout
+
+
+def test_output_paths_are_checked_before_the_run(model_dirs, tmp_path):
+    assert_user_error(run("trace", "--model", model_dirs["llama"], "--svg", tmp_path), "is a directory")
+    assert_user_error(run("trace", "--model", model_dirs["llama"], "--trace-out", tmp_path), "is a directory")
+
+
+def test_engine_options_are_named_as_typed(model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.txt", "hello\n")
+    result = run("generate", prompts, "--model", model_dirs["llama"], "--num-pages", "1")
+    assert_user_error(result, "--num-pages 1 is too small for --max-running 32")
+    assert "max_running_req" not in result.stderr
+
+
+def test_the_engine_is_described_in_words(model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.txt", "hello\n")
+    wide = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1")
+    narrow = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1", "--max-running", "2")
+    assert "engine ready on cpu in float32: KV cache for 16,384 tokens (8.0 MiB; room for all 32 running " \
+           "requests at the full 512-token context" in wide.stderr
+    assert "KV cache for 1,024 tokens" in narrow.stderr  # why it shrank is in the same words
+    for internal in ("TorchAttentionBackend", "KV pages of", "max_running_req"):
+        assert internal not in wide.stderr
+
+
+def test_help_shows_flags_as_flags_and_every_baseline():
+    for args in (["--help"], ["generate", "--help"], ["bench", "--help"]):
+        result = run(*args)
+        assert result.exit_code == 0 and "<bool>" not in result.stdout
+    narrow = subprocess.run([sys.executable, "-m", "minisgl_cli", "bench", "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "80"})
+    assert "hf-continuous" in narrow.stdout and "…" not in narrow.stdout
+
+
+def test_a_piped_stream_is_the_exact_text(model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.txt", "hello there\nsecond prompt\n")
+    args = ("generate", prompts, "--model", model_dirs["llama"], "-n", "30", "--ignore-eos")
+    rows = json_lines(run(*args, "--json").stdout)
+    streamed = run(*args, "--stream")
+    assert streamed.exit_code == 0, streamed.stderr
+    for row in rows:
+        assert row["prompt"] + row["text"] + "\n" in streamed.stdout
+    assert "length · 30 generated" in streamed.stdout
+    assert_user_error(run(*args, "--stream", "--json"), "--stream writes text")

@@ -1,0 +1,41 @@
+"""The embedded SmolLM2-135M: the tutorial chapter's five prompts, token-exact, with the chapter's schedule."""
+
+from __future__ import annotations
+
+import pytest
+
+from core import LLM, SamplingParams
+from tests.support.reference import hf_greedy
+
+CHAPTER_PROMPTS = ["The capital of France is", "List three prime numbers:", "def fibonacci(n):", "1 + 1 =",
+                   "Once upon a time,"]
+CHAPTER_MAX_TOKENS = [6, 2, 5, 1, 4]
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_dir) -> LLM:
+    return LLM(max_running_req=8)
+
+
+def test_chapter_prompts_match_transformers(smollm2, smollm2_dir):
+    events = []
+    smollm2.add_step_callback(events.append)
+    out = smollm2.generate(CHAPTER_PROMPTS, [SamplingParams(max_tokens=n, ignore_eos=True)
+                                             for n in CHAPTER_MAX_TOKENS])
+    for prompt, n, result in zip(CHAPTER_PROMPTS, CHAPTER_MAX_TOKENS, out):
+        ids = smollm2.tokenize(prompt)
+        assert result["token_ids"] == hf_greedy(smollm2_dir, ids, n), prompt
+        assert len(result["token_ids"]) == n
+    assert "Paris" in out[0]["text"]
+    # the chapter's pattern: one prefill of all five, then decode batches that shrink as requests finish
+    assert [e.phase for e in events] == ["prefill"] + ["decode"] * 5
+    assert events[0].batch_size == 5
+    assert [e.batch_size for e in events[1:]] == [4, 3, 3, 2, 1]
+    assert [r.uid for r in events[1].reqs] == sorted(r.uid for r in events[1].reqs)
+    assert 3 not in {r.uid for e in events[1:] for r in e.reqs}  # max_tokens=1: done right after prefill
+
+
+def test_embedded_model_is_the_default(smollm2):
+    assert smollm2.engine.model_config.num_layers == 30
+    assert smollm2.engine.model_config.num_kv_heads == 3
+    assert smollm2.engine.model_config.vocab_size == 49152

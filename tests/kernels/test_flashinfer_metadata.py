@@ -1,0 +1,104 @@
+"""The flashinfer backend's page metadata, checked on the CPU against a stand-in for flashinfer.
+
+The stand-in implements what flashinfer's paged wrappers are documented to compute, from nothing but the
+metadata they are planned with (page indices per request, tokens in the last page, query offsets; queries
+aligned to the end of each sequence), in plain torch. If the engine fed flashinfer a wrong page list or
+length, the stand-in would attend to the wrong keys and the tokens would differ from the torch backend's.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core import LLM, SamplingParams
+from core.attention.flashinfer_backend import FlashInferBackend
+from core.layers.kernels import TorchKernels
+from tests.support.prompts import varied_prompts
+
+
+class _Paged:
+    def __init__(self, workspace, layout="NHD", use_cuda_graph=False, use_tensor_cores=False, **buffers):
+        assert layout == "NHD"
+
+    def plan(self, *args, **kwargs):
+        if len(args) == 8:  # prefill: (qo_indptr, kv_indptr, indices, last_page_len, heads, kv_heads, dim, page)
+            self.qo, self.indptr, self.indices, self.last = args[:4]
+            self.page_size = args[7]
+        else:  # decode: (kv_indptr, indices, last_page_len, heads, kv_heads, dim, page)
+            self.indptr, self.indices, self.last = args[:3]
+            self.page_size = args[6]
+            self.qo = torch.arange(len(self.last) + 1, dtype=torch.int32)
+        self.scale = kwargs["sm_scale"]
+
+    def run(self, q, kv):
+        k_cache, v_cache = kv
+        out = torch.empty_like(q)
+        for i in range(len(self.last)):
+            pages = self.indices[self.indptr[i]:self.indptr[i + 1]].long()
+            kv_len = (len(pages) - 1) * self.page_size + int(self.last[i])
+            k = k_cache[pages].flatten(0, 1)[:kv_len].transpose(0, 1)
+            v = v_cache[pages].flatten(0, 1)[:kv_len].transpose(0, 1)
+            lo, hi = int(self.qo[i]), int(self.qo[i + 1])
+            q_pos = torch.arange(kv_len - (hi - lo), kv_len)
+            mask = torch.arange(kv_len)[None, :] <= q_pos[:, None]
+            o = F.scaled_dot_product_attention(q[lo:hi].transpose(0, 1), k, v, attn_mask=mask, scale=self.scale,
+                                               enable_gqa=True)
+            out[lo:hi] = o.transpose(0, 1)
+        return out
+
+
+def _fake_flashinfer() -> types.ModuleType:
+    fi = types.ModuleType("flashinfer")
+    fi.BatchPrefillWithPagedKVCacheWrapper = _Paged
+    fi.BatchDecodeWithPagedKVCacheWrapper = _Paged
+    norm, act, rope = (types.ModuleType(f"flashinfer.{n}") for n in ("norm", "activation", "rope"))
+    norm.rmsnorm = TorchKernels.rms_norm
+
+    def fused_add_rmsnorm(x, residual, weight, eps):
+        residual += x
+        x.copy_(TorchKernels.rms_norm(residual, weight, eps))
+
+    norm.fused_add_rmsnorm = fused_add_rmsnorm
+    act.silu_and_mul = TorchKernels.silu_and_mul
+
+    def apply_rope(positions, q, k, head_size, cos_sin, is_neox=True):
+        half = cos_sin.shape[-1] // 2
+        cos = torch.cat([cos_sin[:, :half]] * 2, -1)
+        sin = torch.cat([cos_sin[:, half:]] * 2, -1)
+        new_q, new_k = TorchKernels.rope(positions, q, k, cos, sin, cos_sin)
+        q.copy_(new_q)
+        k.copy_(new_k)
+
+    rope.apply_rope_with_cos_sin_cache_inplace = apply_rope
+    fi.norm, fi.activation, fi.rope = norm, act, rope
+    return fi
+
+
+@pytest.fixture
+def fake_flashinfer(monkeypatch):
+    fi = _fake_flashinfer()
+    for name, module in {"flashinfer": fi, "flashinfer.norm": fi.norm, "flashinfer.activation": fi.activation,
+                         "flashinfer.rope": fi.rope}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(FlashInferBackend, "check_supported", staticmethod(lambda pool: None))
+
+
+@pytest.mark.parametrize("page_size, cache", [(1, "naive"), (4, "radix"), (16, "radix")])
+def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_flashinfer, page_size, cache):
+    path = model_dirs["qwen3"]
+    prompts, max_tokens = varied_prompts(6, seed=11)
+    prompts = prompts + [p + [1, 2] for p in prompts[:3]]  # shared prefixes for the radix cache
+    max_tokens = max_tokens + max_tokens[:3]
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
+    kwargs = dict(max_running_req=3, page_size=page_size, cache=cache)
+    ref = LLM(path, attention="torch", **kwargs).generate(prompts, params)
+    fi_llm = LLM(path, attention="flashinfer", **kwargs)
+    assert type(fi_llm.engine.attn_backend).__name__ == "FlashInferBackend"
+    assert fi_llm.engine.model.model.norm.kernels.name == "flashinfer"
+    got = fi_llm.generate(prompts, params)
+    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]

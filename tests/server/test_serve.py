@@ -1,0 +1,370 @@
+"""``minisgl serve`` as OpenAI clients see it: a real server process on 127.0.0.1, the official openai client.
+
+Greedy answers equal LLM.generate token for token, streamed chunks join to the same text, stop strings and
+logprobs (against transformers' log-softmax, CPU float32), 64 concurrent clients, a client killed mid-stream,
+every error in OpenAI's shape, a full queue, and SIGTERM with requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import openai
+import pytest
+import torch
+
+from core import LLM, SamplingParams
+from render.trace_format import read_trace
+from tests.support.serve import Server, with_chat_template
+
+MODEL = "llama"
+PROMPTS = ["hello there", "a", "The quick brown fox jumps", "0123456789 0123456789"]
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def model_dir(model_dirs, tmp_path_factory):
+    return with_chat_template(model_dirs["llama"], tmp_path_factory.mktemp("serve") / MODEL)
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    srv = Server(model_dir, "--cache", "naive", "--max-running", "16", "--page-size", "2",
+                 log=tmp_path_factory.mktemp("serve-log") / "server.log")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="none", timeout=WAIT_S, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def llm(model_dir):
+    return LLM(str(model_dir), cache="naive", max_running_req=8, page_size=2)
+
+
+def greedy(max_tokens: int, **extra) -> SamplingParams:
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, **extra)
+
+
+def chat_ids(llm: LLM, text: str) -> list[int]:
+    ids = llm.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def post(server: Server, path: str, body: bytes | str) -> tuple[int, dict, Any]:
+    data = body.encode() if isinstance(body, str) else body
+    request = urllib.request.Request(server.base + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=WAIT_S) as reply:
+            return reply.status, json.loads(reply.read()), reply.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read()), exc.headers
+
+
+def test_greedy_completions_equal_generate(client, llm):
+    expected = llm.generate(PROMPTS, greedy(12))
+    for prompt, want in zip(PROMPTS, expected):
+        got = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0,
+                                        extra_body={"ignore_eos": True})
+        choice = got.choices[0]
+        assert (choice.text, choice.finish_reason) == (want["text"], "length")
+        assert got.usage.completion_tokens == len(want["token_ids"]) == 12
+        assert got.usage.prompt_tokens == want["prompt_tokens"]
+
+
+def test_token_id_prompt_and_eos_stop_match_generate(client, llm):
+    ids = llm.tokenize("The quick brown fox jumps")
+    want = llm.generate([ids], SamplingParams(max_tokens=40))[0]
+    got = client.completions.create(model=MODEL, prompt=ids, max_tokens=40, temperature=0)
+    assert (got.choices[0].text, got.choices[0].finish_reason) == (want["text"], want["finish_reason"])
+    assert got.usage.completion_tokens == len(want["token_ids"])
+
+
+def test_greedy_chat_equals_generate(client, llm):
+    for text in PROMPTS[:2]:
+        want = llm.generate([chat_ids(llm, text)], greedy(10))[0]
+        got = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": text}],
+                                             max_tokens=10, temperature=0, extra_body={"ignore_eos": True})
+        assert got.choices[0].message.role == "assistant"
+        assert got.choices[0].message.content == want["text"]
+        assert got.usage.prompt_tokens == len(chat_ids(llm, text))
+        assert got.usage.completion_tokens == 10
+
+
+def test_streamed_chunks_join_to_the_same_text(client, llm):
+    want = llm.generate([PROMPTS[2]], greedy(20))[0]
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[2], max_tokens=20, temperature=0,
+                                            stream=True, stream_options={"include_usage": True},
+                                            extra_body={"ignore_eos": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want["text"]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 20
+
+    want = llm.generate([chat_ids(llm, "hi")], greedy(15))[0]
+    chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                                 max_tokens=15, temperature=0, stream=True,
+                                                 extra_body={"ignore_eos": True}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want["text"]
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_stop_strings_cut_the_text_before_them(client, llm):
+    full = llm.generate([PROMPTS[0]], greedy(30))[0]["text"]
+    stop = full[6:8]
+    want = full[:full.find(stop)]
+    offline = llm.generate([PROMPTS[0]], greedy(30, stop=(stop, "never there")))[0]
+    assert (offline["text"], offline["finish_reason"], offline["stop"]) == (want, "stop", stop)
+    assert len(offline["token_ids"]) < 30
+
+    got = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=30, temperature=0,
+                                    stop=[stop, "never there"], extra_body={"ignore_eos": True})
+    assert (got.choices[0].text, got.choices[0].finish_reason) == (want, "stop")
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=30, temperature=0,
+                                            stop=stop, stream=True, extra_body={"ignore_eos": True}))
+    assert "".join(c.choices[0].text for c in chunks) == want
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_logprobs_equal_transformers_log_softmax(client, llm, model_dir):
+    from transformers import AutoModelForCausalLM
+
+    prompt = PROMPTS[2]
+    want = llm.generate([prompt], greedy(8))[0]
+    prompt_ids = llm.tokenize(prompt)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + want["token_ids"]])).logits[0]
+    reference = torch.log_softmax(logits.float(), dim=-1)[len(prompt_ids) - 1:-1]
+    top_values, top_ids = reference.topk(3, dim=-1)
+
+    got = client.completions.create(model=MODEL, prompt=prompt, max_tokens=8, temperature=0, logprobs=3,
+                                    extra_body={"ignore_eos": True}).choices[0].logprobs
+    chosen = reference.gather(-1, torch.tensor(want["token_ids"])[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(got.token_logprobs), chosen, atol=1e-4)
+    assert [max(d.values()) for d in got.top_logprobs] == pytest.approx(top_values[:, 0].tolist(), abs=1e-4)
+
+    chat_prompt = chat_ids(llm, "hi")
+    want = llm.generate([chat_prompt], greedy(6))[0]
+    with torch.no_grad():
+        logits = model(torch.tensor([chat_prompt + want["token_ids"]])).logits[0]
+    reference = torch.log_softmax(logits.float(), dim=-1)[len(chat_prompt) - 1:-1]
+    got = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=6,
+                                         temperature=0, logprobs=True, top_logprobs=3,
+                                         extra_body={"ignore_eos": True}).choices[0].logprobs.content
+    assert len(got) == 6
+    for row, entry in zip(reference, got):
+        values, _ = row.topk(3)
+        assert entry.logprob == pytest.approx(values[0].item(), abs=1e-4)  # greedy: the top token
+        assert [t.logprob for t in entry.top_logprobs] == pytest.approx(values.tolist(), abs=1e-4)
+
+    offline = llm.generate([chat_prompt], greedy(6, logprobs=2))[0]["logprobs"]
+    assert [e["token_id"] for e in offline] == want["token_ids"]
+    assert [e["logprob"] for e in offline] == pytest.approx([g.logprob for g in got], abs=1e-5)
+
+
+def test_64_concurrent_clients_all_complete_and_pages_come_back(server, llm):
+    before = server.metrics()
+    lengths = [1 + (i * 7) % 23 for i in range(64)]
+    prompts = [("x" * (1 + i % 13)) + str(i) for i in range(64)]
+    expected = llm.generate(prompts, [greedy(n) for n in lengths])
+
+    async def one(aclient, i: int) -> tuple[str, str, int]:
+        if i % 2:
+            stream = await aclient.completions.create(model=MODEL, prompt=prompts[i], max_tokens=lengths[i],
+                                                      temperature=0, stream=True,
+                                                      stream_options={"include_usage": True},
+                                                      extra_body={"ignore_eos": True})
+            text, reason, tokens = "", None, -1
+            async for chunk in stream:
+                if chunk.choices:
+                    text += chunk.choices[0].text
+                    reason = chunk.choices[0].finish_reason or reason
+                if chunk.usage is not None:
+                    tokens = chunk.usage.completion_tokens
+            return text, reason, tokens
+        got = await aclient.completions.create(model=MODEL, prompt=prompts[i], max_tokens=lengths[i], temperature=0,
+                                               extra_body={"ignore_eos": True})
+        return got.choices[0].text, got.choices[0].finish_reason, got.usage.completion_tokens
+
+    async def everyone():
+        async with openai.AsyncOpenAI(base_url=server.base + "/v1", api_key="none", timeout=WAIT_S,
+                                      max_retries=0) as aclient:
+            return await asyncio.wait_for(asyncio.gather(*(one(aclient, i) for i in range(64))), 5 * WAIT_S)
+
+    results = asyncio.run(everyone())
+    assert results == [(want["text"], "length", n) for want, n in zip(expected, lengths)]
+    after = server.wait_metrics(lambda m: m["requests_in_flight"] == 0 and m["kv_pages_free"] == before["kv_pages_free"])
+    assert after["kv_pages_free"] == before["kv_pages_free"]
+    assert (after["requests_running"], after["requests_waiting"], after["requests_in_flight"]) == (0, 0, 0)
+    key = 'requests_finished_total{finish_reason="length"}'
+    assert after[key] - before[key] == 64
+    assert after["generation_tokens_total"] - before["generation_tokens_total"] == sum(lengths)
+
+
+KILLED_CLIENT = """
+import sys, openai
+client = openai.OpenAI(base_url=sys.argv[1], api_key="none", max_retries=0)
+for chunk in client.completions.create(model="llama", prompt="long", max_tokens=400, temperature=0, stream=True,
+                                       extra_body={"ignore_eos": True}):
+    print("chunk", flush=True)
+"""
+
+
+def test_a_client_killed_mid_stream_frees_its_request(server):
+    before = server.metrics()
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT, server.base + "/v1"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        for _ in range(3):
+            assert proc.stdout.readline() == "chunk\n"
+        assert server.metrics()["requests_running"] == 1
+    finally:
+        proc.kill()
+        proc.wait(10)
+    key = 'requests_finished_total{finish_reason="abort"}'
+    after = server.wait_metrics(lambda m: m[key] == before[key] + 1 and m["requests_in_flight"] == 0
+                                and m["kv_pages_free"] == before["kv_pages_free"])
+    assert after[key] == before[key] + 1
+    assert (after["requests_running"], after["requests_in_flight"]) == (0, 0)
+    assert after["kv_pages_free"] == before["kv_pages_free"]
+    assert after["generation_tokens_total"] - before["generation_tokens_total"] < 400
+
+
+@pytest.mark.parametrize("body, status, fragment, param", [
+    ('{"model": "llama", "prompt": ', 400, "not valid JSON", None),
+    ('[1, 2]', 400, "JSON object", None),
+    ('{"prompt": "hi"}', 400, "'model' is required", "model"),
+    ('{"model": "llama"}', 400, "'prompt' is required", "prompt"),
+    ('{"model": "llama", "prompt": "hi", "temperature": "hot"}', 400, "'temperature'", "temperature"),
+    ('{"model": "llama", "prompt": "hi", "temperature": -1}', 400, "temperature must be", "temperature"),
+    ('{"model": "llama", "prompt": "hi", "max_tokens": 0}', 400, "max_tokens must be", "max_tokens"),
+    ('{"model": "llama", "prompt": "hi", "top_p": 2}', 400, "top_p must be", "top_p"),
+    ('{"model": "llama", "prompt": "hi", "n": 2}', 400, "'n' is not supported", "n"),
+    ('{"model": "llama", "prompt": "hi", "best_of": 3}', 400, "'best_of' is not supported", "best_of"),
+    ('{"model": "llama", "prompt": "hi", "echo": true}', 400, "'echo' is not supported", "echo"),
+    ('{"model": "llama", "prompt": "hi", "frequency_penalty": 0.5}', 400, "not supported", "frequency_penalty"),
+    ('{"model": "llama", "prompt": "hi", "tempurature": 0}', 400, "unknown field 'tempurature'", "tempurature"),
+    ('{"model": "llama", "prompt": ["a", "b"]}', 400, "one prompt per request", "prompt"),
+    ('{"model": "llama", "prompt": ""}', 400, "'prompt' is empty", "prompt"),
+    ('{"model": "llama", "prompt": [1, 99999]}', 400, "outside the vocabulary", None),
+    ('{"model": "llama", "prompt": "hi", "logprobs": 50}', 400, "logprobs must be", "logprobs"),
+    ('{"model": "gpt-9", "prompt": "hi"}', 404, "'gpt-9' does not exist", "model"),
+])
+def test_malformed_completion_requests(server, body, status, fragment, param):
+    code, reply, _ = post(server, "/v1/completions", body)
+    assert code == status, reply
+    error = reply["error"]
+    assert fragment in error["message"] and error["param"] == param
+    assert set(error) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("body, fragment, param", [
+    ('{"model": "llama", "messages": []}', "'messages'", "messages"),
+    ('{"model": "llama", "messages": [{"role": "wizard", "content": "hi"}]}', "'messages.0.role'",
+     "messages.0.role"),
+    ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}',
+     "'tools' is not supported", "tools"),
+    ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}',
+     "needs 'logprobs'", "top_logprobs"),
+    ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": true}}',
+     "only allowed with stream", "stream_options"),
+])
+def test_malformed_chat_requests(server, body, fragment, param):
+    code, reply, _ = post(server, "/v1/chat/completions", body)
+    assert code == 400, reply
+    assert fragment in reply["error"]["message"] and reply["error"]["param"] == param
+
+
+def test_errors_through_the_openai_client(client):
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="nope", prompt="hi")
+    with pytest.raises(openai.BadRequestError, match=r"prompt of 601 tokens plus max_tokens=16 exceeds the "
+                                                     r"context of 512 tokens") as caught:
+        client.completions.create(model=MODEL, prompt="y" * 601, max_tokens=16)
+    assert caught.value.code == "context_length_exceeded"
+    assert [m.id for m in client.models.list().data] == [MODEL]
+
+
+def test_health_models_and_metrics(server):
+    with urllib.request.urlopen(server.base + "/health", timeout=10) as reply:
+        assert json.loads(reply.read()) == {"status": "ok"}
+    with urllib.request.urlopen(server.base + "/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    for name in ("requests_running", "requests_waiting", "kv_pages_used", "kv_pages_cached", "kv_pages_free",
+                 "prefix_cache_hit_rate", "generation_tokens_total", "time_to_first_token_seconds",
+                 "inter_token_latency_seconds"):
+        assert f"# TYPE minisgl_{name} " in text
+    assert 'minisgl_time_to_first_token_seconds_bucket{le="+Inf"}' in text
+
+
+def stream_in_thread(base: str, prompt: str, max_tokens: int, results: list, started: threading.Event) -> threading.Thread:
+    def run() -> None:
+        client = openai.OpenAI(base_url=base + "/v1", api_key="none", timeout=WAIT_S, max_retries=0)
+        text, reason = "", None
+        for chunk in client.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                               stream=True, extra_body={"ignore_eos": True}):
+            started.set()
+            text += chunk.choices[0].text
+            reason = chunk.choices[0].finish_reason or reason
+        results.append((text, reason))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path, llm):
+    server = Server(model_dir, "--max-running", "1", "--max-queue", "1", log=tmp_path / "server.log")
+    try:
+        results: list = []
+        running, queued = threading.Event(), threading.Event()
+        first = stream_in_thread(server.base, "first", 120, results, running)
+        assert running.wait(WAIT_S)
+        second = stream_in_thread(server.base, "second", 5, results, queued)
+        metrics = server.wait_metrics(lambda m: m["requests_waiting"] == 1)
+        assert metrics["requests_waiting"] == 1
+        code, reply, headers = post(server, "/v1/completions", '{"model": "llama", "prompt": "third"}')
+        assert code == 503 and "queue is full" in reply["error"]["message"]
+        assert headers.get("Retry-After") == "1"
+
+        assert server.terminate() == 0  # both requests in flight are answered before it exits
+        first.join(WAIT_S)
+        second.join(WAIT_S)
+        expected = llm.generate(["first", "second"], [greedy(120), greedy(5)])
+        assert sorted(results) == sorted((want["text"], "length") for want in expected)
+        assert "Traceback" not in server.log()
+    finally:
+        server.stop()
+
+
+def test_trace_out_keeps_the_step_events(model_dir, tmp_path):
+    trace = tmp_path / "steps.jsonl"
+    server = Server(model_dir, "--trace", "--trace-out", str(trace), log=tmp_path / "server.log")
+    try:
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="none", timeout=WAIT_S, max_retries=0)
+        client.completions.create(model=MODEL, prompt="trace me", max_tokens=4, temperature=0,
+                                  extra_body={"ignore_eos": True})
+        assert server.terminate() == 0
+    finally:
+        server.stop()
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert lines[0]["type"] == "header" and lines[0]["options"]["source"] == "serve"
+    events = [line for line in lines if line["type"] == "step"]
+    assert [e["phase"] for e in events] == ["prefill", "decode", "decode", "decode"]
+    assert events[0]["arrived"] == [0] and events[-1]["finished"] == [0]
+    assert "1/1 requests finished" in server.log()
+    replayed = read_trace(trace)  # the server's trace replays like a command's, each client request by uid
+    assert replayed.header.prompts == ("request uid0",) and len(replayed.events) == 4
