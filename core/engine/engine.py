@@ -17,7 +17,7 @@ import torch
 from core.attention.base import AttentionBackend
 from core.attention.flashinfer_backend import HALF_DTYPES, flashinfer_available
 from core.config import EngineConfig, parse_dtype
-from core.engine.context import forward_context
+from core.attention.context import forward_context
 from core.engine.graph import CudaGraphRunner
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
@@ -29,7 +29,7 @@ from core.layers.packed import pack_linears, packing_available
 from core.layers.triton_support import triton_runs_on
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
-from core.models.config import ModelConfig
+from core.model_config import ModelConfig
 from core.models.loader import load_model, read_model_config
 from core.models.random_spec import RandomSpec
 from core.request import Batch

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from core.scheduler.scheduler import Reply
+    from core.scheduler.reply import Reply
 
 UNANSWERED = ("error", "request was not completed")
 

@@ -46,27 +46,10 @@ from core.scheduler.decode import DecodeManager, pages_for
 from core.scheduler.fence import ReleaseFence
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
 from core.scheduler.prefill import PendingReq, PrefillManager
+from core.scheduler.reply import Reply
 from core.scheduler.report import kv_usage, radix_view, wait_reasons
 from core.scheduler.table import TableManager
 from core.transfer import upload
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One token (or the end) of one request, as the scheduler reports it."""
-
-    uid: int
-    token: int | None
-    finished: bool
-    finish_reason: str | None = None  # 'stop' | 'length' | 'error' | 'abort' when finished
-    error: str | None = None
-    # for a request that asked (SamplingParams.logprobs): the token's logprob and the top alternatives
-    logprob: float | None = None
-    top_logprobs: tuple[tuple[int, float], ...] | None = None
-    # for a request whose text the LLM follows (stop strings, or asked for): the text this reply adds, held
-    # back while it could be the start of a stop string; and the stop string that ended it
-    text: str | None = None
-    stop_string: str | None = None
 
 
 @dataclass

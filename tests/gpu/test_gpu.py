@@ -104,7 +104,7 @@ def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_s
 def test_flashinfer_kernels_match_torch_kernels():
     from core.layers.kernels import FlashInferKernels, TorchKernels
     from core.layers.rope import RotaryEmbedding
-    from core.models.config import RopeScaling
+    from core.model_config import RopeScaling
 
     torch.manual_seed(1)
     x = torch.randn(33, 1024, dtype=torch.bfloat16, device="cuda")
