@@ -29,14 +29,11 @@ from core.llm.collect import Collected
 from core.llm.tp_group import start_group
 from core.models.random_spec import ByteTokenizer, RandomSpec
 from core.models.weights import resolve_model_dir
-from core.request import SamplingParams
+from core.request import Prompt, Result, SamplingParams
 from core.scheduler.inbox import AbortRequest, AddRequest, Message, ResetPrefixCache
 from core.llm.text import TextStream
 from core.scheduler.reply import Reply
 from core.scheduler.scheduler import Scheduler
-
-Prompt = str | list[int]
-
 
 ReplyCallback = Callable[[Reply], None]
 
@@ -239,7 +236,7 @@ class LLM(Scheduler):
     # ---- offline: a list of prompts ----------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, *,
-                 arrivals: Sequence[Arrival | None] | None = None) -> list[dict[str, Any]]:
+                 arrivals: Sequence[Arrival | None] | None = None) -> list[Result]:
         """Complete every prompt; results come back in prompt order, one per prompt, errors included.
 
         ``arrivals`` (one per prompt, None for "at the start") lets requests enter while the others run: before a
@@ -338,7 +335,7 @@ class LLM(Scheduler):
             raise InvalidParamsError("sampling_params must be SamplingParams or a list of them")
         return params
 
-    def _result(self, uid: int, got: Collected) -> dict[str, Any]:
+    def _result(self, uid: int, got: Collected) -> Result:
         if got.finish_reason is None:  # the loop ended without answering: never let it pass silently
             with self._lock:
                 self._routes.pop(uid, None)
