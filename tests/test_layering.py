@@ -8,6 +8,7 @@ so a new one has to be given a place here before this test passes.
 from __future__ import annotations
 
 import ast
+from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
 CORE = Path(__file__).resolve().parents[1] / "core"
@@ -44,10 +45,12 @@ def is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def imports_of(path: Path) -> list[tuple[int, str]]:
-    """(line, module) for every core module ``path`` imports, wherever the import statement stands."""
+def imports_of(path: Path, module_level_only: bool = False) -> list[tuple[int, str]]:
+    """(line, module) for every core module ``path`` imports, wherever the import statement stands (or only
+    those run when the module is imported)."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    for node in tree.body if module_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "core"]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
@@ -73,6 +76,15 @@ def test_no_core_module_imports_a_higher_layer():
             if layer_of(target) > layer_of(here):
                 upward.append(f"{path.relative_to(CORE.parent)}:{line} imports {target}")
     assert not upward, "imports that run up the layering:\n" + "\n".join(upward)
+
+
+def test_no_import_cycle_at_module_level():
+    """Imports inside functions may break a cycle on purpose; those a module runs when imported may not."""
+    graph = {module_name(p): {m for _, m in imports_of(p, module_level_only=True)} for p in core_modules()}
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as err:
+        raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
 
 
 def test_the_walk_sees_an_upward_import(tmp_path):
