@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Any
 from core.errors import (EngineBusyError, InvalidParamsError, MinisglError, ModelLoadError, PromptFileError,
                          UnsupportedModelError, WorkerError)
 from core.events import ReqStep, StepEvent
-from core.request import SamplingParams
+from core.request import Prompt, Result, SamplingParams
 
 if TYPE_CHECKING:
     from core.llm import LLM
 
 __version__ = "0.1.0"
 
-__all__ = ["LLM", "SamplingParams", "StepEvent", "ReqStep", "MinisglError", "InvalidParamsError",
-           "EngineBusyError", "ModelLoadError", "PromptFileError", "UnsupportedModelError", "WorkerError", "__version__"]
+__all__ = ["LLM", "Prompt", "Result", "SamplingParams", "StepEvent", "ReqStep", "MinisglError",
+           "InvalidParamsError", "EngineBusyError", "ModelLoadError", "PromptFileError", "UnsupportedModelError",
+           "WorkerError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

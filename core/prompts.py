@@ -21,15 +21,12 @@ from typing import Any, TextIO
 
 from core.errors import InvalidParamsError, PromptFileError
 from core.llm.arrivals import Arrival
-from core.request import SamplingParams
+from core.request import Prompt, SamplingParams
 
 SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos", "stop", "logprobs")
 ARRIVAL_KEYS = ("arrival_step", "arrival_s")
 JSONL_KEYS = ("prompt", "input_ids") + SAMPLING_KEYS + ARRIVAL_KEYS
 STDIN = "-"
-
-Prompt = str | list[int]
-
 
 @dataclass(frozen=True)
 class PromptSpec:

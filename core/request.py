@@ -11,7 +11,7 @@ The lengths follow one convention throughout the engine:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:  # only in annotations: reading prompts and their settings needs no torch
     import torch
@@ -19,6 +19,25 @@ if TYPE_CHECKING:  # only in annotations: reading prompts and their settings nee
 from core.errors import InvalidParamsError
 
 Phase = Literal["prefill", "decode"]
+Prompt = str | list[int]  # text, or token ids as they are
+
+
+class TokenLogprob(TypedDict):
+    token_id: int
+    logprob: float
+    top_logprobs: list[list[float]]  # [token id, logprob] pairs, best first
+
+
+class Result(TypedDict):
+    """One prompt's result as ``LLM.generate`` returns it: a plain dict, so it serialises to JSON as it is."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None  # 'stop' | 'length' | 'error' | 'abort'
+    error: str | None
+    prompt_tokens: int
+    stop: NotRequired[str]  # the stop string that ended it, if one did
+    logprobs: NotRequired[list[TokenLogprob]]  # when the request asked for them
 
 MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's API allows
 MAX_STOP_STRINGS = 16

@@ -12,14 +12,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from core.choices import check_dtype_name
 from core.errors import InvalidParamsError
 from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
-from core.request import SamplingParams
+from core.request import Result, SamplingParams
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.options import EngineOptions, SamplingOptions
 from minisgl_cli.prompt_run import Collected, PromptRun
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from minisgl_cli.output import StreamPrinter
     from core.reference import Verdict
 
-Result = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from core.llm.collect import UNANSWERED, Collected
 from core.prompts import Prompt
-from core.request import SamplingParams
+from core.request import Result, SamplingParams
 
 if TYPE_CHECKING:
     from core.llm import LLM
 
-Result = dict[str, Any]
 INTERRUPTED = "interrupted"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.console import RenderableType
@@ -12,6 +12,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from core.request import Result
 from render.prompt_echo import echo_prompt
 from render.style import FINISH_STYLE, one_line, show_edges, titled_table
 from render.verify import verdict_mark
@@ -19,7 +20,6 @@ from render.verify import verdict_mark
 if TYPE_CHECKING:
     from core.reference import Verdict
 
-Result = dict[str, Any]
 
 
 def finish_text(result: Result) -> Text:

@@ -123,7 +123,7 @@ def warm_kernels(check: Check) -> str:
     from core.attention.flashinfer_backend import FlashInferBackend
     from core.layers.kernels import FlashInferKernels
     from core.layers.rope import RotaryEmbedding
-    from core.models.config import RopeScaling
+    from core.model_config import RopeScaling
 
     dev = torch.device("cuda")
     x = torch.randn(4, 1024, dtype=torch.bfloat16, device=dev)

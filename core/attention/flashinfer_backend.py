@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from core.attention.base import AttentionBackend
-from core.attention.paging import PagedLayout, pages_of, paged_layout
+from core.arith import pages_for
+from core.attention.paging import PagedLayout, paged_layout
 from core.attention.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
                                          small_decode_attention)
 from core.env import small_decode_disabled
@@ -172,7 +173,7 @@ class FlashInferBackend(AttentionBackend):
 
     def init_cuda_graph(self, batch_sizes: list[int], dummy_page: int) -> None:
         max_bs = max(batch_sizes)
-        pages_per_row = pages_of(self.page_table.shape[1], self.page_size)
+        pages_per_row = pages_for(self.page_table.shape[1], self.page_size)
         # one set of buffers shared by every size: graphs replay one at a time, each re-planned first
         self._graph_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device)
         self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)

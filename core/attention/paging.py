@@ -40,10 +40,6 @@ class PagedLayout:
 HOST_PAGE_LIST_MAX = 2048  # longer page lists are gathered on the device
 
 
-def pages_of(length: int, page_size: int) -> int:
-    return -(-length // page_size)
-
-
 def paged_layout(page_table: torch.Tensor, rows: list[int], kv_lens: list[int], page_size: int,
                  pages: list[list[int]] | None = None) -> PagedLayout:
     """The pages holding positions [0, kv_lens[i]) of page-table row rows[i], for every i.

@@ -16,7 +16,7 @@ from core.bench.report import Latency, Percentiles, ProgressFn, RunResult
 from core.bench.workload import BenchRequest, Workload
 from core.llm import LLM
 from core.request import SamplingParams
-from core.scheduler.scheduler import Reply
+from core.scheduler.reply import Reply
 
 
 class _TokenClock:

@@ -20,7 +20,7 @@ import torch
 
 from core.bench.flops import body_params, matmul_gflops
 from core.bench.workload import BenchRequest
-from core.models.config import ModelConfig
+from core.model_config import ModelConfig
 
 
 @dataclass(frozen=True)

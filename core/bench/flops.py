@@ -16,7 +16,7 @@ import torch
 
 from core.bench.workload import Workload
 from core.layers.packed import pack_weight, packed_linear, packing_available
-from core.models.config import ModelConfig
+from core.model_config import ModelConfig
 
 
 def matmul_gflops(size: int = 2048, repeats: int = 5, dtype: torch.dtype = torch.float32) -> float:

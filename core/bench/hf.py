@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from core.arith import pages_for
 from core.bench.report import ProgressFn, RunResult
 from core.bench.workload import Workload
 from core.models.random_hf import random_hf_model
@@ -126,7 +127,7 @@ def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, seconds:
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     requests = workload.requests
-    lifetime = sum(-(-(len(r.prompt_ids) + r.max_tokens) // page_size) for r in requests)
+    lifetime = sum(pages_for(len(r.prompt_ids) + r.max_tokens, page_size) for r in requests)
     cb_config = _continuous_config(ContinuousBatchingConfig, page_size=page_size, num_blocks=lifetime + len(requests),
                                    max_batch_tokens=2048, max_requests_per_batch=len(requests),
                                    auto_switch_to_flash=False)

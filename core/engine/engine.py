@@ -14,10 +14,11 @@ from typing import Callable
 
 import torch
 
+from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.attention.flashinfer_backend import HALF_DTYPES, flashinfer_available
 from core.config import EngineConfig, parse_dtype
-from core.engine.context import forward_context
+from core.attention.context import forward_context
 from core.engine.graph import CudaGraphRunner
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
@@ -29,7 +30,7 @@ from core.layers.packed import pack_linears, packing_available
 from core.layers.triton_support import triton_runs_on
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
-from core.models.config import ModelConfig
+from core.model_config import ModelConfig
 from core.models.loader import load_model, read_model_config
 from core.models.random_spec import RandomSpec
 from core.request import Batch
@@ -70,7 +71,7 @@ class Engine:
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = parse_dtype(config.dtype) or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        self.tp = get_tp_info()  # fixed for this engine's life; the layers were sliced for it
+        self.tp_info = get_tp_info()  # fixed for this engine's life; the layers were sliced for it
         self.model_config: ModelConfig = read_model_config(model_dir)
         cfg = self.model_config
         self.max_seq_len = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
@@ -88,7 +89,7 @@ class Engine:
                               self.dtype, self.device, fp8=self.kv_fp8)
         # one row per running request; a position's KV slot. The spare last row (padding) points at the dummy page.
         # Whole pages wide, so a page's slots are always written together.
-        width = -(-self.max_seq_len // self.page_size) * self.page_size
+        width = pages_for(self.max_seq_len, self.page_size) * self.page_size
         self.page_table = torch.zeros(config.max_running_req + 1, width, dtype=torch.int64, device=self.device)
         self.pad_row = config.max_running_req
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
@@ -134,8 +135,8 @@ class Engine:
         budget_gb = config.kv_cache_gb or self._default_kv_gb()
         pages = int(budget_gb * (1 << 30)) // (per_token * self.page_size)
         # no need for more than every row filled to the longest sequence
-        needed = config.max_running_req * (-(-self.max_seq_len // self.page_size))
-        pages = min_over_ranks(min(pages, needed), self.tp.size, self.device)  # free memory differs per GPU
+        needed = config.max_running_req * pages_for(self.max_seq_len, self.page_size)
+        pages = min_over_ranks(min(pages, needed), self.tp_info.size, self.device)  # free memory differs per GPU
         if pages < config.max_running_req:
             raise InvalidParamsError(f"a KV budget of {budget_gb} GiB gives only {pages} pages; it needs at least "
                                      f"{config.max_running_req} (one per request row)")
@@ -163,7 +164,7 @@ class Engine:
 
     def _make_backend(self) -> AttentionBackend:
         cfg = self.model_config
-        args = (self.kv_pool, self.page_table, cfg.num_heads // self.tp.size, self.num_kv_heads, cfg.head_dim)
+        args = (self.kv_pool, self.page_table, cfg.num_heads // self.tp_info.size, self.num_kv_heads, cfg.head_dim)
         if self._attention_name() == "flashinfer":
             if not flashinfer_available():
                 raise InvalidParamsError("the flashinfer attention backend needs the flashinfer-python package "
@@ -219,7 +220,7 @@ class Engine:
                 self.attn_backend.begin_forward(batch)
                 logits = self.model(batch.input_ids, batch.positions, logits_indices)
             # ranks sample identically from identical gathered logits; the broadcast makes agreement certain
-            tokens = broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp.size)
+            tokens = broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp_info.size)
             if sample_args.logprobs < 0:
                 return tokens, None
             return tokens, token_logprobs(logits, tokens, sample_args.logprobs)

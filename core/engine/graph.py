@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from core.attention.base import AttentionBackend
-from core.engine.context import forward_context
+from core.attention.context import forward_context
 from core.request import Batch
 
 

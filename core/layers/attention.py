@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from core.attention.context import get_context
 from core.distributed.info import get_tp_info
-from core.engine.context import get_context
 from core.layers.fused_qkv import QKVSpec
 from core.layers.kernels import TorchKernels
 from core.layers.linear import RowParallelLinear, ShardedLinear, local_kv_heads, qkv_blocks
 from core.layers.norm import RMSNorm
 from core.layers.rope import RotaryEmbedding
-from core.models.config import ModelConfig
+from core.model_config import ModelConfig
 
 
 class SelfAttention(nn.Module):

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.arith import ceil_div
 from core.distributed.comm import all_gather_last_dim, all_reduce
 from core.distributed.info import get_tp_info
 from core.layers.packed import linear
@@ -16,7 +17,7 @@ class VocabParallelEmbedding(nn.Module):
         super().__init__()
         tp = get_tp_info()
         self.vocab_size = vocab_size
-        self.part = -(-vocab_size // tp.size)  # ceil: the last rank's slice may be padded
+        self.part = ceil_div(vocab_size, tp.size)  # ceil: the last rank's slice may be padded
         self.start = tp.rank * self.part
         self.tp_size = tp.size
         self.weight = nn.Parameter(torch.zeros(self.part, dim), requires_grad=False)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from core.arith import ceil_div
+
 GEMV_MAX_ROWS = 1
 PLAIN, NORM, SILU_MUL = 0, 1, 2
 
@@ -78,16 +80,12 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pr
     if prologue == NORM and cfg.block_k < in_features:
         raise ValueError(f"a folded norm reads the whole row: block_k {cfg.block_k} < {in_features} columns")
     unused = weight  # a valid pointer for the arguments a variant does not read
-    _kernel()[(_cdiv(out_features, cfg.block_n),)](
+    _kernel()[(ceil_div(out_features, cfg.block_n),)](
         x, residual.contiguous() if residual is not None else x, res_out if res_out is not None else unused,
         norm_weight if norm_weight is not None else unused, eps, weight, bias if bias is not None else unused,
         out, out_features, K=in_features, PROLOGUE=prologue, HAS_RESIDUAL=residual is not None,
         HAS_BIAS=bias is not None, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
     return out, res_out
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from core.layers.kernels import TorchKernels
-from core.models.config import RopeScaling
+from core.model_config import RopeScaling
 
 
 def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:

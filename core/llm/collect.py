@@ -7,8 +7,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from core.request import Result, TokenLogprob
+
 if TYPE_CHECKING:
-    from core.scheduler.scheduler import Reply
+    from core.scheduler.reply import Reply
 
 UNANSWERED = ("error", "request was not completed")
 
@@ -24,7 +26,7 @@ class Collected:
     done: threading.Event = field(default_factory=threading.Event)
     text: list[str] | None = None  # the pieces, when the LLM followed the text (stop strings)
     stop_string: str | None = None
-    logprobs: list[dict[str, Any]] | None = None
+    logprobs: list[TokenLogprob] | None = None
 
     @property
     def finished(self) -> bool:
@@ -53,11 +55,11 @@ class Collected:
         return "".join(self.text) if self.text is not None else tokenizer.decode(self.token_ids,
                                                                                 skip_special_tokens=True)
 
-    def result(self, tokenizer: Any, unanswered: tuple[str, str | None] = UNANSWERED) -> dict[str, Any]:
+    def result(self, tokenizer: Any, unanswered: tuple[str, str | None] = UNANSWERED) -> Result:
         """The result dict; a request the loop never answered gets ``unanswered`` as its finish and error,
         so it never passes silently."""
         reason, error = (self.finish_reason, self.error) if self.finished else unanswered
-        result = {"text": self.decoded(tokenizer), "token_ids": list(self.token_ids), "finish_reason": reason,
+        result: Result = {"text": self.decoded(tokenizer), "token_ids": list(self.token_ids), "finish_reason": reason,
                   "error": error, "prompt_tokens": self.prompt_tokens}
         if self.stop_string is not None:
             result["stop"] = self.stop_string

@@ -7,7 +7,8 @@ submit for each prompt, then the loop until idle: the same path a server takes, 
 interface tests the online one.
 
 With ``tp=N > 1`` the LLM is rank 0 of N tensor-parallel ranks: it starts the other N-1 as worker processes,
-sends each call's requests to them, and every rank runs this same loop (core/distributed/workers.py).
+sends each call's requests to them, and every rank runs this same loop (core/llm/tp_group.py starts and
+drives them, core/llm/tp_worker.py is their side).
 """
 
 from __future__ import annotations
@@ -22,19 +23,17 @@ from typing import Any, Callable, Iterator, Sequence
 
 from core.config import EngineConfig
 from core.distributed.info import tp_scope
-from core.distributed.workers import start_group
 from core.errors import EngineBusyError, InvalidParamsError, ModelLoadError, one_line
 from core.llm.arrivals import Arrival, ArrivalFeeder
 from core.llm.collect import Collected
+from core.llm.tp_group import start_group
 from core.models.random_spec import ByteTokenizer, RandomSpec
 from core.models.weights import resolve_model_dir
-from core.request import SamplingParams
+from core.request import Prompt, Result, SamplingParams
 from core.scheduler.inbox import AbortRequest, AddRequest, Message, ResetPrefixCache
 from core.llm.text import TextStream
-from core.scheduler.scheduler import Reply, Scheduler
-
-Prompt = str | list[int]
-
+from core.scheduler.reply import Reply
+from core.scheduler.scheduler import Scheduler
 
 ReplyCallback = Callable[[Reply], None]
 
@@ -237,7 +236,7 @@ class LLM(Scheduler):
     # ---- offline: a list of prompts ----------------------------------------------------------------------
     def generate(self, prompts: Sequence[Prompt],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, *,
-                 arrivals: Sequence[Arrival | None] | None = None) -> list[dict[str, Any]]:
+                 arrivals: Sequence[Arrival | None] | None = None) -> list[Result]:
         """Complete every prompt; results come back in prompt order, one per prompt, errors included.
 
         ``arrivals`` (one per prompt, None for "at the start") lets requests enter while the others run: before a
@@ -336,7 +335,7 @@ class LLM(Scheduler):
             raise InvalidParamsError("sampling_params must be SamplingParams or a list of them")
         return params
 
-    def _result(self, uid: int, got: Collected) -> dict[str, Any]:
+    def _result(self, uid: int, got: Collected) -> Result:
         if got.finish_reason is None:  # the loop ended without answering: never let it pass silently
             with self._lock:
                 self._routes.pop(uid, None)

@@ -14,7 +14,7 @@ from core.layers.embedding import LMHead, VocabParallelEmbedding
 from core.layers.mlp import GatedMLP
 from core.layers.norm import RMSNorm
 from core.layers.rope import RotaryEmbedding
-from core.models.config import ModelConfig
+from core.model_config import ModelConfig
 
 
 class DecoderLayer(nn.Module):

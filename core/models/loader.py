@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 
 from core.errors import ModelLoadError, one_line
-from core.models.config import ModelConfig
+from core.model_config import ModelConfig
 from core.models.decoder import CausalLM
 from core.models.random_spec import RandomSpec, fill_random
 

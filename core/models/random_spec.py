@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from core.errors import ModelLoadError
-from core.models.config import ModelConfig
+from core.model_config import ModelConfig
 
 PREFIX = "random:"
 

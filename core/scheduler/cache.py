@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from core.arith import pages_for
 from core.kvcache.naive import NaivePrefixCache
 from core.kvcache.prefix import PrefixCache, PrefixMatch
 from core.request import Req
-from core.scheduler.decode import pages_for
 from core.scheduler.fence import ReleaseFence
 from core.transfer import upload_list
 
@@ -97,7 +97,7 @@ class CacheManager:
     def allocate(self, reqs: list[Req]) -> None:
         """Make sure every request has KV slots for positions [0, device_len): one hand-out, one upload."""
         size = self.page_size
-        needs = [(req, (req.device_len + size - 1) // size - len(req.pages)) for req in reqs]
+        needs = [(req, pages_for(req.device_len, size) - len(req.pages)) for req in reqs]
         needs = [(req, n) for req, n in needs if n > 0]
         if not needs:
             return

@@ -5,11 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from core.arith import pages_for
 from core.request import Batch, Req
-
-
-def pages_for(tokens: int, page_size: int) -> int:
-    return -(-tokens // page_size)
 
 
 @dataclass

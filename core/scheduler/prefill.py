@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.arith import pages_for
 from core.events import WaitReason
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.cache import CacheManager
-from core.scheduler.decode import DecodeManager, pages_for
+from core.scheduler.decode import DecodeManager
 from core.scheduler.table import TableManager
 
 # shared tokens (beyond what is cached) worth waiting a step for, rather than computing them twice in one batch
@@ -37,7 +38,7 @@ class PendingReq:
     input_ids: list[int]
     params: SamplingParams
     sample_seed: int
-    started: Req | None = None  # set once its first chunk was admitted
+    admitted: Req | None = None  # the running request, once its first chunk was admitted
 
     @property
     def max_device_len(self) -> int:
@@ -68,7 +69,7 @@ class PrefillAdder:
             self.refusal = WaitReason(pending.uid, "token_budget", "this step's prefill token budget is used up "
                                       "(long prompts are cut into chunks over several steps)")
             return None
-        req = pending.started or self._admit(pending)
+        req = pending.admitted or self._admit(pending)
         if req is None:
             return None
         extend = min(len(pending.input_ids) - req.cached_len, self.token_budget)
@@ -107,7 +108,7 @@ class PrefillAdder:
         self.reserved_pages += lifetime_pages
         self.admitted_prompt_tokens += req.prompt_len
         self.admitted_cached_tokens += req.cached_len
-        pending.started = req
+        pending.admitted = req
         return req
 
     def _shares_with_batch(self, prompt: list[int], cached_len: int) -> int | None:
@@ -143,8 +144,8 @@ class PrefillManager:
 
     def reserved_pages(self) -> int:
         """Pages promised to decoding requests and to chunked requests part-way through their prompt."""
-        chunked = sum(pages_for(p.max_kv_len, self.page_size) - len(p.started.pages)
-                      for p in self.pending if p.started is not None)
+        chunked = sum(pages_for(p.max_kv_len, self.page_size) - len(p.admitted.pages)
+                      for p in self.pending if p.admitted is not None)
         return self.decode.reserved_pages + chunked
 
     def schedule_next_batch(self, token_budget: int) -> tuple[Batch, list[tuple[int, int, list[int]]]] | None:
@@ -165,7 +166,7 @@ class PrefillManager:
             return None
         self.prompt_tokens += adder.admitted_prompt_tokens
         self.cached_prompt_tokens += adder.admitted_cached_tokens
-        still_chunked = [p for p in self.pending[: len(reqs)] if p.started is not None and p.started.is_chunked]
+        still_chunked = [p for p in self.pending[: len(reqs)] if p.admitted is not None and p.admitted.is_chunked]
         self.pending = still_chunked + self.pending[len(reqs):]
         return Batch(reqs=reqs, phase="prefill"), adder.token_pool_writes
 

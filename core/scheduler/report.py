@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from core.events import KVUsage, RadixNodeView, WaitReason
+from core.events import KVUsage, RadixNodeView, StepEvent, WaitReason
 from core.kvcache.prefix import PrefixCache
 from core.request import Req
 from core.scheduler.prefill import PendingReq
+from core.scheduler.step import Prepared
 
 FIRST_TOKENS_SHOWN = 8
 
@@ -50,3 +51,16 @@ def radix_view(running: Iterable[Req], cache: PrefixCache) -> tuple[RadixNodeVie
             holders.setdefault(node_id, []).append(req.uid)
     return tuple(RadixNodeView(s.node_id, s.parent_id, len(s.tokens), s.tokens[:FIRST_TOKENS_SHOWN], s.pages,
                                s.lock_count, tuple(holders.get(s.node_id, ()))) for s in cache.spans())
+
+
+def step_event(step: int, prepared: Prepared, finished: tuple[int, ...], elapsed_s: float, kv_pages_total: int,
+               tp_size: int, radix: tuple[RadixNodeView, ...] | None, started_s: float) -> StepEvent:
+    """The event for a finished step, from what was recorded when it was scheduled."""
+    batch = prepared.batch
+    return StepEvent(
+        step=step, phase=batch.phase, batch_size=batch.size,
+        num_tokens=len(batch.positions) if batch.is_prefill else batch.size, reqs=prepared.req_steps,
+        kv_pages_used=prepared.pages_used, kv_pages_total=kv_pages_total, elapsed_s=elapsed_s, tp_size=tp_size,
+        note=prepared.note, finished=finished, waiting=prepared.waiting, kv_pages_cached=prepared.pages_cached,
+        arrived=prepared.arrived, waits=prepared.waits, kv=prepared.kv, evicted_pages=prepared.evicted_pages,
+        radix=radix, started_s=started_s)

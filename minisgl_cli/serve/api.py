@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from core.errors import InvalidParamsError
-from core.scheduler.scheduler import Reply
+from core.scheduler.reply import Reply
 from minisgl_cli.serve.bridge import EngineBridge, Tracked
 from minisgl_cli.serve.protocol import ApiError, ChatRequest, CompletionRequest
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import LLM, SamplingParams
-from core.scheduler.scheduler import Reply
+from core.scheduler.reply import Reply
 from minisgl_cli.serve.metrics import Metrics
 from minisgl_cli.serve.protocol import ApiError
 

@@ -104,7 +104,7 @@ def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_s
 def test_flashinfer_kernels_match_torch_kernels():
     from core.layers.kernels import FlashInferKernels, TorchKernels
     from core.layers.rope import RotaryEmbedding
-    from core.models.config import RopeScaling
+    from core.model_config import RopeScaling
 
     torch.manual_seed(1)
     x = torch.randn(33, 1024, dtype=torch.bfloat16, device="cuda")
@@ -208,7 +208,7 @@ def test_compiled_sampling_draws_what_eager_sampling_draws():
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_overlap_on_and_off_give_the_same_tokens_with_graphs(hd128_dir, page_size):
     """Queueing (more prompts than rows), chunked prompts, graphs, two streams: the overlap loop's tokens."""
-    from checks import assert_pages_accounted
+    from tests.support.checks import assert_pages_accounted
 
     prompts, lengths = prompts_and_lengths(12, seed=9)
     common = dict(device="cuda", dtype="bfloat16", attention="flashinfer", max_running_req=5, page_size=page_size,

@@ -13,7 +13,7 @@ from core.layers.fused_qkv import qkv_norm_rope_store
 from core.layers.kernels import TorchKernels
 from core.layers.rope import RotaryEmbedding
 from core.layers.triton_support import triton_runs_on
-from core.models.config import RopeScaling
+from core.model_config import RopeScaling
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from core.attention.small_decode import QKVSpec, make_plan, num_splits, small_decode_attention
 from core.layers.rope import RotaryEmbedding
 from core.layers.triton_support import triton_runs_on
-from core.models.config import RopeScaling
+from core.model_config import RopeScaling
 from tests.kernels.test_fused_qkv import unfused
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.support.checks import assert_pages_accounted, greedy
 from core import LLM, SamplingParams
-from core.scheduler.decode import pages_for
+from core.arith import pages_for
 
 _rng = random.Random(0)
 PIECES = [[_rng.randrange(256) for _ in range(n)] for n in (24, 9, 13, 3)]

@@ -1,16 +1,12 @@
-"""Tensor-parallel worker processes: started by the LLM, driven by rank 0, stopped on every way out.
+"""Tensor-parallel worker processes, rank 0's side: started by the LLM, driven by rank 0, stopped on every way out.
 
 Rank 0 is the caller's own process: it tokenizes, decides every request's seed and returns the results.
 Ranks 1..N-1 are processes started here (torch.multiprocessing, spawn). Every rank builds the model with its
 own slice of the weights and runs the same scheduler loop on the same requests, so all ranks form the same
 batch at every step; only rank 0 reports anything.
 
-Two process groups:
-
-* the default group (NCCL on CUDA, gloo on the CPU) carries the layers' collectives. It has a timeout, so a
-  rank that hangs cannot hold the others forever;
-* a gloo control group carries rank 0's commands (requests to run, stop). Idle workers wait on it with no
-  practical deadline, since the caller may pause as long as it likes between two ``generate`` calls.
+They talk over two process groups (core/distributed/groups.py): the default one for the layers' collectives,
+a gloo control group for rank 0's commands. The worker's side is core/llm/tp_worker.py.
 
 A worker that dies is noticed at once: a watchdog thread in rank 0 waits on the workers' process sentinels and,
 when one exits unexpectedly, stops the others, so rank 0's pending collective fails within moments rather than
@@ -22,15 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
-import socket
-import sys
 import threading
 import time
-import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import timedelta
 from multiprocessing.connection import wait as wait_for_sentinels
 from pathlib import Path
 from typing import Iterator
@@ -40,25 +30,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from core.config import EngineConfig
-from core.distributed.info import TPInfo, tp_scope
+from core.distributed.groups import abort_nccl, broadcast_object, free_port, init_groups, leave_groups
+from core.distributed.info import TPInfo
+from core.engine.engine import pick_device
 from core.env import tp_timeout_s
 from core.errors import InvalidParamsError, MinisglError, WorkerError
+from core.llm.tp_worker import Command, worker_main
+from core.models.loader import read_model_config
 
-_CONTROL_TIMEOUT = timedelta(days=30)  # idle workers wait for the next command this long
 _STOP_JOIN_S = 10.0  # a worker told to stop gets this long to exit before it is terminated
-_TEARDOWN_WAIT_S = 10.0  # how long leaving the process groups may take before a rank goes without it
 _DEATH_NOTICE_S = 5.0  # after a failed collective, how long rank 0 waits for the watchdog to name a dead rank
-
-
-@dataclass(frozen=True)
-class Command:
-    """What rank 0 sends the workers before every step: the messages its loop took in (requests with their
-    seeds decided, aborts, prefix-cache resets: every rank applies them at the same point, so all keep forming
-    the same batches), or stop."""
-
-    messages: tuple = ()
-    eos_token_ids: frozenset[int] = frozenset()
-    stop: bool = False
 
 
 class LocalGroup:
@@ -93,8 +74,6 @@ class TPGroup:
     def __init__(self, config: EngineConfig, model_dir: Path) -> None:
         if dist.is_initialized():
             raise InvalidParamsError("a tensor-parallel LLM is already running in this process; close() it first")
-        from core.models.loader import read_model_config
-
         problem = read_model_config(model_dir).tp_split_problem(config.tp)
         if problem is not None:
             raise InvalidParamsError(f"tp={config.tp}: {problem}; choose a tp size that divides them")
@@ -109,8 +88,8 @@ class TPGroup:
         self._closed = False
         ctx = mp.get_context("spawn")
         self._errors = ctx.SimpleQueue()
-        port = _free_port()
-        self._procs = [ctx.Process(target=_worker_main, name=f"minisgl-tp-rank{rank}", daemon=True,
+        port = free_port()
+        self._procs = [ctx.Process(target=worker_main, name=f"minisgl-tp-rank{rank}", daemon=True,
                                    args=(rank, self.size, port, self.backend, _rank_config(config, rank, self.backend),
                                          model_dir, self.timeout_s, os.getpid(), self._errors))
                        for rank in range(1, self.size)]
@@ -123,7 +102,7 @@ class TPGroup:
             self.close(force=True)
             raise
         with self.guard():
-            self._control = _init_groups(0, self.size, port, self.backend, self.timeout_s)
+            self._control = init_groups(0, self.size, port, self.backend, self.timeout_s)
 
     # ---- used by the LLM --------------------------------------------------------------------------------
     @contextmanager
@@ -150,7 +129,7 @@ class TPGroup:
     def share(self, messages: list, eos_token_ids: frozenset[int]) -> list:
         """Send the messages rank 0's loop took in before this step to every worker; rank 0 applies the same
         list itself."""
-        _broadcast(Command(tuple(messages), frozenset(eos_token_ids)), self._control)
+        broadcast_object(Command(tuple(messages), frozenset(eos_token_ids)), self._control)
         return messages
 
     def close(self, force: bool = False) -> None:
@@ -161,11 +140,11 @@ class TPGroup:
         polite = not force and self._failure is None
         if polite:
             try:
-                _broadcast(Command(stop=True), self._control)
+                broadcast_object(Command(stop=True), self._control)
             except Exception:  # noqa: BLE001 - a worker already gone; the terminate below covers it
                 polite = False
         if polite:  # the workers leave the groups now too: NCCL's teardown wants every rank at it together
-            _leave_groups()
+            leave_groups()
         started = [proc for proc in self._procs if proc.pid is not None]
         deadline = time.monotonic() + (_STOP_JOIN_S if polite else 0.0)
         for proc in started:
@@ -176,8 +155,8 @@ class TPGroup:
             self._watchdog.join()
         if not polite:
             if self.backend == "nccl":
-                _abort_nccl()
-            _leave_groups()
+                abort_nccl()
+            leave_groups()
         self._errors.close()
 
     @property
@@ -207,7 +186,7 @@ class TPGroup:
                 if proc.is_alive():
                     proc.kill()
             if self.backend == "nccl":
-                _abort_nccl()
+                abort_nccl()
             return
 
     def _describe_exit(self, rank: int, code: int | None) -> str:
@@ -238,10 +217,8 @@ class TPGroup:
         return None
 
 
-# ---- helpers shared by both sides ---------------------------------------------------------------------------
+# ---- starting the workers ----------------------------------------------------------------------------------
 def _backend_for(config: EngineConfig) -> str:
-    from core.engine.engine import pick_device
-
     device = pick_device(config.device)
     if device.type != "cuda":
         return "gloo"
@@ -255,55 +232,6 @@ def _rank_config(config: EngineConfig, rank: int, backend: str) -> EngineConfig:
     return dataclasses.replace(config, device=f"cuda:{rank}") if backend == "nccl" else config
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _init_groups(rank: int, size: int, port: int, backend: str, timeout_s: float) -> dist.ProcessGroup:
-    """Join the default group (the layers' collectives) and return the gloo control group."""
-    kwargs = {"device_id": torch.device("cuda", rank)} if backend == "nccl" else {}
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
-                            timeout=timedelta(seconds=timeout_s), **kwargs)
-    return dist.new_group(backend="gloo", timeout=_CONTROL_TIMEOUT)
-
-
-def _broadcast(command: Command, control: dist.ProcessGroup) -> Command:
-    box = [command]
-    dist.broadcast_object_list(box, src=0, group=control)
-    return box[0]
-
-
-def _leave_groups() -> None:
-    """destroy_process_group, bounded in time. NCCL's teardown can wait on peers (it did, with collectives
-    captured in CUDA graphs, once a peer had gone); past the wait this rank goes on without it, since a
-    closed group is never used again."""
-    if not dist.is_initialized():
-        return
-
-    def destroy() -> None:
-        try:
-            dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - the groups may be broken after a failure; nothing left to free
-            pass
-
-    thread = threading.Thread(target=destroy, name="minisgl-tp-teardown", daemon=True)
-    thread.start()
-    thread.join(_TEARDOWN_WAIT_S)
-
-
-def _abort_nccl() -> None:
-    """Unlike gloo, NCCL does not notice a vanished peer: abort the communicators so rank 0's pending
-    collective fails now instead of at the timeout (an experimental torch API, hence best effort)."""
-    try:
-        from torch.distributed.distributed_c10d import _abort_process_group
-
-        _abort_process_group()
-    except Exception:  # noqa: BLE001 - without it, the collective timeout still ends the wait
-        pass
-
-
 def _stop_process(proc: mp.Process) -> None:
     if proc.is_alive():
         proc.terminate()
@@ -311,69 +239,3 @@ def _stop_process(proc: mp.Process) -> None:
     if proc.is_alive():
         proc.kill()
     proc.join()
-
-
-# ---- the worker side ----------------------------------------------------------------------------------------
-def _worker_main(rank: int, size: int, port: int, backend: str, config: EngineConfig, model_dir: Path,
-                 timeout_s: float, parent_pid: int, errors: mp.SimpleQueue) -> None:
-    """Build this rank's slice of the model, then run the scheduler on each command until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; rank 0 decides
-    _exit_with_parent(parent_pid)
-    if backend == "nccl":
-        torch.cuda.set_device(rank)
-    else:  # the ranks share the CPU: don't oversubscribe it
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-    try:
-        control = _init_groups(rank, size, port, backend, timeout_s)
-        with tp_scope(TPInfo(rank, size)):
-            scheduler = _follower(config, model_dir)
-        dist.all_gather_object([None] * size, "ready", group=control)
-        scheduler.follow(control)  # until rank 0 says stop
-        scheduler.engine.release_cuda_graphs()  # graphs hold NCCL work: free them before the communicators
-        _leave_groups()
-    except BaseException as exc:  # noqa: BLE001 - report, then leave: rank 0 turns this into WorkerError
-        errors.put((rank, f"{type(exc).__name__}: {exc}"))
-        if not isinstance(exc, (RuntimeError, MinisglError)) or not str(exc):
-            traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # nothing left to tear down: skip the slow interpreter shutdown
-
-
-def _follower(config: EngineConfig, model_dir: Path):
-    """A scheduler that takes its messages from rank 0 before every step and whose replies go nowhere: rank 0
-    reports the results. It runs one endless loop; when it has nothing to do it waits in the broadcast."""
-    from core.scheduler.scheduler import Scheduler
-
-    class Follower(Scheduler):
-        def follow(self, control: dist.ProcessGroup) -> None:
-            self._control = control
-            self._run_loop(stop_when_idle=False)
-
-        def _exchange(self, messages: list) -> list | None:
-            command = _broadcast(Command(), self._control)
-            if command.stop:
-                return None
-            self.eos_token_ids = command.eos_token_ids
-            return list(command.messages)
-
-        def _wait_for_work(self, stop_when_idle: bool) -> bool:
-            return True  # the next broadcast is the wait
-
-        def send_result(self, replies: list) -> None:
-            pass
-
-    return Follower(config, model_dir)
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """If rank 0's process disappears without stopping us (SIGKILL), leave instead of lingering."""
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="minisgl-parent-watch", daemon=True).start()

@@ -1,0 +1,36 @@
+"""Which requests can never run on this engine, and why: checked before a request is queued."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.arith import pages_for
+from core.request import SamplingParams
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What is fixed when the engine is built, so any thread may check a request against it."""
+
+    vocab_size: int
+    max_seq_len: int
+    page_size: int
+    num_pages: int
+
+
+def rejection(input_ids: list[int], params: SamplingParams, limits: Limits) -> str | None:
+    """Why this request can never run within ``limits``, or None."""
+    if not input_ids:
+        return "empty prompt: give at least one token"
+    bad = next((t for t in input_ids if not 0 <= t < limits.vocab_size), None)
+    if bad is not None:
+        return f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})"
+    total = len(input_ids) + params.max_tokens
+    if total > limits.max_seq_len:
+        return (f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} exceeds the context of "
+                f"{limits.max_seq_len} tokens")
+    pages = pages_for(total - 1, limits.page_size)  # the last sampled token is never fed back: no KV
+    if pages > limits.num_pages:
+        return (f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} needs {pages} KV pages "
+                f"but the pool has only {limits.num_pages}")
+    return None

@@ -1,0 +1,105 @@
+"""The two loops that run the scheduler's steps, and the streams they run on.
+
+The plain loop finishes each step (launch, wait, handle results) before it schedules the next. The overlap
+loop launches step N and only then handles step N-1's results, so the host's work (results, scheduling,
+metadata) hides behind the device's. What makes that safe:
+
+* the scheduler's bookkeeping moves on when a batch is launched (``Req.complete_step``), not when its result
+  comes back, and sampled tokens go from device to device through the token pool;
+* which requests sample this step, and whether a request is finished, are judged from what was scheduled and
+  from the tokens the host has received, never from lengths that a later launch already moved on
+  (core/scheduler/results.py);
+* a request that stopped on EOS at step N-1 was already launched again in step N: its extra token is dropped
+  (``Req.done``), and the row and pages it gave back wait for step N to finish (``ReleaseFence``);
+* on CUDA, metadata is prepared on the scheduler's stream and forward passes run on the engine's stream,
+  which waits for the scheduler's before each launch.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from typing import Iterator, Protocol
+
+import torch
+
+from core import env
+from core.config import EngineConfig
+from core.scheduler.step import InFlight, Prepared
+
+
+def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
+    if env.overlap_scheduling_disabled():
+        return False
+    return config.overlap if config.overlap is not None else device.type == "cuda"
+
+
+class Steps(Protocol):
+    """The scheduler's step methods, as the loops call them."""
+
+    @property
+    def busy(self) -> bool: ...
+
+    def _wait_for_work(self, stop_when_idle: bool) -> bool: ...
+
+    def _receive(self) -> bool: ...
+
+    def _schedule_next_batch(self) -> Prepared | None: ...
+
+    def _launch(self, prepared: Prepared) -> InFlight: ...
+
+    def _finish(self, flight: InFlight) -> None: ...
+
+    def _fail_stuck_requests(self) -> None: ...
+
+
+def plain_loop(steps: Steps, stop_when_idle: bool) -> None:
+    """Each step finishes (launch, wait, handle results) before the next is scheduled."""
+    while True:
+        if not steps.busy and not steps._wait_for_work(stop_when_idle):
+            return
+        if not steps._receive():
+            return
+        if not steps.busy:
+            continue
+        prepared = steps._schedule_next_batch()
+        if prepared is None:
+            steps._fail_stuck_requests()
+            continue
+        steps._finish(steps._launch(prepared))
+
+
+def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
+    """Launch step N, then handle step N-1's results while step N runs."""
+    last: InFlight | None = None
+    while True:
+        if last is None and not steps.busy and not steps._wait_for_work(stop_when_idle):
+            return
+        if not steps._receive():
+            if last is not None:
+                steps._finish(last)
+            return
+        prepared = steps._schedule_next_batch() if steps.busy else None
+        current = steps._launch(prepared) if prepared is not None else None
+        if last is not None:
+            steps._finish(last)  # frees made here wait for ``current``
+        elif current is None:
+            steps._fail_stuck_requests()  # nothing in flight, nothing held: the head can never fit
+        last = current
+
+
+@contextmanager
+def on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
+    """Run on ``stream`` (the scheduler's metadata stream), or on the current one off CUDA."""
+    with torch.cuda.stream(stream) if stream is not None else nullcontext():
+        yield
+
+
+@contextmanager
+def after_current_stream(stream: torch.cuda.Stream | None, device: torch.device) -> Iterator[None]:
+    """Run on ``stream`` (the engine's) once it has waited for the current stream: the metadata a launch reads."""
+    if stream is None:
+        yield
+        return
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        yield

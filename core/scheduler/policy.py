@@ -1,0 +1,26 @@
+"""Which phase runs next: one phase per step, prefill first, decode never starved.
+
+Prefill goes first whenever something is waiting and fits, except that after ``max_streak`` prefill steps in
+a row while requests are decoding, one decode step is forced: a steady stream of prompts can delay decoding,
+never stall it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class PhasePolicy:
+    max_streak: int
+    streak: int = 0  # prefill steps in a row while requests were decoding
+
+    def forced_decode(self, decoding: bool) -> str:
+        """Why this step must decode whatever waits (the step event's note), or '' if prefill may go first."""
+        if decoding and self.streak >= self.max_streak:
+            return f"decode forced after {self.streak} prefill steps"
+        return ""
+
+    def record(self, prefilled: bool, decoding: bool) -> None:
+        """Count the step just scheduled (or tried: a decode step with nothing to decode also ends a streak)."""
+        self.streak = self.streak + 1 if prefilled and decoding else 0

@@ -1,0 +1,23 @@
+"""Reply: what the scheduler reports for one request after a step (a token, or the end)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One token (or the end) of one request, as the scheduler reports it."""
+
+    uid: int
+    token: int | None
+    finished: bool
+    finish_reason: str | None = None  # 'stop' | 'length' | 'error' | 'abort' when finished
+    error: str | None = None
+    # for a request that asked (SamplingParams.logprobs): the token's logprob and the top alternatives
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] | None = None
+    # for a request whose text the LLM follows (stop strings, or asked for): the text this reply adds, held
+    # back while it could be the start of a stop string; and the stop string that ended it
+    text: str | None = None
+    stop_string: str | None = None

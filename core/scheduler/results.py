@@ -1,0 +1,42 @@
+"""A launched step's sampled tokens, handed to their requests: one Reply per sampled token, and who finished.
+
+Whether a request samples this step, and whether it is finished, are judged from what was scheduled and from
+the tokens the host has received, never from lengths that a later launch already moved on (overlap safety,
+core/scheduler/loops.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from core.engine.sampler import TokenLogprobs
+from core.request import Req
+from core.scheduler.reply import Reply
+from core.scheduler.step import Prepared
+
+
+def take_tokens(prepared: Prepared, tokens: list[int], logprobs: TokenLogprobs | None,
+                eos_token_ids: frozenset[int]) -> tuple[list[Reply], list[Req]]:
+    """Append each sampled token to its request; the replies to send, and the requests that just finished
+    (marked done: a step already launched for them has its token dropped)."""
+    replies: list[Reply] = []
+    finished: list[Req] = []
+    for row, (req, token, samples) in enumerate(zip(prepared.batch.reqs, tokens, prepared.samples)):
+        if not samples or req.done:  # a prompt chunk, or a request already answered
+            continue
+        req.input_ids.append(token)
+        req.output_ids.append(token)
+        reason = None
+        if not req.params.ignore_eos and token in eos_token_ids:
+            reason = "stop"
+        elif len(req.input_ids) >= req.max_device_len:  # tokens received, not the (further) scheduled length
+            reason = "length"
+        reply = Reply(req.uid, token, reason is not None, reason)
+        if logprobs is not None and req.params.logprobs is not None:
+            chosen, top = logprobs.row(row, req.params.logprobs)
+            reply = dataclasses.replace(reply, logprob=chosen, top_logprobs=top)
+        replies.append(reply)
+        if reason is not None:
+            req.done = True
+            finished.append(req)
+    return replies, finished

@@ -1,0 +1,41 @@
+"""A step on its way through the loop: prepared (scheduled, indices on the device), then in flight (launched)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from core.engine.engine import ForwardOutput
+from core.engine.sampler import SampleArgs
+from core.events import KVUsage, ReqStep, WaitReason
+from core.request import Batch
+
+
+@dataclass
+class Prepared:
+    """A scheduled batch with everything its launch needs, and what the step event will report."""
+
+    batch: Batch
+    sample_args: SampleArgs
+    input_index: torch.Tensor | None  # decode: each input token's place in the flat token pool (read at launch)
+    logits_indices: torch.Tensor
+    write_index: torch.Tensor  # where each request's sampled token goes in the flat token pool
+    samples: list[bool]  # per request: does this step produce its next token (False for a prompt chunk)
+    req_steps: tuple[ReqStep, ...]  # lengths as scheduled (the requests move on after the launch)
+    note: str
+    waiting: int
+    pages_used: int
+    pages_cached: int
+    started: float
+    arrived: tuple[int, ...]  # uids queued since the step before
+    waits: tuple[WaitReason, ...] = ()
+    kv: KVUsage | None = None
+    evicted_pages: int = 0
+
+
+@dataclass
+class InFlight:
+    prepared: Prepared
+    output: ForwardOutput
+    ticket: int  # the release fence's number for this launch

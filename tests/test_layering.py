@@ -1,0 +1,95 @@
+"""Inside core, a lower layer never imports an upper one: walk every module's imports (those inside functions
+and behind TYPE_CHECKING too) and check each against the layer order.
+
+A module in a package takes the package's layer; the loose modules at the top of core are placed one by one,
+so a new one has to be given a place here before this test passes.
+"""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+CORE = Path(__file__).resolve().parents[1] / "core"
+
+# the order, lowest first; packages or modules on one line share a layer and may import one another
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "choices", "request", "events", "env", "config", "model_config", "transfer", "arith"),
+    ("kvcache", "distributed", "kernels", "layers", "attention"),
+    ("models",),
+    ("engine",),
+    ("scheduler",),
+    ("llm", "prompts"),
+    ("bench", "reference", "__init__"),
+)
+LEVEL = {name: level for level, names in enumerate(LAYERS) for name in names}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(CORE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" and len(parts) > 1 else parts)
+
+
+def layer_of(module: str) -> int:
+    """core.X... -> the layer of X (core itself is its package façade, at the top)."""
+    parts = module.split(".")
+    key = parts[1] if len(parts) > 1 else "__init__"
+    if key not in LEVEL:
+        raise AssertionError(f"core.{key} has no place in LAYERS (tests/test_layering.py): give it one")
+    return LEVEL[key]
+
+
+def is_module(name: str) -> bool:
+    path = CORE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def imports_of(path: Path, module_level_only: bool = False) -> list[tuple[int, str]]:
+    """(line, module) for every core module ``path`` imports, wherever the import statement stands (or only
+    those run when the module is imported)."""
+    found = []
+    tree = ast.parse(path.read_text(), str(path))
+    for node in tree.body if module_level_only else ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "core"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
+                node.module.split(".")[0] == "core":
+            subs = [f"{node.module}.{a.name}" for a in node.names if is_module(f"{node.module}.{a.name}")]
+            found += [(node.lineno, m) for m in subs] if subs else [(node.lineno, node.module)]
+    return found
+
+
+def core_modules() -> list[Path]:
+    return sorted(CORE.rglob("*.py"))
+
+
+def test_every_core_module_is_walked():
+    assert len(core_modules()) > 50 and all(layer_of(module_name(p)) >= 0 for p in core_modules())
+
+
+def test_no_core_module_imports_a_higher_layer():
+    upward = []
+    for path in core_modules():
+        here = module_name(path)
+        for line, target in imports_of(path):
+            if layer_of(target) > layer_of(here):
+                upward.append(f"{path.relative_to(CORE.parent)}:{line} imports {target}")
+    assert not upward, "imports that run up the layering:\n" + "\n".join(upward)
+
+
+def test_no_import_cycle_at_module_level():
+    """Imports inside functions may break a cycle on purpose; those a module runs when imported may not."""
+    graph = {module_name(p): {m for _, m in imports_of(p, module_level_only=True)} for p in core_modules()}
+    try:
+        TopologicalSorter(graph).prepare()
+    except CycleError as err:
+        raise AssertionError(f"import cycle: {' -> '.join(err.args[1])}") from None
+
+
+def test_the_walk_sees_an_upward_import(tmp_path):
+    """The check itself: an import of the engine from a layer module (here inside a function) is found."""
+    source = tmp_path / "probe.py"
+    source.write_text("def f():\n    from core.engine.engine import Engine\n    from core import env\n")
+    assert imports_of(source) == [(2, "core.engine.engine"), (3, "core.env")]
+    assert layer_of("core.engine.engine") > layer_of("core.layers.linear")
