@@ -27,7 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from gpu_profile import graph_time_us  # noqa: E402  (this folder is on the path of a script run from it)
 
-from core.layers.gemv import NORM, SILU_MUL, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv  # noqa: E402
+from core.kernels.gemv import NORM, SILU_MUL, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv  # noqa: E402
 
 # name -> (out features, in features) of Qwen3-0.6B's linears
 SHAPES = {"qkv_proj": (4096, 1024), "o_proj": (1024, 2048), "gate_up_proj": (6144, 1024), "down_proj": (1024, 3072)}

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from core.kvcache.pool import KVPool
-from core.layers.fused_qkv import QKVSpec, qkv_norm_rope_store
+from core.kernels.fused_qkv import QKVSpec, qkv_norm_rope_store
 from core.request import Batch
 
 
@@ -66,7 +66,7 @@ class AttentionBackend(ABC):
     def attend_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
                    batch: Batch) -> torch.Tensor:
         """Attention straight from the QKV projection's output: QK-norm, RoPE and the KV write in one fused
-        kernel (core/layers/fused_qkv.py), then ``attend``. A backend may fuse further for some batches."""
+        kernel (core/kernels/fused_qkv.py), then ``attend``. A backend may fuse further for some batches."""
         q = qkv_norm_rope_store(qkv, spec.num_heads, spec.num_kv_heads, spec.head_dim, positions, spec.cos_sin,
                                 spec.q_norm_weight, spec.k_norm_weight, spec.eps, self.pool.k[layer],
                                 self.pool.v[layer], batch.out_loc)

@@ -11,7 +11,7 @@ the graph is re-planned for the real batch before every replay; padding rows att
 dummy page that no request owns.
 
 Captured batches of at most ``SMALL_DECODE_MAX_BS`` rows skip flashinfer altogether: one Triton kernel per
-layer does QK-norm, RoPE, the KV write and the attention (core/attention/small_decode.py), reading the same
+layer does QK-norm, RoPE, the KV write and the attention (core/kernels/small_decode.py), reading the same
 fixed page-list buffers, which are then filled by plain copies instead of a plan.
 
 ``plan`` writes its schedule into a pinned host buffer and queues a copy of it to the device. Under overlap
@@ -28,13 +28,13 @@ import torch
 
 from core.attention.base import AttentionBackend
 from core.attention.paging import PagedLayout, pages_of, paged_layout
-from core.attention.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
+from core.kernels.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
                                          small_decode_attention)
 from core.env import small_decode_disabled
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
-from core.layers.fused_qkv import QKVSpec
-from core.layers.kernels import FlashInferKernels
+from core.kernels.fused_qkv import QKVSpec
+from core.kernels.dispatch import FlashInferKernels
 from core.request import Batch
 from core.transfer import pinned
 

@@ -24,9 +24,9 @@ from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.env import cpu_weight_packing_disabled
-from core.layers.kernels import FlashInferKernels, TorchKernels, install_kernels
-from core.layers.packed import pack_linears, packing_available
-from core.layers.triton_support import triton_runs_on
+from core.kernels.dispatch import FlashInferKernels, TorchKernels, install_kernels
+from core.kernels.onednn_packed import pack_linears, packing_available
+from core.kernels.triton_available import triton_runs_on
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.models.config import ModelConfig
@@ -95,7 +95,7 @@ class Engine:
         self.attn_backend = self._make_backend()
         kernels = FlashInferKernels if self.attn_backend.fused_kernels else TorchKernels
         install_kernels(self.model, kernels)
-        # float32 on a CPU: weights packed once for oneDNN's GEMM (core/layers/packed.py)
+        # float32 on a CPU: weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
         self.packed_linears = (pack_linears(self.model) if packing_available(self.device, self.dtype)
                                and not cpu_weight_packing_disabled() else 0)
         self.sampler = Sampler(self.device)

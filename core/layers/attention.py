@@ -7,8 +7,8 @@ from torch import nn
 
 from core.distributed.info import get_tp_info
 from core.engine.context import get_context
-from core.layers.fused_qkv import QKVSpec
-from core.layers.kernels import TorchKernels
+from core.kernels.fused_qkv import QKVSpec
+from core.kernels.dispatch import TorchKernels
 from core.layers.linear import RowParallelLinear, ShardedLinear, local_kv_heads, qkv_blocks
 from core.layers.norm import RMSNorm
 from core.layers.rope import RotaryEmbedding

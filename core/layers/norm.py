@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from core.layers.kernels import TorchKernels
+from core.kernels.dispatch import TorchKernels
 
 
 class RMSNorm(nn.Module):

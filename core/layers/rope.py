@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from core.layers.kernels import TorchKernels
+from core.kernels.dispatch import TorchKernels
 from core.models.config import RopeScaling
 
 

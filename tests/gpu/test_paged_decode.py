@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.attention.paged_decode import paged_decode
+from core.kernels.paged_decode import paged_decode
 from core.kvcache.pool import KVPool
 
 pytestmark = pytest.mark.gpu

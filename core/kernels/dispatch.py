@@ -4,7 +4,7 @@ place.
 ``TorchKernels`` is plain torch and runs anywhere; in float32 it matches transformers bit for bit.
 ``FlashInferKernels`` swaps in flashinfer's fused CUDA kernels (one launch instead of several, no float32
 intermediates in memory), in bf16/fp16 on CUDA, and for one row (decode at batch 1) runs each linear, with
-the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/layers/gemv.py).
+the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/kernels/gemv.py).
 Layers hold a ``kernels`` attribute, set for the whole model by ``install_kernels``; the engine picks
 flashinfer's set exactly when it runs flashinfer attention, so ``attention='torch'`` runs the whole model in
 plain torch, the reference to compare against.
@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.env import fused_qkv_disabled, gemv_disabled
-from core.layers import packed
-from core.layers.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
-from core.layers.triton_support import triton_available, triton_runs_on
+from core.kernels import onednn_packed
+from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
+from core.kernels.triton_available import triton_available, triton_runs_on
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -37,7 +37,7 @@ class TorchKernels:
 
     @staticmethod
     def fuses_qkv() -> bool:
-        """Whether attention layers take the fused QK-norm + RoPE + KV-write kernel (core/layers/fused_qkv.py)."""
+        """Whether attention layers take the fused QK-norm + RoPE + KV-write kernel (core/kernels/fused_qkv.py)."""
         return False
 
     @staticmethod
@@ -64,8 +64,8 @@ class TorchKernels:
     @staticmethod
     def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | None) -> torch.Tensor:
-        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's pre-packed copy, if any (core/layers/packed.py)."""
-        return packed.linear(x, weight, bias, packed_weight)
+        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's pre-packed copy, if any (core/kernels/onednn_packed.py)."""
+        return onednn_packed.linear(x, weight, bias, packed_weight)
 
     @classmethod
     def rms_norm_linear(cls, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.layers.fused_qkv import QKVSpec
+from core.kernels.fused_qkv import QKVSpec
 
 SMALL_DECODE_MAX_BS = 4
 TARGET_PROGRAMS = 128  # about one per SM: enough splits to read a short context in parallel
@@ -71,7 +71,7 @@ def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, pag
 
 @functools.cache
 def _kernel():
-    from core.attention.decode_kernel import decode_attention_kernel  # imports triton
+    from core.kernels.small_decode_triton import decode_attention_kernel  # imports triton
 
     return decode_attention_kernel
 
