@@ -1,4 +1,7 @@
-"""The one place that reads MINISGL_* environment variables, so every knob is discoverable here."""
+"""The one place that reads MINISGL_* environment variables, so every knob is discoverable here.
+
+The MINISGL_DISABLE_* switches are read once, when an engine is built, into its plan (core/engine/plan.py).
+"""
 
 from __future__ import annotations
 

@@ -40,7 +40,6 @@ class AttentionBackend(ABC):
         """Last step before the forward pass (eager): plan kernels from ``batch.attn_metadata``."""
 
     supports_cuda_graph = False
-    fused_kernels = False  # run the model's norms, activation and RoPE with flashinfer's kernels too
 
     def init_cuda_graph(self, batch_sizes: list[int], dummy_page: int) -> None:
         """Allocate fixed metadata buffers for decode batches of these sizes; padding rows read ``dummy_page``."""
@@ -56,8 +55,8 @@ class AttentionBackend(ABC):
         """q: [tokens, heads, dim]; k, v: [tokens, kv_heads, dim]. Returns [tokens, heads, dim]."""
 
     # A backend whose kernels read every key and value from the pool can take them already written there (by a
-    # fused kernel that also normalised and rotated them): the layer then calls ``attend`` instead of ``forward``.
-    attends_from_pool = False
+    # fused kernel that also normalised and rotated them): when the engine's plan fuses the QKV path (only with
+    # such a backend, core/engine/plan.py) the layers call ``attend_qkv`` instead of ``forward``.
 
     def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         """Attention for a contiguous q once this step's k and v are in the pool at ``batch.out_loc``."""

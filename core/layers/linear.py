@@ -39,7 +39,7 @@ class ShardedLinear(nn.Module):
         self.weight = _param(offset, in_features)
         self.bias = _param(offset) if bias else None
         self.packed: torch.Tensor | None = None  # the weight in oneDNN's layout (core/kernels/onednn_packed.py)
-        self.kernels = TorchKernels
+        self.kernels = TorchKernels()
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         rows, start = self.blocks[shard]
@@ -110,7 +110,7 @@ class RowParallelLinear(nn.Module):
         self.start = tp.rank * self.part
         self.weight = _param(out_features, self.part)
         self.packed: torch.Tensor | None = None
-        self.kernels = TorchKernels
+        self.kernels = TorchKernels()
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         if kind != "weight":

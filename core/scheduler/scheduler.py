@@ -35,7 +35,6 @@ from typing import Callable, Iterator
 
 import torch
 
-from core import env
 from core.config import EngineConfig
 from core.engine.engine import Engine, ForwardOutput
 from core.engine.sampler import SampleArgs, TokenLogprobs
@@ -98,12 +97,6 @@ class _InFlight:
     ticket: int  # the release fence's number for this launch
 
 
-def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
-    if env.overlap_scheduling_disabled():
-        return False
-    return config.overlap if config.overlap is not None else device.type == "cuda"
-
-
 class Scheduler:
     def __init__(self, config: EngineConfig, model_dir: Path, log: Callable[[str], None] | None = None) -> None:
         self.config = config
@@ -111,7 +104,7 @@ class Scheduler:
         self.device = self.engine.device
         self.page_size = config.page_size
         self.max_seq_len = self.engine.max_seq_len
-        self.overlap = overlap_enabled(config, self.device)
+        self.overlap = self.engine.plan.overlap
         self.fence = ReleaseFence()
         self.table_manager = TableManager(config.max_running_req, self.max_seq_len, self.device, self.fence)
         self.cache_manager = CacheManager(self.engine.num_pages, self.page_size, self.engine.page_table, config.cache,
