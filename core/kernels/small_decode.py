@@ -12,7 +12,8 @@ arrive merges all splits and resets the counter for the next layer.
 
 Used by the flashinfer backend for captured batches of at most ``SMALL_DECODE_MAX_BS`` rows, where flashinfer's
 kernels are dominated by fixed costs; larger batches keep flashinfer's decode, which reads KV at 3-4 TB/s.
-``MINISGL_DISABLE_SMALL_DECODE=1`` turns it off (for comparisons).
+``MINISGL_DISABLE_SMALL_DECODE=1`` turns it off (for comparisons; read into the engine's plan,
+core/engine/plan.py).
 """
 
 from __future__ import annotations
