@@ -39,6 +39,7 @@ class EngineConfig:
     tp: int = 1
     # overlap scheduling: prepare step N+1 while step N runs. None: on for CUDA, off on CPU (where it gains
     # nothing but runs the same bookkeeping); MINISGL_DISABLE_OVERLAP_SCHEDULING=1 turns it off regardless
+    # (decided with every other switch in core/engine/plan.py)
     overlap: bool | None = None
     # the KV cache's storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales
     # (core/kvcache/pool.py), attention then computing in float32 (the torch backend)

@@ -1,4 +1,7 @@
-"""The one place that reads MINISGL_* environment variables, so every knob is discoverable here."""
+"""The one place that reads MINISGL_* environment variables, so every knob is discoverable here.
+
+The MINISGL_DISABLE_* switches are read once, when an engine is built, into its plan (core/engine/plan.py).
+"""
 
 from __future__ import annotations
 
@@ -45,16 +48,16 @@ def fused_qkv_disabled() -> bool:
 
 def small_decode_disabled() -> bool:
     """MINISGL_DISABLE_SMALL_DECODE=1 keeps flashinfer's decode kernels for small captured batches instead of
-    the one-kernel Triton decode (see core/attention/small_decode.py; for comparisons)."""
+    the one-kernel Triton decode (see core/kernels/small_decode.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_SMALL_DECODE")
 
 
 def gemv_disabled() -> bool:
     """MINISGL_DISABLE_GEMV=1 runs small-batch linears on cuBLAS, with the norms and activations as kernels of
-    their own (see core/layers/gemv.py; for comparisons)."""
+    their own (see core/kernels/gemv.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_GEMV")
 
 
 def cpu_weight_packing_disabled() -> bool:
-    """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/layers/packed.py)."""
+    """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/kernels/onednn_packed.py)."""
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")

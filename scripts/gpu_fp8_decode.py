@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from core.attention.paged_decode import paged_decode
+from core.kernels.paged_decode import paged_decode
 from core.kvcache.pool import KVPool
 
 BATCH, HEADS, KV_HEADS, DIM, PAGE = 256, 16, 8, 128, 16

@@ -1,4 +1,4 @@
-"""Batch-1 linears on the GPU: cuBLAS against the Triton kernels of core/layers/gemv.py, for each linear of the
+"""Batch-1 linears on the GPU: cuBLAS against the Triton kernels of core/kernels/gemv.py, for each linear of the
 Qwen3-0.6B shape, with a sweep over tile sizes.
 
 Run on a CUDA machine after ``. scripts/gpu_env.sh``:
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from core.layers.gemv import NORM, SILU_MUL, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
+from core.kernels.gemv import NORM, SILU_MUL, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
 from gpu_profile import graph_time_us  # beside this script: Python puts a script's folder on its path
 
 ROOT = Path(__file__).resolve().parents[1]  # where the output folder goes by default

@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from core.kvcache.pool import KVPool
-from core.layers.fused_qkv import QKVSpec, qkv_norm_rope_store
+from core.kernels.fused_qkv import QKVSpec, qkv_norm_rope_store
 from core.request import Batch
 
 
@@ -40,7 +40,6 @@ class AttentionBackend(ABC):
         """Last step before the forward pass (eager): plan kernels from ``batch.attn_metadata``."""
 
     supports_cuda_graph = False
-    fused_kernels = False  # run the model's norms, activation and RoPE with flashinfer's kernels too
 
     def init_cuda_graph(self, batch_sizes: list[int], dummy_page: int) -> None:
         """Allocate fixed metadata buffers for decode batches of these sizes; padding rows read ``dummy_page``."""
@@ -56,8 +55,8 @@ class AttentionBackend(ABC):
         """q: [tokens, heads, dim]; k, v: [tokens, kv_heads, dim]. Returns [tokens, heads, dim]."""
 
     # A backend whose kernels read every key and value from the pool can take them already written there (by a
-    # fused kernel that also normalised and rotated them): the layer then calls ``attend`` instead of ``forward``.
-    attends_from_pool = False
+    # fused kernel that also normalised and rotated them): when the engine's plan fuses the QKV path (only with
+    # such a backend, core/engine/plan.py) the layers call ``attend_qkv`` instead of ``forward``.
 
     def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         """Attention for a contiguous q once this step's k and v are in the pool at ``batch.out_loc``."""
@@ -66,7 +65,7 @@ class AttentionBackend(ABC):
     def attend_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
                    batch: Batch) -> torch.Tensor:
         """Attention straight from the QKV projection's output: QK-norm, RoPE and the KV write in one fused
-        kernel (core/layers/fused_qkv.py), then ``attend``. A backend may fuse further for some batches."""
+        kernel (core/kernels/fused_qkv.py), then ``attend``. A backend may fuse further for some batches."""
         q = qkv_norm_rope_store(qkv, spec.num_heads, spec.num_kv_heads, spec.head_dim, positions, spec.cos_sin,
                                 spec.q_norm_weight, spec.k_norm_weight, spec.eps, self.pool.k[layer],
                                 self.pool.v[layer], batch.out_loc)

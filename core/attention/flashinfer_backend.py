@@ -10,9 +10,10 @@ CUDA graphs each captured batch size has its own decode wrapper whose metadata l
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
 dummy page that no request owns.
 
-Captured batches of at most ``SMALL_DECODE_MAX_BS`` rows skip flashinfer altogether: one Triton kernel per
-layer does QK-norm, RoPE, the KV write and the attention (core/attention/small_decode.py), reading the same
-fixed page-list buffers, which are then filled by plain copies instead of a plan.
+With ``small_decode`` (decided by the engine's plan), captured batches of at most ``SMALL_DECODE_MAX_BS`` rows
+skip flashinfer altogether: one Triton kernel per layer does QK-norm, RoPE, the KV write and the attention
+(core/kernels/small_decode.py), reading the same fixed page-list buffers, which are then filled by plain
+copies instead of a plan.
 
 ``plan`` writes its schedule into a pinned host buffer and queues a copy of it to the device. Under overlap
 scheduling the next plan can come before the device has run that copy, and would overwrite the buffer under
@@ -29,13 +30,11 @@ import torch
 from core.attention.base import AttentionBackend
 from core.arith import pages_for
 from core.attention.paging import PagedLayout, paged_layout
-from core.attention.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
-                                         small_decode_attention)
-from core.env import small_decode_disabled
 from core.errors import InvalidParamsError
+from core.kernels.fused_qkv import QKVSpec
+from core.kernels.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
+                                       small_decode_attention)
 from core.kvcache.pool import KVPool
-from core.layers.fused_qkv import QKVSpec
-from core.layers.kernels import FlashInferKernels
 from core.request import Batch
 from core.transfer import pinned
 
@@ -65,11 +64,12 @@ class FlashInferMetadata:
 
 
 class FlashInferBackend(AttentionBackend):
-    fused_kernels = True
-
     def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
-                 head_dim: int) -> None:
+                 head_dim: int, small_decode: bool = False) -> None:
+        """``small_decode``: captured batches of a few rows run the one-kernel Triton decode; the engine's plan
+        sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from."""
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
+        self.small_decode = small_decode
         self.check_supported(pool)
         import flashinfer
 
@@ -145,17 +145,15 @@ class FlashInferBackend(AttentionBackend):
             self._plan_copied = torch.cuda.Event()
             self._plan_copied.record()
 
-    attends_from_pool = True
-
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         self.pool.store(layer, batch.out_loc, k, v)
         return self.attend(q.contiguous(), layer, batch)
 
     def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         wrapper = batch.attn_metadata.wrapper
-        if wrapper is None:
-            raise RuntimeError("this batch was planned for the one-kernel small decode, which starts from the QKV "
-                               "projection's output (attend_qkv)")
+        # a batch planned for the small decode has no wrapper; the one plan that enables it sends the layers to
+        # attend_qkv, so this path never meets one
+        assert wrapper is not None, "a small-decode batch reached attend: its layers must call attend_qkv"
         shape = (-1, self.page_size, self.num_kv_heads, self.head_dim)
         kv = (self.pool.k[layer].view(shape), self.pool.v[layer].view(shape))
         return wrapper.run(q, kv)
@@ -179,7 +177,7 @@ class FlashInferBackend(AttentionBackend):
         self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)
         self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
         self._dummy_page = dummy_page
-        if FlashInferKernels.fuses_qkv() and not small_decode_disabled():  # the layers call attend_qkv
+        if self.small_decode:
             self._small_decode = make_plan(min(max_bs, SMALL_DECODE_MAX_BS), self.num_heads, self.num_kv_heads,
                                            self.head_dim, self.page_size, self.scale, self._graph_indptr,
                                            self._graph_indices, self._graph_last)

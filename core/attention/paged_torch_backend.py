@@ -1,4 +1,4 @@
-"""The torch backend with decode in the Triton paged kernel (core/attention/paged_decode.py): what an fp8 KV
+"""The torch backend with decode in the Triton paged kernel (core/kernels/paged_decode.py): what an fp8 KV
 cache runs on CUDA, since flashinfer's kernels take no per-head scales.
 
 Prefill stays the torch backend's (per-request SDPA; cached keys dequantised on the way); decode reads the
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.attention.paged_decode import paged_decode
+from core.kernels.paged_decode import paged_decode
 from core.attention.paging import paged_layout
 from core.attention.torch_backend import TorchAttentionBackend
 from core.request import Batch

@@ -16,18 +16,16 @@ import torch
 
 from core.arith import pages_for
 from core.attention.base import AttentionBackend
-from core.attention.flashinfer_backend import HALF_DTYPES, flashinfer_available
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
 from core.engine.graph import CudaGraphRunner
+from core.engine.plan import EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
-from core.env import cpu_weight_packing_disabled
-from core.layers.kernels import FlashInferKernels, TorchKernels, install_kernels
-from core.layers.packed import pack_linears, packing_available
-from core.layers.triton_support import triton_runs_on
+from core.kernels.dispatch import install_kernels, kernels_for
+from core.kernels.onednn_packed import pack_linears
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.model_config import ModelConfig
@@ -38,7 +36,6 @@ from core.request import Batch
 DEFAULT_CPU_KV_GB = 1.0
 GPU_HEADROOM_FRACTION = 0.1  # of the memory free after loading the weights, kept out of the KV pool
 GPU_MIN_HEADROOM_GB = 4.0
-DEFAULT_GRAPH_MAX_BS = 256
 
 
 @dataclass
@@ -72,13 +69,15 @@ class Engine:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = parse_dtype(config.dtype) or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.tp_info = get_tp_info()  # fixed for this engine's life; the layers were sliced for it
+        # every switch, decided here once (fails before the model loads when an ask cannot be met)
+        self.plan: EnginePlan = plan_engine(config, self.device, self.dtype)
         self.model_config: ModelConfig = read_model_config(model_dir)
         cfg = self.model_config
         self.max_seq_len = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self.model = load_model(model_dir, cfg, self.device, self.dtype, self.max_seq_len)
         self.page_size = config.page_size
         self.num_kv_heads = local_kv_heads(cfg.num_kv_heads)[0]
-        self.kv_fp8 = config.kv_dtype == "fp8"
+        self.kv_fp8 = self.plan.kv_fp8
         # what one cached token costs this rank's pool: what the benchmark's floor reads per token of context
         self.kv_bytes_per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim,
                                                          self.dtype, self.kv_fp8)
@@ -94,11 +93,9 @@ class Engine:
         self.pad_row = config.max_running_req
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
         self.attn_backend = self._make_backend()
-        kernels = FlashInferKernels if self.attn_backend.fused_kernels else TorchKernels
-        install_kernels(self.model, kernels)
-        # float32 on a CPU: weights packed once for oneDNN's GEMM (core/layers/packed.py)
-        self.packed_linears = (pack_linears(self.model) if packing_available(self.device, self.dtype)
-                               and not cpu_weight_packing_disabled() else 0)
+        install_kernels(self.model, kernels_for(self.plan.kernels))
+        # float32 on a CPU: weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
+        self.packed_linears = pack_linears(self.model) if self.plan.kernels.packed_weights else 0
         self.sampler = Sampler(self.device)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
@@ -106,10 +103,11 @@ class Engine:
         # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if log:
-            log(self.describe(kernels.name))
+            log(self.describe())
 
-    def describe(self, kernels: str) -> str:
-        """The engine in words for someone new to it: where it runs, how much the KV cache holds and why."""
+    def describe(self) -> str:
+        """The engine in words for someone new to it: where it runs, how much the KV cache holds and why, and
+        what its plan chose."""
         tokens = self.num_pages * self.page_size
         per_token = self.kv_bytes_per_token
         rows = self.config.max_running_req
@@ -120,12 +118,12 @@ class Engine:
                    f"grows with the number of requests run at once")
         else:
             why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
-        graphs = f"CUDA graphs up to batch {self.graph_runner.max_bs}" if self.graph_runner else "no CUDA graphs"
-        packed = ", weights packed for the CPU's matrix library" if self.packed_linears else ""
+        plan = self.plan
+        graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
+        packed = ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else ""
         return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
-                f"{tokens:,} tokens{' in fp8' if self.kv_fp8 else ''} ({_size(tokens * per_token)}; {why}), "
-                f"{self._attention_name()} "
-                f"attention with {kernels} kernels{packed}, {graphs}")
+                f"{tokens:,} tokens{' in fp8' if plan.kv_fp8 else ''} ({_size(tokens * per_token)}; {why}), "
+                f"{plan.attention} attention with {_kernel_words(plan)}{packed}, {graphs}")
 
     def _pool_pages(self) -> int:
         config = self.config
@@ -152,27 +150,14 @@ class Engine:
         headroom = max(GPU_HEADROOM_FRACTION * free, GPU_MIN_HEADROOM_GB * (1 << 30))
         return max(free - headroom, 0) / (1 << 30)
 
-    def _attention_name(self) -> str:
-        """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports; torch otherwise."""
-        if self.config.attention is not None:
-            return self.config.attention
-        if self.kv_fp8:  # flashinfer's kernels take no per-head scales
-            return "torch"
-        if self.device.type == "cuda" and self.dtype in HALF_DTYPES and flashinfer_available():
-            return "flashinfer"
-        return "torch"
-
     def _make_backend(self) -> AttentionBackend:
         cfg = self.model_config
         args = (self.kv_pool, self.page_table, cfg.num_heads // self.tp_info.size, self.num_kv_heads, cfg.head_dim)
-        if self._attention_name() == "flashinfer":
-            if not flashinfer_available():
-                raise InvalidParamsError("the flashinfer attention backend needs the flashinfer-python package "
-                                         "(pip install 'minisgl[cuda]'); or use --attention torch")
+        if self.plan.attention == "flashinfer":
             from core.attention.flashinfer_backend import FlashInferBackend
 
-            return FlashInferBackend(*args)
-        if self.kv_fp8 and triton_runs_on(self.device) and self.device.type == "cuda":
+            return FlashInferBackend(*args, small_decode=self.plan.kernels.small_decode)
+        if self.plan.fp8_paged_decode:
             from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
 
             return PagedTorchBackend(*args)
@@ -181,18 +166,12 @@ class Engine:
         return TorchAttentionBackend(*args)
 
     def _make_graph_runner(self, log: Callable[[str], None] | None) -> CudaGraphRunner | None:
-        """Decode graphs on CUDA with a backend that supports them; the cap defaults to the running-request cap
-        (at most DEFAULT_GRAPH_MAX_BS) and 0 turns them off."""
-        asked = self.config.cuda_graph_max_bs
-        usable = self.device.type == "cuda" and self.attn_backend.supports_cuda_graph
-        if asked == 0 or (asked is None and not usable):
+        """Decode graphs up to the plan's batch size (none when it is 0)."""
+        if not self.plan.cuda_graph_max_bs:
             return None
-        if not usable:
-            raise InvalidParamsError("CUDA graphs need a CUDA device and the flashinfer attention backend; "
-                                     "pass --cuda-graph-max-bs 0 to run without them")
-        cap = min(asked or DEFAULT_GRAPH_MAX_BS, self.config.max_running_req)
-        return CudaGraphRunner(self.model, self.attn_backend, cap, self.dummy_page * self.page_size,
-                               self.dummy_page, self.device, log)
+        assert self.attn_backend.supports_cuda_graph, "the plan allows graphs only with a backend that has them"
+        return CudaGraphRunner(self.model, self.attn_backend, self.plan.cuda_graph_max_bs,
+                               self.dummy_page * self.page_size, self.dummy_page, self.device, log)
 
     def release_cuda_graphs(self) -> None:
         """Drop the captured graphs (decode runs eagerly from here on). Under tensor parallelism they hold NCCL
@@ -235,6 +214,14 @@ class Engine:
         event = torch.cuda.Event()
         event.record()
         return ForwardOutput(next_tokens, host, event, host_logprobs)
+
+
+def _kernel_words(plan: EnginePlan) -> str:
+    """"torch kernels", or flashinfer's with the Triton kernels the plan turned on."""
+    kernels = plan.kernels
+    fused = [what for on, what in ((kernels.fused_qkv, "fused QKV"), (kernels.gemv, "batch-1 GEMV"),
+                                   (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode")) if on]
+    return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
 
 
 def _size(num_bytes: int) -> str:

@@ -7,8 +7,8 @@ from torch import nn
 
 from core.attention.context import get_context
 from core.distributed.info import get_tp_info
-from core.layers.fused_qkv import QKVSpec
-from core.layers.kernels import TorchKernels
+from core.kernels.fused_qkv import QKVSpec
+from core.kernels.dispatch import TorchKernels
 from core.layers.linear import RowParallelLinear, ShardedLinear, local_kv_heads, qkv_blocks
 from core.layers.norm import RMSNorm
 from core.layers.rope import RotaryEmbedding
@@ -30,7 +30,7 @@ class SelfAttention(nn.Module):
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.rope = rope
-        self.kernels = TorchKernels
+        self.kernels = TorchKernels()
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return self.forward_qkv(positions, self.qkv_proj(x))
@@ -45,7 +45,7 @@ class SelfAttention(nn.Module):
     def forward_qkv(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
         """Everything after the QKV projection: QK-norm, RoPE, the KV write, attention and the output projection."""
         ctx = get_context()
-        if ctx.backend.attends_from_pool and self.kernels.fuses_qkv():
+        if self.kernels.fuses_qkv:
             out = ctx.backend.attend_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch)
             return self.o_proj(out.reshape(-1, self.q_size))
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)

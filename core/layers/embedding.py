@@ -9,7 +9,7 @@ from torch import nn
 from core.arith import ceil_div
 from core.distributed.comm import all_gather_last_dim, all_reduce
 from core.distributed.info import get_tp_info
-from core.layers.packed import linear
+from core.kernels.onednn_packed import linear
 
 
 class VocabParallelEmbedding(nn.Module):

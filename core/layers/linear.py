@@ -13,7 +13,7 @@ from torch import nn
 
 from core.distributed.comm import all_reduce
 from core.distributed.info import get_tp_info
-from core.layers.kernels import TorchKernels
+from core.kernels.dispatch import TorchKernels
 from core.layers.norm import RMSNorm
 
 
@@ -38,8 +38,8 @@ class ShardedLinear(nn.Module):
             offset += rows
         self.weight = _param(offset, in_features)
         self.bias = _param(offset) if bias else None
-        self.packed: torch.Tensor | None = None  # the weight in oneDNN's layout (core/layers/packed.py)
-        self.kernels = TorchKernels
+        self.packed: torch.Tensor | None = None  # the weight in oneDNN's layout (core/kernels/onednn_packed.py)
+        self.kernels = TorchKernels()
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         rows, start = self.blocks[shard]
@@ -110,7 +110,7 @@ class RowParallelLinear(nn.Module):
         self.start = tp.rank * self.part
         self.weight = _param(out_features, self.part)
         self.packed: torch.Tensor | None = None
-        self.kernels = TorchKernels
+        self.kernels = TorchKernels()
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         if kind != "weight":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from core.layers.kernels import TorchKernels
+from core.kernels.dispatch import TorchKernels
 
 
 class RMSNorm(nn.Module):
@@ -13,7 +13,7 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim), requires_grad=False)
-        self.kernels = TorchKernels
+        self.kernels = TorchKernels()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.kernels.rms_norm(x, self.weight, self.eps)

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import nn
 
-from core.layers.kernels import TorchKernels
+from core.kernels.dispatch import TorchKernels
 from core.model_config import RopeScaling
 
 
@@ -43,7 +43,7 @@ class RotaryEmbedding(nn.Module):
         half = inv_freq.shape[0]
         self.register_buffer("cos_sin", torch.cat((self.cos[:, :half], self.sin[:, :half]), dim=-1),
                              persistent=False)
-        self.kernels = TorchKernels
+        self.kernels = TorchKernels()
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q: [tokens, heads, head_dim], k: [tokens, kv_heads, head_dim]; rotated in their own dtype."""

@@ -22,15 +22,7 @@ from typing import Iterator, Protocol
 
 import torch
 
-from core import env
-from core.config import EngineConfig
 from core.scheduler.step import InFlight, Prepared
-
-
-def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
-    if env.overlap_scheduling_disabled():
-        return False
-    return config.overlap if config.overlap is not None else device.type == "cuda"
 
 
 class Steps(Protocol):

@@ -31,7 +31,7 @@ from core.scheduler.decode import DecodeManager
 from core.scheduler.fence import ReleaseFence
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
 from core.scheduler.indices import DecodeIndices, PrefillIndices, decode_indices, prefill_indices
-from core.scheduler.loops import after_current_stream, on_stream, overlap_enabled, overlap_loop, plain_loop
+from core.scheduler.loops import after_current_stream, on_stream, overlap_loop, plain_loop
 from core.scheduler.policy import PhasePolicy
 from core.scheduler.prefill import PendingReq, PrefillManager
 from core.scheduler.reply import Reply
@@ -49,7 +49,7 @@ class Scheduler:
         self.device = self.engine.device
         self.page_size = config.page_size
         self.max_seq_len = self.engine.max_seq_len
-        self.overlap = overlap_enabled(config, self.device)
+        self.overlap = self.engine.plan.overlap
         self.fence = ReleaseFence()
         self.table_manager = TableManager(config.max_running_req, self.max_seq_len, self.device, self.fence)
         self.cache_manager = CacheManager(self.engine.num_pages, self.page_size, self.engine.page_table, config.cache,

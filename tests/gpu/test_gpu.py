@@ -102,7 +102,7 @@ def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_s
 # ---- fused kernels ------------------------------------------------------------------------------------------
 @needs_flashinfer
 def test_flashinfer_kernels_match_torch_kernels():
-    from core.layers.kernels import FlashInferKernels, TorchKernels
+    from core.kernels.dispatch import FlashInferKernels, TorchKernels
     from core.layers.rope import RotaryEmbedding
     from core.model_config import RopeScaling
 
@@ -175,7 +175,7 @@ def test_cuda_graphs_on_and_off_give_the_same_tokens(hd128_dir, monkeypatch):
 def test_small_decode_kernel_agrees_with_flashinfer(hd128_dir, page_size):
     """Graphs of 4, 2 and 1 rows run the one-kernel Triton decode; eager steps run flashinfer's kernels. bf16
     roundings differ between them, so the near-tie rule judges; every request must also get its tokens."""
-    from core.attention.small_decode import SMALL_DECODE_MAX_BS
+    from core.kernels.small_decode import SMALL_DECODE_MAX_BS
 
     prompts, lengths = prompts_and_lengths(6, seed=page_size)
     lengths = [n + 20 for n in lengths]  # long enough to decode alone at the end

@@ -1,4 +1,4 @@
-"""On CUDA: the Triton paged decode kernel (core/attention/paged_decode.py) against float32 attention over the
+"""On CUDA: the Triton paged decode kernel (core/kernels/paged_decode.py) against float32 attention over the
 same pages, bf16 and fp8; and an fp8 engine's greedy tokens against the bf16 engine's. Skipped without CUDA."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.attention.paged_decode import paged_decode
+from core.kernels.paged_decode import paged_decode
 from core.kvcache.pool import KVPool
 
 pytestmark = pytest.mark.gpu

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from core import LLM, SamplingParams
 from core.attention.flashinfer_backend import FlashInferBackend
-from core.layers.kernels import TorchKernels
+from core.kernels.dispatch import TorchKernels
 from tests.support.prompts import varied_prompts
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.attention.small_decode import QKVSpec, make_plan, num_splits, small_decode_attention
+from core.kernels.small_decode import QKVSpec, make_plan, num_splits, small_decode_attention
 from core.layers.rope import RotaryEmbedding
-from core.layers.triton_support import triton_runs_on
+from core.kernels.triton_available import triton_runs_on
 from core.model_config import RopeScaling
 from tests.kernels.test_fused_qkv import unfused
 

@@ -13,7 +13,7 @@ from tests.support.checks import assert_pages_accounted
 from core import LLM, SamplingParams
 from core.config import EngineConfig
 from core.scheduler.fence import ReleaseFence
-from core.scheduler.loops import overlap_enabled
+from core.engine.plan import overlap_enabled
 
 MODEL = "llama"
 

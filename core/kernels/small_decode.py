@@ -12,7 +12,8 @@ arrive merges all splits and resets the counter for the next layer.
 
 Used by the flashinfer backend for captured batches of at most ``SMALL_DECODE_MAX_BS`` rows, where flashinfer's
 kernels are dominated by fixed costs; larger batches keep flashinfer's decode, which reads KV at 3-4 TB/s.
-``MINISGL_DISABLE_SMALL_DECODE=1`` turns it off (for comparisons).
+``MINISGL_DISABLE_SMALL_DECODE=1`` turns it off (for comparisons; read into the engine's plan,
+core/engine/plan.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.layers.fused_qkv import QKVSpec
+from core.kernels.fused_qkv import QKVSpec
 
 SMALL_DECODE_MAX_BS = 4
 TARGET_PROGRAMS = 128  # about one per SM: enough splits to read a short context in parallel
@@ -71,7 +72,7 @@ def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, pag
 
 @functools.cache
 def _kernel():
-    from core.attention.decode_kernel import decode_attention_kernel  # imports triton
+    from core.kernels.small_decode_triton import decode_attention_kernel  # imports triton
 
     return decode_attention_kernel
 

@@ -1,4 +1,4 @@
-"""The Triton kernel behind core/attention/small_decode.py (see there for what it does and why).
+"""The Triton kernel behind core/kernels/small_decode.py (see there for what it does and why).
 
 A module of its own because it imports triton at the top: Triton resolves the helpers a kernel calls among
 its module's globals, and the rest of the engine must import without triton installed.
@@ -7,7 +7,7 @@ its module's globals, and the rest of the engine must import without triton inst
 import triton
 import triton.language as tl
 
-from core.layers.qkv_kernel import norm_rope
+from core.kernels.fused_qkv_triton import norm_rope
 
 
 @triton.jit(do_not_specialize_on_alignment=["positions_ptr", "out_loc_ptr"])

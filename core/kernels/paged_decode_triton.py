@@ -1,4 +1,4 @@
-"""The Triton kernel behind core/attention/paged_decode.py (see there for what it does and why).
+"""The Triton kernel behind core/kernels/paged_decode.py (see there for what it does and why).
 
 A module of its own because it imports triton at the top; the rest of the engine imports without triton.
 """

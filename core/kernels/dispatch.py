@@ -1,25 +1,27 @@
-"""The per-token kernels (RMSNorm, residual add + RMSNorm, SiLU-and-mul, RoPE) and the linears, chosen in one
-place.
+"""The per-token kernels (RMSNorm, residual add + RMSNorm, SiLU-and-mul, RoPE) and the linears, as one table
+the layers call.
 
 ``TorchKernels`` is plain torch and runs anywhere; in float32 it matches transformers bit for bit.
 ``FlashInferKernels`` swaps in flashinfer's fused CUDA kernels (one launch instead of several, no float32
-intermediates in memory), in bf16/fp16 on CUDA, and for one row (decode at batch 1) runs each linear, with
-the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/layers/gemv.py).
-Layers hold a ``kernels`` attribute, set for the whole model by ``install_kernels``; the engine picks
-flashinfer's set exactly when it runs flashinfer attention, so ``attention='torch'`` runs the whole model in
-plain torch, the reference to compare against.
+intermediates in memory), in bf16/fp16 on CUDA, and with ``gemv`` runs each one-row linear (decode at batch 1),
+with the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/kernels/gemv.py).
+Layers hold a ``kernels`` instance, set for the whole model by ``install_kernels`` from the engine's
+``KernelChoices`` (core/kernels/choices.py): the table carries those decisions, and a forward pass only looks
+at its own batch's shape.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.env import fused_qkv_disabled, gemv_disabled
-from core.layers import packed
-from core.layers.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
-from core.layers.triton_support import triton_available, triton_runs_on
+from core.kernels import onednn_packed
+from core.kernels.choices import KernelChoices
+from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -32,13 +34,11 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (x * cos).add_(_rotate_half(x).mul_(sin))
 
 
+@dataclass(frozen=True)
 class TorchKernels:
-    name = "torch"
-
-    @staticmethod
-    def fuses_qkv() -> bool:
-        """Whether attention layers take the fused QK-norm + RoPE + KV-write kernel (core/layers/fused_qkv.py)."""
-        return False
+    name: ClassVar[str] = "torch"
+    # attention layers take the fused QK-norm + RoPE + KV-write path (core/kernels/fused_qkv.py)
+    fuses_qkv: bool = False
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -64,24 +64,23 @@ class TorchKernels:
     @staticmethod
     def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | None) -> torch.Tensor:
-        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's pre-packed copy, if any (core/layers/packed.py)."""
-        return packed.linear(x, weight, bias, packed_weight)
+        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's pre-packed copy, if any
+        (core/kernels/onednn_packed.py)."""
+        return onednn_packed.linear(x, weight, bias, packed_weight)
 
-    @classmethod
-    def rms_norm_linear(cls, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+    def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                         weight: torch.Tensor, bias: torch.Tensor | None,
                         packed_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(linear(rms_norm(x + residual)), x + residual); with no residual yet, x itself is the residual."""
         if residual is None:
-            residual, x = x, cls.rms_norm(x, norm_weight, eps)
+            residual, x = x, self.rms_norm(x, norm_weight, eps)
         else:
-            x, residual = cls.add_rms_norm(x, residual, norm_weight, eps)
-        return cls.linear(x, weight, bias, packed_weight), residual
+            x, residual = self.add_rms_norm(x, residual, norm_weight, eps)
+        return self.linear(x, weight, bias, packed_weight), residual
 
-    @classmethod
-    def silu_mul_linear(cls, gate_up: torch.Tensor, weight: torch.Tensor,
+    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor,
                         packed_weight: torch.Tensor | None) -> torch.Tensor:
-        return cls.linear(cls.silu_and_mul(gate_up), weight, None, packed_weight)
+        return self.linear(self.silu_and_mul(gate_up), weight, None, packed_weight)
 
     @staticmethod
     def rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -92,12 +91,10 @@ class TorchKernels:
         return _rotate(q, c, s), _rotate(k, c, s)
 
 
+@dataclass(frozen=True)
 class FlashInferKernels(TorchKernels):
-    name = "flashinfer"
-
-    @staticmethod
-    def fuses_qkv() -> bool:
-        return triton_available() and not fused_qkv_disabled()
+    name: ClassVar[str] = "flashinfer"
+    gemv: bool = False  # one-row linears in the Triton GEMV kernels (core/kernels/gemv.py)
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -128,36 +125,39 @@ class FlashInferKernels(TorchKernels):
         apply_rope_with_cos_sin_cache_inplace(positions, q, k, q.shape[-1], cos_sin, is_neox=True)
         return q, k
 
-    @staticmethod
-    def uses_gemv(x: torch.Tensor) -> bool:
+    def uses_gemv(self, x: torch.Tensor) -> bool:
         """One row, where the Triton kernels beat cuBLAS (and fold the norm or the activation in)."""
-        return x.shape[0] <= GEMV_MAX_ROWS and triton_runs_on(x.device) and not gemv_disabled()
+        return self.gemv and x.shape[0] <= GEMV_MAX_ROWS
 
-    @classmethod
-    def linear(cls, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | None) -> torch.Tensor:
-        if cls.uses_gemv(x):
+        if self.uses_gemv(x):
             return gemv(x, weight, bias)
         return super().linear(x, weight, bias, packed_weight)
 
-    @classmethod
-    def rms_norm_linear(cls, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+    def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                         weight: torch.Tensor, bias: torch.Tensor | None,
                         packed_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        if cls.uses_gemv(x):
+        if self.uses_gemv(x):
             return rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
         return super().rms_norm_linear(x, residual, norm_weight, eps, weight, bias, packed_weight)
 
-    @classmethod
-    def silu_mul_linear(cls, gate_up: torch.Tensor, weight: torch.Tensor,
+    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor,
                         packed_weight: torch.Tensor | None) -> torch.Tensor:
-        if cls.uses_gemv(gate_up):
+        if self.uses_gemv(gate_up):
             return silu_mul_gemv(gate_up, weight)
         return super().silu_mul_linear(gate_up, weight, packed_weight)
 
 
-def install_kernels(model: nn.Module, kernels: type[TorchKernels]) -> None:
-    """Point every layer that uses these kernels at one implementation."""
+def kernels_for(choices: KernelChoices) -> TorchKernels:
+    """The table that runs these choices."""
+    if choices.flashinfer:
+        return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv)
+    return TorchKernels()
+
+
+def install_kernels(model: nn.Module, kernels: TorchKernels) -> None:
+    """Point every layer that uses these kernels at one table."""
     for module in model.modules():
         if hasattr(module, "kernels"):
             module.kernels = kernels

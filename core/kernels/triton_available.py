@@ -1,7 +1,7 @@
-"""Whether the project's Triton kernels (core/layers/fused_qkv.py, gemv.py, core/attention/small_decode.py) can
-run: triton must import, and the tensors must be on CUDA, or on a CPU under Triton's interpreter
-(``TRITON_INTERPRET=1``, how the tests run them without a GPU). Triton itself is imported only when a kernel
-is first launched, so the engine imports without it.
+"""Whether the project's Triton kernels (the ``*_triton.py`` modules beside this one) can run: triton must
+import, and the tensors must be on CUDA, or on a CPU under Triton's interpreter (``TRITON_INTERPRET=1``, how
+the tests run them without a GPU). Triton itself is imported only when a kernel is first launched, so the
+engine imports without it.
 """
 
 from __future__ import annotations

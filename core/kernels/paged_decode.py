@@ -13,7 +13,7 @@ import functools
 
 import torch
 
-from core.attention.small_decode import block_g
+from core.kernels.small_decode import block_g
 from core.kvcache.pool import KVPool
 
 # (cached tokens per loop iteration, warps, pipeline stages), for bf16 pages and for fp8 ones
@@ -22,7 +22,7 @@ TILES = {False: (64, 4, 2), True: (128, 4, 2)}  # fp8: the sweep in scripts/gpu_
 
 @functools.cache
 def _kernel():
-    from core.attention.paged_decode_kernel import paged_decode_kernel  # imports triton
+    from core.kernels.paged_decode_triton import paged_decode_kernel  # imports triton
 
     return paged_decode_kernel
 

@@ -17,7 +17,7 @@ the prologue's output rounded to the dtype once before the product, the product 
 
 Two or more rows stay on cuBLAS: a version of this kernel that multiplied each weight chunk with up to 8 rows
 lost to cuBLAS from 2 rows on (``scripts/gpu_gemv_sweep.py``). Triton is imported lazily
-(core/layers/triton_support.py says whether it can run).
+(core/kernels/triton_available.py says whether it can run).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def gemv_config(out_features: int, in_features: int, prologue: int = PLAIN) -> G
 
 @functools.cache
 def _kernel():
-    from core.layers.gemv_kernel import gemv_kernel  # imports triton
+    from core.kernels.gemv_triton import gemv_kernel  # imports triton
 
     return gemv_kernel
 

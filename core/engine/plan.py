@@ -1,0 +1,92 @@
+"""Every switch of the engine, decided once when it is built.
+
+A switch has three sources: the config (``None`` meaning "choose for this machine"), the ``MINISGL_DISABLE_*``
+variables (read in core/env.py, for comparisons) and what this machine can run (CUDA, flashinfer, Triton,
+oneDNN). They are resolved here into one frozen ``EnginePlan``; the engine builds its attention backend, its
+kernels, its CUDA graphs and its one-line description from it, and the scheduler its loop. Because the CUDA-graph
+plan and the layers' path read the same record, they cannot disagree, and no forward pass decides again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from core import env
+from core.attention.flashinfer_backend import HALF_DTYPES, flashinfer_available
+from core.config import EngineConfig
+from core.errors import InvalidParamsError
+from core.kernels.choices import KernelChoices
+from core.kernels.onednn_packed import packing_available
+from core.kernels.triton_available import triton_runs_on
+
+DEFAULT_GRAPH_MAX_BS = 256
+
+
+@dataclass(frozen=True)
+class EnginePlan:
+    attention: str  # "flashinfer" or "torch"
+    kv_fp8: bool  # the KV pool stores e4m3 with per-head scales (core/kvcache/pool.py)
+    # fp8 KV on CUDA: decode reads the fp8 pages in place with the Triton paged kernel (core/kernels/paged_decode.py)
+    fp8_paged_decode: bool
+    kernels: KernelChoices
+    cuda_graph_max_bs: int  # decode batches up to this size replay captured graphs; 0: every step runs eagerly
+    overlap: bool  # prepare step N+1 while step N runs
+
+
+def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
+    """On for CUDA, off on a CPU (where it gains nothing but runs the same bookkeeping), unless the config says;
+    MINISGL_DISABLE_OVERLAP_SCHEDULING=1 turns it off regardless."""
+    if env.overlap_scheduling_disabled():
+        return False
+    return config.overlap if config.overlap is not None else device.type == "cuda"
+
+
+def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> str:
+    """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports; torch otherwise."""
+    if config.attention is not None:
+        if config.attention == "flashinfer" and not flashinfer_available():
+            raise InvalidParamsError("the flashinfer attention backend needs the flashinfer-python package "
+                                     "(pip install 'minisgl[cuda]'); or use --attention torch")
+        return config.attention
+    if config.kv_dtype == "fp8":  # flashinfer's kernels take no per-head scales
+        return "torch"
+    if device.type == "cuda" and dtype in HALF_DTYPES and flashinfer_available():
+        return "flashinfer"
+    return "torch"
+
+
+def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype) -> KernelChoices:
+    """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
+    can be turned off for comparisons); oneDNN-packed weights for float32 on a CPU."""
+    flashinfer = attention == "flashinfer"
+    triton = flashinfer and triton_runs_on(device)
+    fused_qkv = triton and not env.fused_qkv_disabled()
+    return KernelChoices(
+        flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=triton and not env.gemv_disabled(),
+        small_decode=fused_qkv and not env.small_decode_disabled(),
+        packed_weights=packing_available(device, dtype) and not env.cpu_weight_packing_disabled())
+
+
+def graph_max_bs(config: EngineConfig, device: torch.device, attention: str) -> int:
+    """Decode graphs on CUDA with flashinfer attention (the backend with fixed-buffer metadata); the cap defaults
+    to the running-request cap (at most DEFAULT_GRAPH_MAX_BS) and 0 turns them off."""
+    asked = config.cuda_graph_max_bs
+    usable = device.type == "cuda" and attention == "flashinfer"
+    if asked == 0 or (asked is None and not usable):
+        return 0
+    if not usable:
+        raise InvalidParamsError("CUDA graphs need a CUDA device and the flashinfer attention backend; "
+                                 "pass --cuda-graph-max-bs 0 to run without them")
+    return min(asked or DEFAULT_GRAPH_MAX_BS, config.max_running_req)
+
+
+def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> EnginePlan:
+    attention = attention_name(config, device, dtype)
+    kv_fp8 = config.kv_dtype == "fp8"
+    return EnginePlan(
+        attention=attention, kv_fp8=kv_fp8,
+        fp8_paged_decode=kv_fp8 and attention == "torch" and device.type == "cuda" and triton_runs_on(device),
+        kernels=kernel_choices(attention, device, dtype), cuda_graph_max_bs=graph_max_bs(config, device, attention),
+        overlap=overlap_enabled(config, device))

@@ -1,0 +1,36 @@
+"""Which kernels the engine runs: one frozen record, decided when the engine is built (core/engine/plan.py).
+
+The layers, the attention backend and the weight loader each take their part of it; none of them reads an
+environment variable or asks again what the machine can run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KernelChoices:
+    # flashinfer's norm, activation and RoPE kernels for the whole model: exactly when attention is flashinfer's,
+    # so ``attention='torch'`` runs the whole model in plain torch, the reference to compare against
+    flashinfer: bool = False
+    # QK-norm, RoPE and the KV write as one Triton kernel (core/kernels/fused_qkv.py); the layers then hand the
+    # QKV projection's output to the backend's ``attend_qkv``
+    fused_qkv: bool = False
+    # one-row linears as Triton GEMVs with the norm or the activation folded in (core/kernels/gemv.py)
+    gemv: bool = False
+    # captured decode batches of a few rows as one Triton kernel per layer (core/kernels/small_decode.py); it
+    # starts from the QKV projection's output, so only with ``fused_qkv``
+    small_decode: bool = False
+    # float32 CPU linears on weights packed once for oneDNN (core/kernels/onednn_packed.py)
+    packed_weights: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.fused_qkv or self.gemv) and not self.flashinfer:
+            raise ValueError("the fused QKV and GEMV kernels run in flashinfer's kernel set")
+        if self.small_decode and not self.fused_qkv:
+            raise ValueError("the small-batch decode kernel starts from the fused QKV path")
+
+    @property
+    def name(self) -> str:
+        return "flashinfer" if self.flashinfer else "torch"

@@ -1,0 +1,70 @@
+"""Every switch is decided once into the engine's plan, and the layers, the backend and the description follow it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core import LLM
+from core.config import EngineConfig
+from core.engine import plan as plan_module
+from core.engine.plan import kernel_choices, plan_engine
+from core.kernels.choices import KernelChoices
+from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
+            "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING")
+
+
+@pytest.fixture
+def triton_everywhere(monkeypatch):
+    """Decide as on a machine where the Triton kernels run, with no switch set."""
+    for name in SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(plan_module, "triton_runs_on", lambda device: True)
+
+
+def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywhere, monkeypatch):
+    assert kernel_choices("flashinfer", CUDA, torch.bfloat16) == KernelChoices(
+        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, packed_weights=False)
+    monkeypatch.setenv("MINISGL_DISABLE_GEMV", "1")
+    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).gemv
+    monkeypatch.setenv("MINISGL_DISABLE_FUSED_QKV", "1")
+    # the small-batch decode starts from the fused QKV path: off with it, so the graphs and the layers agree
+    choices = kernel_choices("flashinfer", CUDA, torch.bfloat16)
+    assert not choices.fused_qkv and not choices.small_decode
+
+
+def test_torch_attention_runs_torch_kernels_and_no_triton_kernel(triton_everywhere):
+    choices = kernel_choices("torch", CUDA, torch.bfloat16)
+    assert choices == KernelChoices()
+    assert kernels_for(choices) == TorchKernels() and not kernels_for(choices).fuses_qkv
+
+
+def test_the_kernel_table_carries_the_choices():
+    table = kernels_for(KernelChoices(flashinfer=True, fused_qkv=True, gemv=False))
+    assert isinstance(table, FlashInferKernels) and table.fuses_qkv and not table.gemv
+    with pytest.raises(ValueError):
+        KernelChoices(flashinfer=True, small_decode=True)  # no small decode without the fused QKV path
+
+
+def test_cpu_plan_and_the_switches_that_change_it(triton_everywhere, monkeypatch):
+    plan = plan_engine(EngineConfig(), CPU, torch.float32)
+    assert (plan.attention, plan.cuda_graph_max_bs, plan.overlap, plan.fp8_paged_decode) == ("torch", 0, False, False)
+    assert plan.kernels.packed_weights == torch.backends.mkldnn.is_available()
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING", "1")
+    assert not plan_engine(EngineConfig(), CPU, torch.float32).kernels.packed_weights
+    assert plan_engine(EngineConfig(overlap=True), CPU, torch.float32).overlap
+    monkeypatch.setenv("MINISGL_DISABLE_OVERLAP_SCHEDULING", "1")
+    assert not plan_engine(EngineConfig(overlap=True), CPU, torch.float32).overlap
+
+
+def test_the_engine_builds_from_its_plan(monkeypatch):
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING", "1")
+    engine = LLM("random:tiny-qwen3", max_running_req=2, device="cpu", dtype="float32").engine
+    monkeypatch.delenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING")  # decided at build: changing it later changes nothing
+    assert not engine.plan.kernels.packed_weights and engine.packed_linears == 0
+    assert all(layer.packed is None for layer in engine.model.modules() if hasattr(layer, "packed"))
+    assert {type(m.kernels) for m in engine.model.modules() if hasattr(m, "kernels")} == {TorchKernels}
+    assert "torch attention with torch kernels, no CUDA graphs" in engine.describe()
