@@ -9,7 +9,7 @@ from core.attention.context import get_context
 from core.distributed.info import get_tp_info
 from core.kernels.fused_qkv import QKVSpec
 from core.kernels.dispatch import TorchKernels
-from core.layers.linear import RowParallelLinear, ShardedLinear, local_kv_heads, qkv_blocks
+from core.layers.linear import ColumnParallelLinear, RowParallelLinear, local_kv_heads, qkv_blocks
 from core.layers.norm import RMSNorm
 from core.layers.rope import RotaryEmbedding
 from core.model_config import ModelConfig
@@ -24,7 +24,7 @@ class SelfAttention(nn.Module):
         self.num_kv_heads = local_kv_heads(cfg.num_kv_heads)[0]
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.qkv_proj = ShardedLinear(cfg.hidden_size, qkv_blocks(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim),
+        self.qkv_proj = ColumnParallelLinear(cfg.hidden_size, qkv_blocks(cfg.num_heads, cfg.num_kv_heads, cfg.head_dim),
                                       bias=cfg.qkv_bias)
         self.o_proj = RowParallelLinear(cfg.num_heads * cfg.head_dim, cfg.hidden_size)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps) if cfg.qk_norm else None

@@ -21,8 +21,11 @@ def _param(*shape: int) -> nn.Parameter:
     return nn.Parameter(torch.empty(*shape), requires_grad=False)
 
 
-class ShardedLinear(nn.Module):
-    """A linear whose output is the concatenation of named blocks, each sliced for this rank.
+class ColumnParallelLinear(nn.Module):
+    """A linear whose output features (columns of the product) are split over the ranks, as named blocks.
+
+    Its twin, RowParallelLinear, splits the input features instead; a column-parallel layer followed by a
+    row-parallel one needs a single all-reduce, at the end.
 
     ``blocks`` maps a checkpoint shard name (e.g. 'q', 'k', 'v') to (rows kept on this rank, start row in the
     full tensor). Loading a shard copies those rows into the block's place in the fused weight.

@@ -5,14 +5,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from core.layers.linear import RowParallelLinear, ShardedLinear, column_blocks
+from core.layers.linear import ColumnParallelLinear, RowParallelLinear, column_blocks
 from core.layers.norm import RMSNorm
 
 
 class GatedMLP(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
-        self.gate_up_proj = ShardedLinear(
+        self.gate_up_proj = ColumnParallelLinear(
             hidden_size, column_blocks({"gate": intermediate_size, "up": intermediate_size}), bias=False)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size)
 
