@@ -20,7 +20,7 @@ class WorkloadSpec:
     num_requests: int
     prompt_len: tuple[int, int]  # inclusive range
     max_tokens: tuple[int, int]  # inclusive range
-    token_id_limit: int  # prompt ids are uniform in [0, min(limit, vocab))
+    token_id_limit: int  # prompt ids are uniform in [0, min(limit, vocab - 1)], both ends included
     temperature: float
     batch1_tokens: int = 128  # tokens the batch-1 decode request generates (see engine_run.run_batch1)
 
@@ -68,14 +68,16 @@ def make_workload(spec: WorkloadSpec, vocab_size: int, seed: int = 0, num_reques
     count = spec.num_requests if num_requests is None else num_requests
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidParamsError(f"requests must be an integer >= 1, got {count!r}")
+    # nano-vllm's own order of draws (every prompt, its length then its ids, then every max_tokens), so that the
+    # "nanovllm" workload is exactly the one it and mini-sglang publish: 133,966 output tokens for seed 0
     rng = random.Random(seed)
-    high = min(spec.token_id_limit, vocab_size)
+    high = min(spec.token_id_limit, vocab_size - 1)  # inclusive, as nano-vllm's randint(0, 10000)
+    prompts = [[rng.randint(0, high) for _ in range(rng.randint(*spec.prompt_len))] for _ in range(count)]
+    budgets = [rng.randint(*spec.max_tokens) for _ in range(count)]
     requests = []
-    for _ in range(count):
-        prompt_len = rng.randint(*spec.prompt_len)
-        max_tokens = rng.randint(*spec.max_tokens)
-        if max_seq_len is not None and prompt_len + max_tokens > max_seq_len:
-            prompt_len = max(1, min(prompt_len, max_seq_len // 2))
-            max_tokens = max(1, min(max_tokens, max_seq_len - prompt_len))
-        requests.append(BenchRequest([rng.randrange(high) for _ in range(prompt_len)], max_tokens))
+    for prompt, max_tokens in zip(prompts, budgets):
+        if max_seq_len is not None and len(prompt) + max_tokens > max_seq_len:
+            prompt = prompt[:max(1, min(len(prompt), max_seq_len // 2))]
+            max_tokens = max(1, min(max_tokens, max_seq_len - len(prompt)))
+        requests.append(BenchRequest(prompt, max_tokens))
     return Workload(spec, requests, seed)

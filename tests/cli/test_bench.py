@@ -180,7 +180,7 @@ def test_workload_is_reproducible_and_within_its_ranges():
     assert len(a.requests) == 32
     for req in a.requests:
         assert 16 <= len(req.prompt_ids) <= 128 and 16 <= req.max_tokens <= 64
-        assert all(0 <= t < 10000 for t in req.prompt_ids)
+        assert all(0 <= t <= 10000 for t in req.prompt_ids)  # nano-vllm's randint(0, 10000): both ends
     small = make_workload(spec, vocab_size=320, seed=3, num_requests=5)
     assert len(small.requests) == 5 and all(t < 320 for r in small.requests for t in r.prompt_ids)
     with pytest.raises(InvalidParamsError, match="requests must be an integer >= 1"):
@@ -296,3 +296,16 @@ def test_kv_dtype_fp8_runs_the_bench_and_halves_the_kv_bytes():
     assert fp8["results"][0]["output_tokens"] == auto["results"][0]["output_tokens"]
     ratio = fp8["floor"]["kv_read_gb"] / auto["floor"]["kv_read_gb"]
     assert 0.25 < ratio < 0.5  # float32 on a CPU: 4 bytes a value against 1 plus a scale per head
+
+
+def test_the_nanovllm_workload_is_the_one_nano_vllm_publishes():
+    """Seed 0 gives exactly nano-vllm's bench.py draw, which the peer harness and published figures use."""
+    import random
+
+    rng = random.Random(0)
+    prompts = [[rng.randint(0, 10000) for _ in range(rng.randint(100, 1024))] for _ in range(256)]
+    budgets = [rng.randint(100, 1024) for _ in range(256)]
+    workload = make_workload(workload_spec("nanovllm"), vocab_size=151936)
+    assert [r.prompt_ids for r in workload.requests] == prompts
+    assert [r.max_tokens for r in workload.requests] == budgets
+    assert workload.output_tokens == 133_966
