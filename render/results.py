@@ -43,7 +43,7 @@ def generations_table(labels: Sequence[str], results: Sequence[Result],
         completion = (Text(result["error"] or "", style="red") if result["finish_reason"] == "error"
                       else one_line(show_edges(result["text"]) if visible_whitespace else result["text"],
                                     style="green"))
-        row: list[RenderableType] = [str(i), one_line(label), completion, finish_text(result),
+        row: list[RenderableType] = [str(result.get("uid", i)), one_line(label), completion, finish_text(result),
                                      str(len(result["token_ids"]))]
         if verdicts is not None:
             row.append(verdict_mark(verdicts[i]))

@@ -113,3 +113,14 @@ def test_the_lesson_on_the_embedded_model_shows_every_completion(smollm2_dir, tm
     row = next(line for line in generations.splitlines() if "1 + 1 =" in line)
     assert "␣" in row  # its one token is a space: shown, not a blank cell
     assert "(+3)" in result.stdout  # "The capital of" reused from the prefix cache
+
+
+def test_generations_name_each_prompt_by_the_uid_it_got(model_dirs, tmp_path):
+    # the file's first prompt arrives last, so it gets uid1; the table must say so, as the timeline does
+    prompts = write(tmp_path / "p.jsonl", '{"prompt": "late comer", "max_tokens": 2, "arrival_step": 2}\n'
+                                          '{"prompt": "early bird", "max_tokens": 4, "arrival_step": 0}\n')
+    result, _ = trace_events(tmp_path, prompts, "--model", model_dirs["llama"])
+    generations = result.stdout.split("generations")[1].split("request timeline")[0]
+    rows = {line.split()[1]: line.split()[0] for line in generations.splitlines()
+            if "late comer" in line or "early bird" in line}
+    assert rows == {"late": "1", "early": "0"}
