@@ -58,9 +58,9 @@ def step_row(event: StepEvent, show_cached: bool, with_arrivals: bool = False) -
                   f"{event.elapsed_s * 1000:.0f}", Text(event.note, style="yellow")]
 
 
-def step_columns(events: Sequence[StepEvent], show_cached: bool) -> list[str]:
+def step_columns(events: Sequence[StepEvent], show_cached: bool, with_arrivals: bool | None = None) -> list[str]:
     names = ["step", "phase", "bs", "tokens", "uid:extend_len" + (" (+cached)" if show_cached else "")]
-    if has_late_arrivals(events):
+    if has_late_arrivals(events) if with_arrivals is None else with_arrivals:
         names.append("new")
     return names + ["KV pages", "wait", "done", "ms"]
 
@@ -89,9 +89,10 @@ def step_table(events: Sequence[StepEvent], show_cached: bool = False, caption: 
     return table
 
 
-def legend_for(events: Sequence[StepEvent], show_cached: bool) -> Table:
+def legend_for(events: Sequence[StepEvent], show_cached: bool, with_arrivals: bool | None = None) -> Table:
     """One line for each column the table shows."""
-    names = {"uid:extend_len" if n.startswith("uid:") else n for n in step_columns(events, show_cached)}
+    names = {"uid:extend_len" if n.startswith("uid:") else n
+             for n in step_columns(events, show_cached, with_arrivals)}
     return legend(names)
 
 
@@ -132,6 +133,5 @@ class LiveSteps:
         if newest is not None:
             parts.append(step_detail(newest, self.show_radix, self.decode))
         if self.show_legend:
-            names = {"uid:extend_len" if n.startswith("uid:") else n for n in step_columns(self.events, False)}
-            parts.append(legend(names | ({"new"} if arrivals else set())))
+            parts.append(legend_for(self.events, self.show_cached, arrivals))
         yield Group(*parts)

@@ -92,7 +92,6 @@ class LLM(Scheduler):
         self._routes: dict[int, _Route] = {}  # every request submitted and not yet answered
         self._reply_callbacks: list[ReplyCallback] = []
         self._loop_thread: int | None = None  # the thread running the loop, while one does
-        self._stop_requested = threading.Event()
 
     # ---- requests in: any thread -------------------------------------------------------------------------
     def submit(self, prompt: Prompt, sampling_params: SamplingParams | None = None, *,
@@ -196,21 +195,14 @@ class LLM(Scheduler):
     def serve_forever(self) -> None:
         """Run the loop on this thread, waiting for requests when there are none, until ``stop()``; then it
         finishes every request already submitted and returns."""
-        self._stop_requested.clear()
+        self.stop_requested.clear()
         with self._owning_the_loop():
             self._run_loop(stop_when_idle=False)
 
     def stop(self) -> None:
         """Have ``serve_forever`` return once every submitted request is answered. Safe from any thread."""
-        self._stop_requested.set()
+        self.stop_requested.set()
         self.inbox.wake()
-
-    def _wait_for_work(self, stop_when_idle: bool) -> bool:
-        while not self.inbox.has_mail:
-            if stop_when_idle or self._stop_requested.is_set():
-                return False
-            self.inbox.wait(0.1)
-        return True
 
     def _exchange(self, messages: list[Message]) -> list[Message] | None:
         return self._group.share(messages, self.eos_token_ids)

@@ -13,6 +13,7 @@ why overlapping is safe), results.py (sampled tokens to replies), report.py (ste
 from __future__ import annotations
 
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -65,6 +66,7 @@ class Scheduler:
         self.step_callbacks: list[StepCallback] = []
         self.before_step_callbacks: list[Callable[[int], None]] = []
         self.inbox = Inbox()
+        self.stop_requested = threading.Event()  # leave the loop once idle (the LLM's stop())
         self._step = 0  # steps reported so far
         self._scheduled = 0  # steps scheduled so far: the index of the next one
         self._arrived: list[int] = []  # uids queued since the last scheduled step
@@ -90,7 +92,7 @@ class Scheduler:
         """Called when nothing is queued, running or in flight: True once there is mail to take, False to
         leave the loop (``stop_when_idle``, or the LLM's stop())."""
         while not self.inbox.has_mail:
-            if stop_when_idle:
+            if stop_when_idle or self.stop_requested.is_set():
                 return False
             self.inbox.wait(0.1)
         return True
