@@ -48,10 +48,8 @@ class PrecisionChoice:
 
     @property
     def words(self) -> str:
-        """How the engine's description names it."""
-        if self.int8_weights:
-            return "int8 weight-only linears"
-        return ""
+        """How the engine's description names it (bf16 shows in the dtype it names already)."""
+        return "int8 weight-only linears" if self.int8_weights else ""
 
 
 def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dtype,
@@ -71,12 +69,13 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
                                note="precision int8: decoder linears as int8 weights with a scale per row, "
                                     "activations and KV cache in float32")
     if not cpu_float32:
-        return PrecisionChoice(dtype, note=f"precision fast: already {str(dtype).removeprefix('torch.')} on "
-                                           f"{device.type}, nothing more to reduce")
+        name = str(dtype).removeprefix("torch.")
+        return PrecisionChoice(dtype, note=f"precision fast: {name} on {device.type} as it is; the reduced-precision "
+                                           f"weights are chosen for a CPU running float32")
     features = features or cpu_features()
     if features.bf16_instructions and config.dtype is None:
-        return PrecisionChoice(torch.bfloat16, note=f"precision fast: bf16 weights and activations "
-                                                    f"({' and '.join(features.bf16_instructions)} on this CPU)")
+        return PrecisionChoice(torch.bfloat16, note=f"precision fast: bf16 weights, activations and KV "
+                                                    f"cache ({' and '.join(features.bf16_instructions)} on this CPU)")
     missing = f"this CPU lacks {' and '.join(features.missing_bf16_instructions)} for bf16"
     if features.bf16_instructions:
         missing = f"--dtype {config.dtype} was asked for"
@@ -85,8 +84,9 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
                                note=f"precision fast: int8 weight-only linears ({missing}; torch's int8 kernel "
                                     f"is vectorised here, {features.capability})")
     return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: {missing}, and torch's int8 "
-                                       f"weight-only kernel needs AVX-512 to beat float32 (torch reports "
-                                       f"{features.capability}); --precision int8 forces it")
+                                       f"weight-only kernel is vectorised only for AVX-512, slower than float32 "
+                                       f"without it (torch reports {features.capability}); --precision int8 "
+                                       f"forces it")
 
 
 def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
