@@ -154,8 +154,6 @@ class FlashInferKernels(TorchKernels):
 class Int8Kernels(TorchKernels):
     """The torch kernels, with the linears whose weight was quantised (core/kernels/int8_weights.py) on int8."""
 
-    name: ClassVar[str] = "torch"
-
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | Int8Weight | None) -> torch.Tensor:
         if isinstance(packed_weight, Int8Weight):
