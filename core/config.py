@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, KV_DTYPES, check_dtype_name
+from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, KV_DTYPES, PRECISIONS, check_dtype_name
 from core.errors import InvalidParamsError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -44,6 +44,9 @@ class EngineConfig:
     # the KV cache's storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales
     # (core/kvcache/pool.py), attention then computing in float32 (the torch backend)
     kv_dtype: str = "auto"
+    # 'exact' (the default) keeps the model's dtype; 'fast' lets the plan pick bf16 or int8 weight-only linears
+    # for this CPU, or say why it keeps float32; 'int8' asks for int8 weight-only linears (core/choices.py)
+    precision: str = "exact"
 
     def __post_init__(self) -> None:
         def positive_int(name: str, value: object, allow_none: bool = False) -> None:
@@ -78,6 +81,8 @@ class EngineConfig:
         parse_dtype(self.dtype)
         if self.kv_dtype not in KV_DTYPES:
             raise InvalidParamsError(f"unknown kv_dtype {self.kv_dtype!r}; use one of {', '.join(KV_DTYPES)}")
+        if self.precision not in PRECISIONS:
+            raise InvalidParamsError(f"unknown precision {self.precision!r}; use one of {', '.join(PRECISIONS)}")
         if self.kv_dtype == "fp8" and self.attention == "flashinfer":
             raise InvalidParamsError("kv_dtype 'fp8' runs on the torch attention backend; use --attention torch "
                                      "or leave --attention out")

@@ -11,6 +11,7 @@ from rich.console import Console
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.workload import WORKLOADS, workload_spec
 from minisgl_cli.jobs import quiet_transformers
+from minisgl_cli import options as o
 from minisgl_cli.options import FLAG
 from render.activity import Activity
 
@@ -36,12 +37,15 @@ def bench(
                           "1 gives steadier figures."),
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks for the engine."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="The engine's KV cache: auto (the model's dtype) or fp8."),
+    precision: o.Precision = "exact",
     baseline_seconds: Optional[float] = typer.Option(
         None, "--baseline-seconds", min=1.0, help="Stop each baseline after this long and measure it on the "
                                                    "tokens it made; default 45 on CUDA, no limit on a CPU."),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print one JSON object instead of the table."),
 ) -> None:
     """Measure throughput against transformers (one at a time, static batch, continuous batching).
+
+    With --precision fast (or int8) the exact engine runs first in the same run, as 'minisgl exact'.
 
     Every phase (loading, warm-up, each engine and baseline) is reported on stderr as it starts; stdout gets
     only the table (or the JSON)."""
@@ -56,7 +60,7 @@ def bench(
     options = BenchOptions(workload=workload, model=model, requests=requests, seed=seed,
                            skip_baselines=skip_baselines, device=device, threads=threads, tp=tp,
                            hf_requests=hf_requests, baselines=baselines, kv_dtype=kv_dtype,
-                           baseline_seconds=baseline_seconds)
+                           baseline_seconds=baseline_seconds, precision=precision)
     from render.bench import BenchProgress, bench_view
 
     with BenchProgress(activity) as progress:  # a MinisglError becomes one line and exit 2 at the app's boundary

@@ -21,7 +21,8 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
              model: o.Model = None, cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
              max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None, chat: o.Chat = False,
              attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None, tp: o.Tp = 1,
-             dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto', stream: o.Stream = None,
+             dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto', precision: o.Precision = 'exact',
+             stream: o.Stream = None,
              stop: o.Stop = None, logprobs: o.Logprobs = None,
              json_out: o.Json = False) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
@@ -34,7 +35,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
     job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
                                               tuple(stop) if stop else None, logprobs))
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                   cuda_graph_max_bs, tp, dtype, kv_dtype), activity)
+                                   cuda_graph_max_bs, tp, dtype, kv_dtype, precision), activity)
     inputs = engine_inputs(llm, job, chat)
     separator = "\n" if chat else ""
     if stream is None:

@@ -95,7 +95,8 @@ def load_llm(opts: EngineOptions, activity: Activity) -> LLM:
         quiet_transformers()
         return LLM(opts.model, cache=opts.cache, page_size=opts.page_size, max_running_req=opts.max_running,
                    num_pages=opts.num_pages, attention=opts.attention, cuda_graph_max_bs=opts.cuda_graph_max_bs,
-                   tp=opts.tp, dtype=opts.dtype, kv_dtype=opts.kv_dtype, log=activity.note)
+                   tp=opts.tp, dtype=opts.dtype, kv_dtype=opts.kv_dtype, precision=opts.precision,
+                   log=activity.note)
 
 
 def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:

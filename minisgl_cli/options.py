@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, KV_DTYPES
+from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, KV_DTYPES, PRECISIONS
 
 DEFAULT_CACHE = "radix"
 DEFAULT_MAX_RUNNING = 32
@@ -52,6 +52,11 @@ KvDtype = Annotated[Literal[KV_DTYPES], typer.Option(
     "--kv-dtype", rich_help_panel=_ENGINE,
     help="KV cache storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales (half the "
          "bytes of bf16; attention computes in float32 on the torch backend).")]
+Precision = Annotated[Literal[PRECISIONS], typer.Option(
+    "--precision", rich_help_panel=_ENGINE,
+    help="'exact' (float32 on a CPU, token-exact against transformers); 'fast' picks reduced-precision weights "
+         "this CPU runs faster (bf16 with AMX or AVX512-BF16, else int8 weight-only where torch's int8 kernel is "
+         "vectorised) or says why it keeps float32; 'int8' forces int8 weight-only linears on a CPU.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 
@@ -103,6 +108,7 @@ class EngineOptions:
     tp: int = 1
     dtype: str | None = None
     kv_dtype: str = "auto"
+    precision: str = "exact"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
            cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
            max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
            chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-           tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto') -> None:
+           tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto',
+           precision: o.Precision = 'exact') -> None:
     """Check the engine's greedy output for PROMPTS against transformers, token for token.
 
     Exit code 0 when every prompt matches exactly, 1 otherwise (a difference, or a prompt the engine
@@ -42,7 +43,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
                                                                          ignore_eos))
     require_greedy(job)
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype, kv_dtype), activity)
+                                         cuda_graph_max_bs, tp, dtype, kv_dtype, precision), activity)
     inputs = engine_inputs(llm, job, chat)
     results = generate_with_progress(llm, inputs, job, activity)
     verdicts = check_against_reference(llm, inputs, job, results, activity)

@@ -81,6 +81,16 @@ def bench_view(report: BenchReport) -> Group:
         parts.append(latency)
     if report.batch1_ms_per_token is not None:
         parts.append(f"batch-1 decode: {report.batch1_ms_per_token:.2f} ms per token (median, one request alone)")
+    if report.precision_note:
+        parts.append(f"[dim]{escape(report.precision_note)}[/dim]")
+    exact = report.result("minisgl exact")
+    if exact is not None and engine is not None and exact.output_tokens_per_s:
+        line = (f"precision {report.precision} against exact in this run: "
+                f"{engine.output_tokens_per_s / exact.output_tokens_per_s:.2f}x the tokens/s")
+        if report.exact_batch1_ms_per_token and report.batch1_ms_per_token:
+            line += (f", batch-1 {report.batch1_ms_per_token:.2f} against {report.exact_batch1_ms_per_token:.2f} ms "
+                     f"per token ({report.exact_batch1_ms_per_token / report.batch1_ms_per_token:.2f}x)")
+        parts.append(line)
     if report.matmul_gflops > 0:
         parts.append(f"matmul ceiling {report.matmul_gflops:.1f} GFLOP/s; minisgl did {report.model_gflop:.1f} GFLOP "
                      f"of model work at {report.engine_gflops:.1f} GFLOP/s = "

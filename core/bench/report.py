@@ -91,6 +91,9 @@ class BenchReport:
     copy_gbps: float = 0.0  # the device's measured copy bandwidth (read + write)
     floor: Floor | None = None  # the ideal engine's time on the measured ceilings (core/bench/floor.py)
     batch1_floor_ms: float | None = None  # one batch-1 decode step's bytes over the copy bandwidth
+    precision: str = "exact"  # the engine's; other than 'exact', results also hold 'minisgl exact' of this run
+    precision_note: str = ""  # what that precision came to on this machine (core/engine/plan.py)
+    exact_batch1_ms_per_token: float | None = None  # the exact engine's batch-1 figure in the same run
 
     @property
     def floor_fraction(self) -> float:
@@ -133,4 +136,7 @@ class BenchReport:
             "floor_fraction": round(self.floor_fraction, 4),
             "batch1_floor_ms": None if self.batch1_floor_ms is None else round(self.batch1_floor_ms, 4),
             "batch1_floor_fraction": round(self.batch1_floor_fraction, 4),
+            "precision": self.precision, "precision_note": self.precision_note,
+            "exact_batch1_ms_per_token": (None if self.exact_batch1_ms_per_token is None
+                                          else round(self.exact_batch1_ms_per_token, 4)),
         }

@@ -6,6 +6,7 @@ made side by side mean much.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -16,8 +17,8 @@ from core.bench.floor import ModelCosts, batch1_floor_ms, measure_ceilings, work
 from core.bench.flops import workload_flops
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
-from core.bench.report import BenchReport, ProgressFn, no_progress
-from core.bench.workload import Workload, make_workload, workload_spec
+from core.bench.report import BenchReport, Latency, ProgressFn, RunResult, no_progress
+from core.bench.workload import BenchRequest, Workload, make_workload, workload_spec
 from core.errors import InvalidParamsError
 from core.llm import LLM
 from core.models.loader import read_model_config
@@ -45,6 +46,9 @@ class BenchOptions:
     # each baseline stops after this long, its tokens/s measured on what it made; None: CUDA_BASELINE_SECONDS
     # on CUDA, no limit on a CPU
     baseline_seconds: float | None = None
+    # the engine's precision (core/choices.py); other than 'exact', the exact engine runs first in the same run
+    # as 'minisgl exact', so the two compare side by side
+    precision: str = "exact"
 
     def workload_name(self) -> str:
         if self.workload is not None:
@@ -77,15 +81,23 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     workload = make_workload(spec, cfg.vocab_size, options.seed, options.requests, cfg.max_position_embeddings)
     batch1 = batch1_request(workload, cfg.max_position_embeddings)
     longest = max(len(r.prompt_ids) + r.max_tokens for r in workload.requests + [batch1])
-    say(f"loading {model_name} into the engine")
-    llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
-              max_seq_len=longest, tp=options.tp, kv_dtype=options.kv_dtype or "auto", log=log)
-    say(f"warming up the engine: the {len(workload.requests)} requests cut to a few tokens each")
-    warm_up(llm, workload)
-    engine_result, latency = run_engine(llm, workload, progress)
-    say("timing batch-1 decode: one request alone")
-    batch1_ms = run_batch1(llm, batch1)
-    results = [engine_result]
+
+    def engine(precision: str) -> LLM:
+        say(f"loading {model_name} into the engine (precision {precision})")
+        return LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
+                   max_seq_len=longest, tp=options.tp, kv_dtype=options.kv_dtype or "auto", precision=precision,
+                   log=log)
+
+    exact_result, exact_batch1_ms = None, None
+    if options.precision != "exact":
+        with engine("exact") as exact:
+            exact_result, _, exact_batch1_ms = _time_engine(exact, workload, batch1, progress, say)
+        del exact  # its weights and KV pool go before the next engine loads
+        gc.collect()
+        exact_result = replace(exact_result, name="minisgl exact")
+    llm = engine(options.precision)
+    engine_result, latency, batch1_ms = _time_engine(llm, workload, batch1, progress, say)
+    results = [engine_result] + ([exact_result] if exact_result else [])
     skipped: dict[str, str] = {}
     if not options.skip_baselines:
         say("loading the model into transformers for the baselines")
@@ -103,7 +115,18 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         matmul_gflops=ceilings.matmul_gflops, model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped,
         batch1_ms_per_token=batch1_ms, copy_gbps=ceilings.copy_gbps,
         floor=workload_floor(costs, workload.requests, ceilings),
-        batch1_floor_ms=batch1_floor_ms(costs, batch1, ceilings))
+        batch1_floor_ms=batch1_floor_ms(costs, batch1, ceilings), precision=options.precision,
+        precision_note=llm.precision_note, exact_batch1_ms_per_token=exact_batch1_ms)
+
+
+def _time_engine(llm: LLM, workload: Workload, batch1: BenchRequest, progress: ProgressFn,
+                 say: Callable[[str], None]) -> tuple[RunResult, Latency, float | None]:
+    """The workload after a warm-up run, then the batch-1 request alone."""
+    say(f"warming up the engine: the {len(workload.requests)} requests cut to a few tokens each")
+    warm_up(llm, workload)
+    result, latency = run_engine(llm, workload, progress)
+    say("timing batch-1 decode: one request alone")
+    return result, latency, run_batch1(llm, batch1)
 
 
 def default_baselines(device: torch.device) -> tuple[str, ...]:

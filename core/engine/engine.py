@@ -25,6 +25,7 @@ from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.kernels.dispatch import install_kernels, kernels_for
+from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
@@ -71,6 +72,7 @@ class Engine:
         self.tp_info = get_tp_info()  # fixed for this engine's life; the layers were sliced for it
         # every switch, decided here once (fails before the model loads when an ask cannot be met)
         self.plan: EnginePlan = plan_engine(config, self.device, self.dtype)
+        self.dtype = self.plan.precision.dtype  # the fast precision may have picked bf16
         self.model_config: ModelConfig = read_model_config(model_dir)
         cfg = self.model_config
         self.max_seq_len = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
@@ -94,6 +96,8 @@ class Engine:
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
         self.attn_backend = self._make_backend()
         install_kernels(self.model, kernels_for(self.plan.kernels))
+        # precision int8 (or fast, where it pays): the decoder's linears quantised once (core/kernels/int8_weights.py)
+        self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
         # float32 on a CPU: weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
         self.packed_linears = pack_linears(self.model) if self.plan.kernels.packed_weights else 0
         self.sampler = Sampler(self.device)
@@ -104,6 +108,14 @@ class Engine:
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if log:
             log(self.describe())
+            if self.precision_note:
+                log(self.precision_note)
+
+    @property
+    def precision_note(self) -> str:
+        """For a precision other than 'exact': one line saying what it picked on this machine and why (which
+        instructions the CPU lacks, when it kept float32)."""
+        return self.plan.precision.note
 
     def describe(self) -> str:
         """The engine in words for someone new to it: where it runs, how much the KV cache holds and why, and
@@ -121,6 +133,8 @@ class Engine:
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         packed = ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else ""
+        if plan.precision.words:
+            packed += f", {plan.precision.words}"
         return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
                 f"{tokens:,} tokens{' in fp8' if plan.kv_fp8 else ''} ({_size(tokens * per_token)}; {why}), "
                 f"{plan.attention} attention with {_kernel_words(plan)}{packed}, {graphs}")

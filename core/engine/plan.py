@@ -18,6 +18,7 @@ from core.attention.flashinfer_backend import HALF_DTYPES, flashinfer_available
 from core.config import EngineConfig
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
+from core.kernels.cpu_features import CpuFeatures, cpu_features
 from core.kernels.onednn_packed import packing_available
 from core.kernels.triton_available import triton_runs_on
 
@@ -33,6 +34,59 @@ class EnginePlan:
     kernels: KernelChoices
     cuda_graph_max_bs: int  # decode batches up to this size replay captured graphs; 0: every step runs eagerly
     overlap: bool  # prepare step N+1 while step N runs
+    precision: "PrecisionChoice"  # the weights' form and the dtype the model runs in
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """What ``precision`` came to on this machine: the model's dtype, whether the decoder's linears are int8,
+    and, for 'fast', one line saying what was picked and why (empty for 'exact')."""
+
+    dtype: torch.dtype
+    int8_weights: bool = False
+    note: str = ""
+
+    @property
+    def words(self) -> str:
+        """How the engine's description names it (bf16 shows in the dtype it names already)."""
+        return "int8 weight-only linears" if self.int8_weights else ""
+
+
+def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dtype,
+                     features: CpuFeatures | None = None) -> PrecisionChoice:
+    """'exact' keeps ``dtype``. 'fast' on a CPU running float32: bf16 where AMX or AVX512-BF16 make it fast
+    (only when no dtype was given), else int8 weight-only where torch's int8 kernel is vectorised (AVX-512),
+    else float32 with a note naming what the CPU lacks. 'int8' asks for int8 weight-only linears anyway (a CPU
+    in float32 only). ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
+    if config.precision == "exact":
+        return PrecisionChoice(dtype)
+    cpu_float32 = device.type == "cpu" and dtype == torch.float32
+    if config.precision == "int8":
+        if not cpu_float32:
+            raise InvalidParamsError("precision 'int8' runs float32 activations on a CPU; use it with --device cpu "
+                                     "and no --dtype (or --dtype float32)")
+        return PrecisionChoice(dtype, int8_weights=True,
+                               note="precision int8: decoder linears as int8 weights with a scale per row, "
+                                    "activations and KV cache in float32")
+    if not cpu_float32:
+        name = str(dtype).removeprefix("torch.")
+        return PrecisionChoice(dtype, note=f"precision fast: {name} on {device.type} as it is; the reduced-precision "
+                                           f"weights are chosen for a CPU running float32")
+    features = features or cpu_features()
+    if features.bf16_instructions and config.dtype is None:
+        return PrecisionChoice(torch.bfloat16, note=f"precision fast: bf16 weights, activations and KV "
+                                                    f"cache ({' and '.join(features.bf16_instructions)} on this CPU)")
+    missing = f"this CPU lacks {' and '.join(features.missing_bf16_instructions)} for bf16"
+    if features.bf16_instructions:
+        missing = f"--dtype {config.dtype} was asked for"
+    if features.int8_kernel_vectorised:
+        return PrecisionChoice(dtype, int8_weights=True,
+                               note=f"precision fast: int8 weight-only linears ({missing}; torch's int8 kernel "
+                                    f"is vectorised here, {features.capability})")
+    return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: {missing}, and torch's int8 "
+                                       f"weight-only kernel is vectorised only for AVX-512, slower than float32 "
+                                       f"without it (torch reports {features.capability}); --precision int8 "
+                                       f"forces it")
 
 
 def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
@@ -57,7 +111,8 @@ def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtyp
     return "torch"
 
 
-def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype) -> KernelChoices:
+def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
+                   int8_weights: bool = False) -> KernelChoices:
     """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
     can be turned off for comparisons); oneDNN-packed weights for float32 on a CPU."""
     flashinfer = attention == "flashinfer"
@@ -66,7 +121,8 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype) -> 
     return KernelChoices(
         flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=triton and not env.gemv_disabled(),
         small_decode=fused_qkv and not env.small_decode_disabled(),
-        packed_weights=packing_available(device, dtype) and not env.cpu_weight_packing_disabled())
+        packed_weights=packing_available(device, dtype) and not env.cpu_weight_packing_disabled(),
+        int8_weights=int8_weights)
 
 
 def graph_max_bs(config: EngineConfig, device: torch.device, attention: str) -> int:
@@ -83,10 +139,15 @@ def graph_max_bs(config: EngineConfig, device: torch.device, attention: str) -> 
 
 
 def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> EnginePlan:
+    """``dtype`` is the one asked for (or the device's default); the precision may change it (bf16), and the
+    engine then runs in ``plan.precision.dtype``."""
+    precision = precision_choice(config, device, dtype)
+    dtype = precision.dtype
     attention = attention_name(config, device, dtype)
     kv_fp8 = config.kv_dtype == "fp8"
     return EnginePlan(
         attention=attention, kv_fp8=kv_fp8,
         fp8_paged_decode=kv_fp8 and attention == "torch" and device.type == "cuda" and triton_runs_on(device),
-        kernels=kernel_choices(attention, device, dtype), cuda_graph_max_bs=graph_max_bs(config, device, attention),
-        overlap=overlap_enabled(config, device))
+        kernels=kernel_choices(attention, device, dtype, precision.int8_weights),
+        cuda_graph_max_bs=graph_max_bs(config, device, attention),
+        overlap=overlap_enabled(config, device), precision=precision)

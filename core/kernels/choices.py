@@ -24,6 +24,9 @@ class KernelChoices:
     small_decode: bool = False
     # float32 CPU linears on weights packed once for oneDNN (core/kernels/onednn_packed.py)
     packed_weights: bool = False
+    # CPU decoder linears as int8 weights with per-row scales (core/kernels/int8_weights.py); the LM head stays
+    # packed float32
+    int8_weights: bool = False
 
     def __post_init__(self) -> None:
         if (self.fused_qkv or self.gemv) and not self.flashinfer:

@@ -22,6 +22,7 @@ from torch import nn
 from core.kernels import onednn_packed
 from core.kernels.choices import KernelChoices
 from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
+from core.kernels.int8_weights import Int8Weight, int8_linear
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -149,11 +150,22 @@ class FlashInferKernels(TorchKernels):
         return super().silu_mul_linear(gate_up, weight, packed_weight)
 
 
+@dataclass(frozen=True)
+class Int8Kernels(TorchKernels):
+    """The torch kernels, with the linears whose weight was quantised (core/kernels/int8_weights.py) on int8."""
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               packed_weight: torch.Tensor | Int8Weight | None) -> torch.Tensor:
+        if isinstance(packed_weight, Int8Weight):
+            return int8_linear(x, packed_weight, bias)
+        return super().linear(x, weight, bias, packed_weight)
+
+
 def kernels_for(choices: KernelChoices) -> TorchKernels:
     """The table that runs these choices."""
     if choices.flashinfer:
         return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv)
-    return TorchKernels()
+    return Int8Kernels() if choices.int8_weights else TorchKernels()
 
 
 def install_kernels(model: nn.Module, kernels: TorchKernels) -> None:

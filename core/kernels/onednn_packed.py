@@ -48,11 +48,11 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
 
 
 def pack_linears(model: nn.Module) -> int:
-    """Pack the weight of every layer that has a ``packed`` slot and compile its kernels; returns how many
-    were packed."""
+    """Pack the weight of every layer that has an empty ``packed`` slot (one holding another form of the
+    weight, e.g. int8, is left alone) and compile its kernels; returns how many were packed."""
     count, compiled = 0, set()
     for module in model.modules():
-        if not hasattr(module, "packed"):
+        if getattr(module, "packed", True) is not None:
             continue
         module.packed = pack_weight(module.weight)
         count += 1

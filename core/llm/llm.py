@@ -72,13 +72,13 @@ class LLM(Scheduler):
                  max_extend_tokens: int = 8192, dtype: Any = None, device: str | None = None,
                  attention: str | None = None, kv_cache_gb: float | None = None,
                  cuda_graph_max_bs: int | None = None, max_prefill_streak: int = 8, tp: int = 1,
-                 overlap: bool | None = None, kv_dtype: str = "auto",
+                 overlap: bool | None = None, kv_dtype: str = "auto", precision: str = "exact",
                  log: Callable[[str], None] | None = None) -> None:
         config = EngineConfig(model=model, cache=cache, page_size=page_size, max_running_req=max_running_req,
                               num_pages=num_pages, kv_cache_gb=kv_cache_gb, max_seq_len=max_seq_len,
                               max_extend_tokens=max_extend_tokens, dtype=dtype, device=device, attention=attention,
                               cuda_graph_max_bs=cuda_graph_max_bs, max_prefill_streak=max_prefill_streak, tp=tp,
-                              overlap=overlap, kv_dtype=kv_dtype)
+                              overlap=overlap, kv_dtype=kv_dtype, precision=precision)
         model_dir = resolve_model_dir(model, log)
         self.model_dir = model_dir
         self.tokenizer = load_tokenizer(model_dir)
@@ -179,6 +179,11 @@ class LLM(Scheduler):
         if reply.finished:
             pieces.append(stream.finish().text)
         return dataclasses.replace(reply, text="".join(pieces))
+
+    @property
+    def precision_note(self) -> str:
+        """What ``precision='fast'`` (or 'int8') came to on this machine, in one line; empty for 'exact'."""
+        return self.engine.precision_note
 
     @property
     def unanswered(self) -> int:

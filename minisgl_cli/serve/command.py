@@ -38,7 +38,7 @@ def serve(model: o.Model = None, host: Host = "127.0.0.1", port: Port = 8000, ma
           served_model_name: ModelName = None, cache: o.Cache = o.DEFAULT_CACHE,
           page_size: o.PageSize = o.DEFAULT_PAGE_SIZE, max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING,
           num_pages: o.NumPages = None, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-          tp: o.Tp = 1, dtype: o.Dtype = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
+          tp: o.Tp = 1, dtype: o.Dtype = None, precision: o.Precision = 'exact', shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
           trace_out: TraceOut = None) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics."""
@@ -51,7 +51,7 @@ def serve(model: o.Model = None, host: Host = "127.0.0.1", port: Port = 8000, ma
 
     err = Console(stderr=True)
     engine = o.EngineOptions(model, cache, page_size, max_running, num_pages, False, attention, cuda_graph_max_bs,
-                             tp, dtype)
+                             tp, dtype, precision=precision)
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
     llm = load_llm(engine, Activity(err))

@@ -1,0 +1,138 @@
+"""``precision``: 'exact' changes nothing; 'fast' picks bf16 or int8 weight-only linears by what this CPU has,
+or keeps float32 and names the instructions it lacks; 'int8' quantises the decoder's linears anyway."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from core import LLM
+from core.config import EngineConfig
+from core.engine.plan import plan_engine
+from core.errors import InvalidParamsError
+from core.kernels import cpu_features as features_module
+from core.kernels.dispatch import Int8Kernels
+from core.kernels.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
+from core.reference import HFReference, compare
+from core.request import SamplingParams
+from tests.support.cli import assert_user_error, run, write
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def cpu_like(monkeypatch):
+    """Make the machine look like a CPU with torch capability ``capability`` and these /proc/cpuinfo flags."""
+    def pretend(capability: str, *flags: str) -> None:
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+        monkeypatch.setattr(features_module, "_cpuinfo_flags", lambda: frozenset(flags))
+        features_module.cpu_features.cache_clear()
+
+    yield pretend
+    features_module.cpu_features.cache_clear()
+
+
+def fast(dtype: str | None = None, precision: str = "fast"):
+    return plan_engine(EngineConfig(precision=precision, dtype=dtype), CPU, torch.float32)
+
+
+def test_exact_is_the_default_and_keeps_float32():
+    plan = plan_engine(EngineConfig(), CPU, torch.float32)
+    assert plan.precision.dtype == torch.float32 and not plan.kernels.int8_weights and plan.precision.note == ""
+
+
+def test_fast_without_bf16_instructions_picks_int8_where_the_int8_kernel_is_vectorised(cpu_like):
+    cpu_like("AVX512", "avx2", "avx512f")
+    plan = fast()
+    assert plan.kernels.int8_weights and plan.precision.dtype == torch.float32
+    assert plan.kernels.packed_weights  # the LM head stays packed float32
+    assert "int8 weight-only" in plan.precision.note and "lacks AMX-BF16 and AVX512-BF16" in plan.precision.note
+
+
+def test_fast_on_an_avx2_cpu_keeps_float32_and_names_what_it_lacks(cpu_like):
+    cpu_like("AVX2", "avx", "avx2", "fma")
+    plan = fast()
+    assert not plan.kernels.int8_weights and plan.precision.dtype == torch.float32
+    assert plan.precision.note.startswith("precision fast: kept exact float32: this CPU lacks AMX-BF16 and "
+                                          "AVX512-BF16 for bf16")
+    assert "AVX2" in plan.precision.note and "\n" not in plan.precision.note
+
+
+def test_fast_with_amx_runs_bf16_unless_a_dtype_was_asked_for(cpu_like):
+    cpu_like("AVX512", "avx512f", "amx_bf16", "amx_tile")
+    assert fast().precision.dtype == torch.bfloat16 and "AMX-BF16" in fast().precision.note
+    kept = fast(dtype="float32")
+    assert kept.precision.dtype == torch.float32 and kept.kernels.int8_weights
+
+
+def test_int8_is_for_float32_on_a_cpu_and_unknown_precisions_are_refused():
+    assert fast(precision="int8").kernels.int8_weights
+    with pytest.raises(InvalidParamsError, match="precision 'int8' runs float32 activations on a CPU"):
+        plan_engine(EngineConfig(precision="int8"), CPU, torch.bfloat16)
+    with pytest.raises(InvalidParamsError, match="unknown precision 'turbo'; use one of exact, fast, int8"):
+        EngineConfig(precision="turbo")
+
+
+@pytest.mark.parametrize("rows", [1, 7, INT8_MM_MAX_ROWS, INT8_MM_MAX_ROWS + 5])  # both paths of int8_linear
+def test_int8_linear_is_within_half_a_scale_per_weight_of_float(rows):
+    gen = torch.Generator().manual_seed(rows)
+    weight = torch.randn(96, 160, generator=gen) * torch.rand(96, 1, generator=gen)  # rows of varied range
+    x, bias = torch.randn(rows, 160, generator=gen), torch.randn(96, generator=gen)
+    q = Int8Weight.quantize(weight)
+    assert q.values.dtype == torch.int8 and int(q.values.abs().max()) == 127 and q.scales.shape == (96,)
+    out = int8_linear(x, q, bias)
+    # the kernel multiplies by exactly the dequantised weight (float32 rounding aside) ...
+    torch.testing.assert_close(out, x @ q.dequantize().T + bias, rtol=1e-5, atol=1e-4)
+    # ... which is within half a scale of each float weight, so each output within sum|x| * scale / 2
+    error = (out - (x @ weight.T + bias)).abs()
+    bound = x.abs().sum(1, keepdim=True) * q.scales / 2
+    assert bool((error <= bound + 1e-4).all())
+    assert float(error.mean() / (x @ weight.T).abs().mean()) < 0.01
+
+
+def test_int8_end_to_end_on_the_embedded_model_has_no_differences_against_transformers(smollm2_dir):
+    prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
+    with LLM(smollm2_dir, precision="int8", max_running_req=4) as llm:
+        engine = llm.engine
+        assert engine.int8_linears == 4 * engine.model_config.num_layers  # qkv, o, gate_up, down per layer
+        assert isinstance(engine.model.model.layers[0].mlp.down_proj.kernels, Int8Kernels)
+        assert "int8 weight-only linears" in engine.describe()
+        outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+        ids = [llm.tokenizer.encode(p) for p in prompts]
+    reference = HFReference(smollm2_dir)
+    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 8, ignore_eos=True), ())
+                for o, i in zip(outputs, ids)]
+    assert [v.status for v in verdicts if v.status not in ("match", "near-tie")] == []
+    assert sum(v.exact for v in verdicts) >= 2  # a near-tie at most: int8 weights, not a different model
+
+
+def test_the_cli_refuses_a_bad_precision_in_one_line(tmp_path):
+    prompts = write(tmp_path / "p.txt", "hello\n")
+    for command in ("generate", "verify", "trace"):
+        assert_user_error(run(command, prompts, "--precision", "turbo"),
+                          "'turbo' is not one of 'exact', 'fast', 'int8'")
+    assert_user_error(run("bench", "--precision", "half"), "'half' is not one of 'exact', 'fast', 'int8'")
+
+
+def test_fast_says_on_stderr_which_instructions_it_lacks(cpu_like, tmp_path):
+    cpu_like("AVX2", "avx2")
+    result = run("generate", write(tmp_path / "p.txt", "hi\n"), "--model", "random:tiny-qwen3", "-n", "2",
+                 "--precision", "fast")
+    assert result.exit_code == 0, result.stderr
+    [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("precision fast")]
+    assert "lacks AMX-BF16 and AVX512-BF16" in line and "AVX2" in line
+    with LLM("random:tiny-qwen3", precision="fast") as llm:
+        assert llm.precision_note == line
+
+
+def test_bench_runs_the_exact_engine_beside_the_fast_one():
+    result = run("bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json", "--threads", "1",
+                 "--skip-baselines", "--precision", "int8")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [r["name"] for r in report["results"]] == ["minisgl", "minisgl exact"]
+    assert report["results"][0]["output_tokens"] == report["results"][1]["output_tokens"]
+    assert report["precision"] == "int8" and report["precision_note"].startswith("precision int8")
+    assert report["batch1_ms_per_token"] > 0 and report["exact_batch1_ms_per_token"] > 0
