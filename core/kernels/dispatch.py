@@ -13,7 +13,7 @@ at its own batch's shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,9 @@ from torch import nn
 from core.kernels import onednn_packed
 from core.kernels.choices import KernelChoices
 from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
+
+if TYPE_CHECKING:
+    from core.layers.rope import RotaryEmbedding
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -32,6 +35,13 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """``x * cos + rotate_half(x) * sin``, finished in place in the temporaries it makes (same roundings)."""
     return (x * cos).add_(_rotate_half(x).mul_(sin))
+
+
+def _rotate_folded(x: torch.Tensor, cos: torch.Tensor, folded_sin: torch.Tensor) -> torch.Tensor:
+    """``_rotate`` with rotate_half's sign folded into ``folded_sin`` (its first half negated): the halves are
+    swapped instead of swapped and negated, one op fewer, and every product and sum is the same float."""
+    half = x.shape[-1] // 2
+    return (x * cos).add_(torch.cat((x[..., half:], x[..., :half]), dim=-1).mul_(folded_sin))
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,16 @@ class TorchKernels:
         s = sin[positions].unsqueeze(1).to(q.dtype)
         return _rotate(q, c, s), _rotate(k, c, s)
 
+    @staticmethod
+    def rope_qk(positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int,
+                rope: "RotaryEmbedding") -> tuple[torch.Tensor, torch.Tensor]:
+        """``rope`` on q and k side by side (qk: [tokens, q_heads + kv_heads, dim], as the QKV projection lays
+        them out): one rotation for both, with the table rows gathered once per forward pass (``rope.rows``).
+        Returns q and k as views of the rotated tensor."""
+        cos, folded_sin = rope.rows(positions, qk.dtype)
+        rotated = _rotate_folded(qk, cos, folded_sin)
+        return rotated[:, :num_q_heads], rotated[:, num_q_heads:]
+
 
 @dataclass(frozen=True)
 class FlashInferKernels(TorchKernels):
@@ -124,6 +144,12 @@ class FlashInferKernels(TorchKernels):
 
         apply_rope_with_cos_sin_cache_inplace(positions, q, k, q.shape[-1], cos_sin, is_neox=True)
         return q, k
+
+    @classmethod
+    def rope_qk(cls, positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int,
+                rope: "RotaryEmbedding") -> tuple[torch.Tensor, torch.Tensor]:
+        """flashinfer rotates q and k in place, as the views they are."""
+        return cls.rope(positions, qk[:, :num_q_heads], qk[:, num_q_heads:], rope.cos, rope.sin, rope.cos_sin)
 
     def uses_gemv(self, x: torch.Tensor) -> bool:
         """One row, where the Triton kernels beat cuBLAS (and fold the norm or the activation in)."""
