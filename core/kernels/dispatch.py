@@ -52,10 +52,16 @@ class TorchKernels:
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """Normalised in float32 and scaled after casting back, as transformers does."""
+        """Normalised in float32 and scaled after casting back, as transformers does.
+
+        The mean is ATen's own (a sum, then a division by the count) without the scalar conversions ``mean``
+        adds, and the rest runs in place in its temporaries: the same floats with fewer kernels, which is most
+        of a norm's time at one row."""
         dtype = x.dtype
-        x32 = x.float()
-        normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
+        x32 = x if dtype == torch.float32 else x.float()
+        variance = x32.pow(2).sum(-1, keepdim=True).div_(x32.shape[-1])
+        normed = x32 * variance.add_(eps).rsqrt_()
+        normed = normed if dtype == torch.float32 else normed.to(dtype)
         # in place on our own temporary: the same products as ``weight * normed``, one allocation fewer
         return normed.mul_(weight) if weight.dtype == dtype else weight * normed
 

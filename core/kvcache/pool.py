@@ -35,9 +35,9 @@ class KVPool:
         self.v_scale = torch.ones(shape[:3], dtype=torch.float32, device=device) if fp8 else None
 
     def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        if not self.fp8:
-            self.k[layer][loc] = k
-            self.v[layer][loc] = v
+        if not self.fp8:  # index_copy_: what ``cache[loc] = k`` does, with less dispatch around it
+            self.k[layer].index_copy_(0, loc, k)
+            self.v[layer].index_copy_(0, loc, v)
             return
         for cache, scales, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
             values, scale = quantize_fp8(x)
