@@ -12,6 +12,7 @@ at its own batch's shape.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -44,6 +45,14 @@ def _rotate_folded(x: torch.Tensor, cos: torch.Tensor, folded_sin: torch.Tensor)
     return (x * cos).add_(torch.cat((x[..., half:], x[..., :half]), dim=-1).mul_(folded_sin))
 
 
+@functools.lru_cache(maxsize=64)
+def _constant(value: float, device: torch.device) -> torch.Tensor:
+    """``value`` as a 0-dim float32 tensor, made once. Kernels treat it exactly as the Python number (a float32
+    scalar operand), but an in-place op given a Python number first wraps and converts it: three more kernels
+    each time."""
+    return torch.tensor(value, dtype=torch.float32, device=device)
+
+
 @dataclass(frozen=True)
 class TorchKernels:
     name: ClassVar[str] = "torch"
@@ -59,7 +68,8 @@ class TorchKernels:
         of a norm's time at one row."""
         dtype = x.dtype
         x32 = x if dtype == torch.float32 else x.float()
-        variance = x32.pow(2).sum(-1, keepdim=True).div_(x32.shape[-1])
+        count, eps = _constant(float(x32.shape[-1]), x32.device), _constant(eps, x32.device)
+        variance = x32.pow(2).sum(-1, keepdim=True).div_(count)
         normed = x32 * variance.add_(eps).rsqrt_()
         normed = normed if dtype == torch.float32 else normed.to(dtype)
         # in place on our own temporary: the same products as ``weight * normed``, one allocation fewer
