@@ -42,7 +42,9 @@ class TorchPrefillMetadata:
 class TorchDecodeMetadata:
     slots: torch.Tensor  # [batch * max_len] KV slots, row-major (entries past a request's length are masked)
     max_len: int
-    mask: torch.Tensor  # [batch, 1, 1, max_len] True where a key is visible
+    # [batch, 1, 1, max_len] True where a key is visible; None for a single request, which sees every key
+    # (SDPA without a mask skips turning it into additive biases: a quarter of a batch-1 call on a CPU)
+    mask: torch.Tensor | None
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -54,6 +56,11 @@ class TorchAttentionBackend(AttentionBackend):
                 seqs.append(PrefillSeq(slots, start, req.extend_len, req.cached_len))
                 start += req.extend_len
             batch.attn_metadata = TorchPrefillMetadata(seqs)
+            return
+        if len(batch.reqs) == 1:
+            req = batch.reqs[0]
+            batch.attn_metadata = TorchDecodeMetadata(self.page_table[req.table_idx, :req.device_len],
+                                                      req.device_len, None)
             return
         device = self.page_table.device
         rows = torch.tensor([r.table_idx for r in batch.reqs], device=device)

@@ -12,8 +12,9 @@ at its own batch's shape.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,9 @@ from core.kernels import onednn_packed
 from core.kernels.choices import KernelChoices
 from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
 from core.kernels.int8_weights import Int8Weight, int8_linear
+
+if TYPE_CHECKING:
+    from core.layers.rope import RotaryEmbedding
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -35,6 +39,21 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (x * cos).add_(_rotate_half(x).mul_(sin))
 
 
+def _rotate_folded(x: torch.Tensor, cos: torch.Tensor, folded_sin: torch.Tensor) -> torch.Tensor:
+    """``_rotate`` with rotate_half's sign folded into ``folded_sin`` (its first half negated): the halves are
+    swapped instead of swapped and negated, one op fewer, and every product and sum is the same float."""
+    half = x.shape[-1] // 2
+    return (x * cos).add_(torch.cat((x[..., half:], x[..., :half]), dim=-1).mul_(folded_sin))
+
+
+@functools.lru_cache(maxsize=64)
+def _constant(value: float, device: torch.device) -> torch.Tensor:
+    """``value`` as a 0-dim float32 tensor, made once. Kernels treat it exactly as the Python number (a float32
+    scalar operand), but an in-place op given a Python number first wraps and converts it: three more kernels
+    each time."""
+    return torch.tensor(value, dtype=torch.float32, device=device)
+
+
 @dataclass(frozen=True)
 class TorchKernels:
     name: ClassVar[str] = "torch"
@@ -43,10 +62,17 @@ class TorchKernels:
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        """Normalised in float32 and scaled after casting back, as transformers does."""
+        """Normalised in float32 and scaled after casting back, as transformers does.
+
+        The mean is ATen's own (a sum, then a division by the count) without the scalar conversions ``mean``
+        adds, and the rest runs in place in its temporaries: the same floats with fewer kernels, which is most
+        of a norm's time at one row."""
         dtype = x.dtype
-        x32 = x.float()
-        normed = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)
+        x32 = x if dtype == torch.float32 else x.float()
+        count, eps = _constant(float(x32.shape[-1]), x32.device), _constant(eps, x32.device)
+        variance = x32.pow(2).sum(-1, keepdim=True).div_(count)
+        normed = x32 * variance.add_(eps).rsqrt_()
+        normed = normed if dtype == torch.float32 else normed.to(dtype)
         # in place on our own temporary: the same products as ``weight * normed``, one allocation fewer
         return normed.mul_(weight) if weight.dtype == dtype else weight * normed
 
@@ -91,6 +117,16 @@ class TorchKernels:
         s = sin[positions].unsqueeze(1).to(q.dtype)
         return _rotate(q, c, s), _rotate(k, c, s)
 
+    @staticmethod
+    def rope_qk(positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int,
+                rope: "RotaryEmbedding") -> tuple[torch.Tensor, torch.Tensor]:
+        """``rope`` on q and k side by side (qk: [tokens, q_heads + kv_heads, dim], as the QKV projection lays
+        them out): one rotation for both, with the table rows gathered once per forward pass (``rope.rows``).
+        Returns q and k as views of the rotated tensor."""
+        cos, folded_sin = rope.rows(positions, qk.dtype)
+        rotated = _rotate_folded(qk, cos, folded_sin)
+        return rotated[:, :num_q_heads], rotated[:, num_q_heads:]
+
 
 @dataclass(frozen=True)
 class FlashInferKernels(TorchKernels):
@@ -125,6 +161,12 @@ class FlashInferKernels(TorchKernels):
 
         apply_rope_with_cos_sin_cache_inplace(positions, q, k, q.shape[-1], cos_sin, is_neox=True)
         return q, k
+
+    @classmethod
+    def rope_qk(cls, positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int,
+                rope: "RotaryEmbedding") -> tuple[torch.Tensor, torch.Tensor]:
+        """flashinfer rotates q and k in place, as the views they are."""
+        return cls.rope(positions, qk[:, :num_q_heads], qk[:, num_q_heads:], rope.cos, rope.sin, rope.cos_sin)
 
     def uses_gemv(self, x: torch.Tensor) -> bool:
         """One row, where the Triton kernels beat cuBLAS (and fold the norm or the activation in)."""

@@ -31,13 +31,15 @@ class KVPool:
         self.k = torch.zeros(shape, dtype=store, device=device)
         self.v = torch.zeros(shape, dtype=store, device=device)
         # fp8: per (layer, slot, KV head) scales; ones, so an unwritten slot reads as zeros like a bf16 pool
+        # each layer's [slots, kv_heads, head_dim] view, made once: indexing ``self.k[layer]`` is a kernel call
+        self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
         self.k_scale = torch.ones(shape[:3], dtype=torch.float32, device=device) if fp8 else None
         self.v_scale = torch.ones(shape[:3], dtype=torch.float32, device=device) if fp8 else None
 
     def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        if not self.fp8:
-            self.k[layer][loc] = k
-            self.v[layer][loc] = v
+        if not self.fp8:  # index_copy_: what ``cache[loc] = k`` does, with less dispatch around it
+            self.k_layers[layer].index_copy_(0, loc, k)
+            self.v_layers[layer].index_copy_(0, loc, v)
             return
         for cache, scales, x in ((self.k, self.k_scale, k), (self.v, self.v_scale, v)):
             values, scale = quantize_fp8(x)
@@ -46,10 +48,10 @@ class KVPool:
 
     def gather(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of ``slots`` ([n] slot indices) as [n, kv_heads, head_dim] in ``dtype``."""
-        k = self.k[layer].index_select(0, slots)
-        v = self.v[layer].index_select(0, slots)
+        k = self.k_layers[layer].index_select(0, slots)
+        v = self.v_layers[layer].index_select(0, slots)
         if not self.fp8:
-            return k.to(dtype), v.to(dtype)
+            return (k, v) if k.dtype == dtype else (k.to(dtype), v.to(dtype))
         k_scale = self.k_scale[layer].index_select(0, slots)
         v_scale = self.v_scale[layer].index_select(0, slots)
         return dequantize_fp8(k, k_scale, dtype), dequantize_fp8(v, v_scale, dtype)

@@ -48,13 +48,14 @@ class SelfAttention(nn.Module):
         if self.kernels.fuses_qkv:
             out = ctx.backend.attend_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch)
             return self.o_proj(out.reshape(-1, self.q_size))
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(-1, self.num_heads, self.head_dim)
-        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
+        qk = qk.view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rope(positions, q, k)
+        if self.q_norm is None:  # q and k rotate as one tensor
+            q, k = self.rope.rotate_qk(positions, qk, self.num_heads)
+        else:
+            q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
+            q, k = self.rope(positions, self.q_norm(q), self.k_norm(k))
         out = ctx.backend.forward(q, k, v, self.layer_id, ctx.batch)
         return self.o_proj(out.reshape(-1, self.q_size))
 

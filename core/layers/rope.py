@@ -43,8 +43,31 @@ class RotaryEmbedding(nn.Module):
         half = inv_freq.shape[0]
         self.register_buffer("cos_sin", torch.cat((self.cos[:, :half], self.sin[:, :half]), dim=-1),
                              persistent=False)
+        # sin with rotate_half's sign folded in (first half negated), for the torch kernels' one rotation of q and k
+        self.register_buffer("folded_sin", torch.cat((-self.sin[:, :half], self.sin[:, half:]), dim=-1),
+                             persistent=False)
         self.kernels = TorchKernels()
+        self._rows: tuple[torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
+
+    def begin_forward(self) -> None:
+        """Forget the last forward pass's table rows (the model calls this first, so no pass reads another's)."""
+        self._rows = None
+
+    def rows(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and folded sin at ``positions``, [tokens, 1, head_dim] in ``dtype``. Every layer rotates at the
+        same positions, and the model hands each layer the same tensor: gathered by the first, kept for the rest
+        (two small gathers per layer were a measurable share of a CPU decode step)."""
+        memo = self._rows
+        if memo is None or memo[0] is not positions or memo[1] != dtype:
+            memo = self._rows = (positions, dtype, self.cos[positions].unsqueeze(1).to(dtype),
+                                 self.folded_sin[positions].unsqueeze(1).to(dtype))
+        return memo[2], memo[3]
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """q: [tokens, heads, head_dim], k: [tokens, kv_heads, head_dim]; rotated in their own dtype."""
         return self.kernels.rope(positions, q, k, self.cos, self.sin, self.cos_sin)
+
+    def rotate_qk(self, positions: torch.Tensor, qk: torch.Tensor,
+                  num_q_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same rotation for q and k laid side by side, qk: [tokens, q_heads + kv_heads, head_dim]."""
+        return self.kernels.rope_qk(positions, qk, num_q_heads, self)

@@ -1,0 +1,108 @@
+"""Batch-1 decode latency on a CPU: what one person running ``minisgl generate`` feels, token after token.
+
+    .venv/bin/python scripts/cpu_batch1.py [--rounds 5] [--prompt 128] [--tokens 64] [--profile]
+
+One request of ``--prompt`` random token ids, ``--tokens`` greedy new tokens with EOS ignored. The figure is the
+mean gap between consecutive tokens as the request's callback receives them (so the scheduler's host work
+per step is inside it), median over ``--rounds`` rounds. The weights' floor (their bytes over the measured
+copy bandwidth) is printed next to it. ``--profile`` adds a torch.profiler table of one round's decode steps
+(self CPU time per op, with counts per step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import torch
+
+from core import LLM, SamplingParams
+from core.bench.floor import copy_gbps
+
+
+class Split:
+    """Wall time of decode steps inside the engine's forward pass, the LM head and the sampler, wrapped around
+    the engine's own methods (the rest of a token's gap is the scheduler's host work)."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.totals = {"forward_batch": 0.0, "lm_head": 0.0, "sample": 0.0}
+        self.decoding = False
+        engine = llm.engine
+        forward_batch = self._timed("forward_batch", engine.forward_batch)
+
+        def forward_and_note(batch, *args):
+            self.decoding = not batch.is_prefill
+            return forward_batch(batch, *args)
+
+        engine.forward_batch = forward_and_note
+        engine.model.lm_head.forward = self._timed("lm_head", engine.model.lm_head.forward)
+        engine.sampler.sample = self._timed("sample", engine.sampler.sample)
+
+    def _timed(self, name: str, fn):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if self.decoding:
+                    self.totals[name] += time.perf_counter() - start
+        return wrapper
+
+
+def one_round(llm: LLM, prompt: list[int], tokens: int) -> float:
+    """Mean ms between consecutive tokens of one request."""
+    stamps: list[float] = []
+
+    def on_reply(reply) -> None:
+        if reply.token is not None:
+            stamps.append(time.perf_counter())
+
+    llm.submit(prompt, SamplingParams(max_tokens=tokens, ignore_eos=True), on_reply=on_reply)
+    llm.run_until_idle()
+    llm.reset_prefix_cache()
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    return 1e3 * sum(gaps) / len(gaps) if gaps else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    llm = LLM(device="cpu")
+    print(f"engine built in {time.perf_counter() - start:.1f} s; {llm.engine.describe()}")
+    rng = random.Random(0)
+    prompt = [rng.randrange(10000) for _ in range(args.prompt)]
+    one_round(llm, prompt, 8)  # warm-up
+    times = [one_round(llm, prompt, args.tokens) for _ in range(args.rounds)]
+    weight_bytes = sum(p.numel() * p.element_size() for p in llm.engine.model.parameters())
+    bandwidth = copy_gbps(torch.device("cpu"))  # bytes read plus written per second, as the bench's floor
+    floor_ms = 1e3 * weight_bytes / (bandwidth * 1e9)
+    print(f"batch-1 decode: median {statistics.median(times):.2f} ms/token over {args.rounds} rounds "
+          f"({', '.join(f'{t:.1f}' for t in times)}); weights {weight_bytes / 1e6:.0f} MB at {bandwidth:.1f} GB/s: floor {floor_ms:.1f} ms")
+    split = Split(llm)
+    gap = one_round(llm, prompt, args.tokens)
+    per = {k: 1e3 * v / (args.tokens - 1) for k, v in split.totals.items()}
+    layers = per["forward_batch"] - per["lm_head"] - per["sample"]
+    print(f"one round of {steps} decode steps, ms per token: gap {gap:.2f} = embedding, layers and final norm "
+          f"{layers:.2f} + LM head {per['lm_head']:.2f} + sampling {per['sample']:.2f} + host work "
+          f"{gap - per['forward_batch']:.2f}")
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            one_round(llm, prompt, args.tokens)
+        print(f"(counts are for {args.tokens} steps: 1 prefill and {args.tokens - 1} decode steps)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=40, max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
