@@ -92,7 +92,7 @@ def main() -> None:
     gap = one_round(llm, prompt, args.tokens)
     per = {k: 1e3 * v / (args.tokens - 1) for k, v in split.totals.items()}
     layers = per["forward_batch"] - per["lm_head"] - per["sample"]
-    print(f"one round of {steps} decode steps, ms per token: gap {gap:.2f} = embedding, layers and final norm "
+    print(f"one round of {args.tokens - 1} decode steps, ms per token: gap {gap:.2f} = embedding, layers and final norm "
           f"{layers:.2f} + LM head {per['lm_head']:.2f} + sampling {per['sample']:.2f} + host work "
           f"{gap - per['forward_batch']:.2f}")
     if args.profile:

@@ -99,7 +99,8 @@ class Engine:
         # precision int8 (or fast, where it pays): the decoder's linears quantised once (core/kernels/int8_weights.py)
         self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
         # float32 on a CPU: weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
-        self.packed_linears = pack_linears(self.model) if self.plan.kernels.packed_weights else 0
+        kernels = self.plan.kernels
+        self.packed_linears = pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0
         self.sampler = Sampler(self.device)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)

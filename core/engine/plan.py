@@ -114,14 +114,16 @@ def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtyp
 def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
                    int8_weights: bool = False) -> KernelChoices:
     """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
-    can be turned off for comparisons); oneDNN-packed weights for float32 on a CPU."""
+    can be turned off for comparisons); oneDNN-packed weights for float32 on a CPU, used at one row too when
+    torch runs more than one thread (read once, here: set the threads before building the engine)."""
     flashinfer = attention == "flashinfer"
     triton = flashinfer and triton_runs_on(device)
     fused_qkv = triton and not env.fused_qkv_disabled()
+    packed = packing_available(device, dtype) and not env.cpu_weight_packing_disabled()
     return KernelChoices(
         flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=triton and not env.gemv_disabled(),
         small_decode=fused_qkv and not env.small_decode_disabled(),
-        packed_weights=packing_available(device, dtype) and not env.cpu_weight_packing_disabled(),
+        packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1,
         int8_weights=int8_weights)
 
 

@@ -24,6 +24,9 @@ class KernelChoices:
     small_decode: bool = False
     # float32 CPU linears on weights packed once for oneDNN (core/kernels/onednn_packed.py)
     packed_weights: bool = False
+    # one-row linears (batch-1 decode) packed too: oneDNN splits one row's product over the threads, the BLAS's
+    # matrix-vector product runs on one, so this pays only with more than one torch thread
+    packed_one_row: bool = False
     # CPU decoder linears as int8 weights with per-row scales (core/kernels/int8_weights.py); the LM head stays
     # packed float32
     int8_weights: bool = False
@@ -31,6 +34,8 @@ class KernelChoices:
     def __post_init__(self) -> None:
         if (self.fused_qkv or self.gemv) and not self.flashinfer:
             raise ValueError("the fused QKV and GEMV kernels run in flashinfer's kernel set")
+        if self.packed_one_row and not self.packed_weights:
+            raise ValueError("one-row packed linears need packed weights")
         if self.small_decode and not self.fused_qkv:
             raise ValueError("the small-batch decode kernel starts from the fused QKV path")
 

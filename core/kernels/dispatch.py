@@ -59,6 +59,8 @@ class TorchKernels:
     name: ClassVar[str] = "torch"
     # attention layers take the fused QK-norm + RoPE + KV-write path (core/kernels/fused_qkv.py)
     fuses_qkv: bool = False
+    # one-row linears on the packed weight too (KernelChoices.packed_one_row)
+    packed_one_row: bool = False
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -88,12 +90,11 @@ class TorchKernels:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate).mul_(up)
 
-    @staticmethod
-    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | None) -> torch.Tensor:
         """``x @ weight.T + bias``; ``packed_weight`` is the CPU's pre-packed copy, if any
         (core/kernels/onednn_packed.py)."""
-        return onednn_packed.linear(x, weight, bias, packed_weight)
+        return onednn_packed.linear(x, weight, bias, packed_weight, self.packed_one_row)
 
     def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                         weight: torch.Tensor, bias: torch.Tensor | None,
@@ -207,7 +208,8 @@ def kernels_for(choices: KernelChoices) -> TorchKernels:
     """The table that runs these choices."""
     if choices.flashinfer:
         return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv)
-    return Int8Kernels() if choices.int8_weights else TorchKernels()
+    kernels = Int8Kernels if choices.int8_weights else TorchKernels
+    return kernels(packed_one_row=choices.packed_one_row)
 
 
 def install_kernels(model: nn.Module, kernels: TorchKernels) -> None:

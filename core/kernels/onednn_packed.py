@@ -8,15 +8,16 @@ results differ from sgemm's only by float32 rounding order.
 
 oneDNN compiles and keeps kernels for every distinct row count it sees (about 3 MB per count for
 SmolLM2-135M), so a server whose prefill sizes vary would grow without a useful bound. Packed GEMMs are
-therefore used for batches of ``PACKED_MIN_ROWS`` to ``PACKED_MAX_ROWS`` rows (decode steps and short prefills), where the
+therefore used for batches of at most ``PACKED_MAX_ROWS`` rows (decode steps and short prefills), where the
 gain is; larger batches, which sgemm already runs near its peak, stay on ``F.linear``. The kernels for all
 those row counts are compiled when the weights are packed, so memory stays flat while serving.
 
-A single row (batch-1 decode) stays on ``F.linear`` too: there it is a matrix-vector product, which the BLAS
-streams at the memory's speed without repacking anything, while oneDNN's GEMM still runs its blocked kernel
-for one row. On an AVX2 EPYC the whole model's one-row linears took 57-60 ms through ``F.linear`` against
-61-64 ms packed (one thread; 540 MB of weights), and with two threads on cores another process also used,
-each packed call waited for the descheduled second thread (about 8 ms a call, against 0.04 ms unpacked).
+A single row (batch-1 decode) is a matrix-vector product. The BLAS runs it on one thread whatever torch's
+thread count, oneDNN splits it over all of them; so one row goes packed only when torch has more than one
+thread (``one_row``, decided in the engine's plan). On an AVX2 EPYC the whole model's one-row linears (540 MB)
+took 39-46 ms packed on two threads against 62-68 ms unpacked, and on one thread 54-60 ms unpacked against
+75 ms packed. (With two threads on cores that other processes also keep busy, every multi-threaded call can
+wait for a descheduled thread, about 8 ms each: run one thread there.)
 
 Layers that can use it hold a ``packed`` attribute (None: plain ``F.linear``); ``pack_linears`` fills it.
 The original weights stay in place (the loader, tensor-parallel slicing, large batches and the GPU path use
@@ -29,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-PACKED_MIN_ROWS = 2  # one row: a matrix-vector product, at the memory's speed on the original weight
 PACKED_MAX_ROWS = 32
 
 
@@ -42,9 +42,14 @@ def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
 
 
+def min_rows(one_row: bool) -> int:
+    """The fewest rows that go packed: 1, or 2 when one row stays on the BLAS's matrix-vector product."""
+    return 1 if one_row else 2
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-           packed: torch.Tensor | None) -> torch.Tensor:
-    if packed is None or not PACKED_MIN_ROWS <= x.shape[0] <= PACKED_MAX_ROWS:
+           packed: torch.Tensor | None, one_row: bool = False) -> torch.Tensor:
+    if packed is None or not min_rows(one_row) <= x.shape[0] <= PACKED_MAX_ROWS:
         if bias is None and x.dim() == 2:  # the GEMM F.linear runs here, without its two dispatch layers
             return torch.mm(x, weight.t())
         return F.linear(x, weight, bias)
@@ -56,9 +61,10 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def pack_linears(model: nn.Module) -> int:
+def pack_linears(model: nn.Module, one_row: bool) -> int:
     """Pack the weight of every layer that has an empty ``packed`` slot (one holding another form of the
-    weight, e.g. int8, is left alone) and compile its kernels; returns how many were packed."""
+    weight, e.g. int8, is left alone) and compile its kernels (for one row too with ``one_row``); returns how
+    many were packed."""
     count, compiled = 0, set()
     for module in model.modules():
         if getattr(module, "packed", True) is not None:
@@ -69,11 +75,12 @@ def pack_linears(model: nn.Module) -> int:
         shape = (tuple(module.weight.shape), bias is not None)
         if shape not in compiled:  # kernels depend on the shapes only: once per shape is enough
             compiled.add(shape)
-            _compile_row_counts(module.weight, bias, module.packed)
+            _compile_row_counts(module.weight, bias, module.packed, one_row)
     return count
 
 
-def _compile_row_counts(weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor) -> None:
+def _compile_row_counts(weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor,
+                        one_row: bool) -> None:
     with torch.inference_mode():
-        for rows in range(PACKED_MIN_ROWS, PACKED_MAX_ROWS + 1):
-            linear(weight.new_zeros(rows, weight.shape[1]), weight, bias, packed)
+        for rows in range(min_rows(one_row), PACKED_MAX_ROWS + 1):
+            linear(weight.new_zeros(rows, weight.shape[1]), weight, bias, packed, one_row)

@@ -9,7 +9,7 @@ from torch import nn
 from core.arith import ceil_div
 from core.distributed.comm import all_gather_last_dim, all_reduce
 from core.distributed.info import get_tp_info
-from core.kernels.onednn_packed import linear
+from core.kernels.dispatch import TorchKernels
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -44,6 +44,7 @@ class LMHead(nn.Module):
         self.tp_size = get_tp_info().size
         self.tied_to = tied_to
         self.packed: torch.Tensor | None = None
+        self.kernels = TorchKernels()
         if tied_to is None:
             self.inner = VocabParallelEmbedding(vocab_size, dim)
 
@@ -56,5 +57,5 @@ class LMHead(nn.Module):
             self.inner.load(tensor, shard, kind)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = all_gather_last_dim(linear(hidden, self.weight, None, self.packed), self.tp_size)
+        logits = all_gather_last_dim(self.kernels.linear(hidden, self.weight, None, self.packed), self.tp_size)
         return logits[..., : self.vocab_size]

@@ -60,6 +60,23 @@ def test_cpu_plan_and_the_switches_that_change_it(triton_everywhere, monkeypatch
     assert not plan_engine(EngineConfig(overlap=True), CPU, torch.float32).overlap
 
 
+def test_one_row_goes_packed_only_with_more_than_one_thread():
+    """The BLAS's matrix-vector product runs on one thread, oneDNN's packed GEMM on all of them."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN in this torch build")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert not plan_engine(EngineConfig(), CPU, torch.float32).kernels.packed_one_row
+        torch.set_num_threads(2)
+        choices = plan_engine(EngineConfig(), CPU, torch.float32).kernels
+        assert choices.packed_weights and choices.packed_one_row and kernels_for(choices).packed_one_row
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(ValueError):
+        KernelChoices(packed_one_row=True)  # nothing to run one row on without packed weights
+
+
 def test_the_engine_builds_from_its_plan(monkeypatch):
     monkeypatch.setenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING", "1")
     engine = LLM("random:tiny-qwen3", max_running_req=2, device="cpu", dtype="float32").engine
