@@ -6,7 +6,9 @@ One request of ``--prompt`` random token ids, ``--tokens`` greedy new tokens wit
 mean gap between consecutive tokens as the request's callback receives them (so the scheduler's host work
 per step is inside it), median over ``--rounds`` rounds. The weights' floor (their bytes over the measured
 copy bandwidth) is printed next to it. ``--profile`` adds a torch.profiler table of one round's decode steps
-(self CPU time per op, with counts per step).
+(self CPU time per op, with counts per step). ``--stream`` times the engine's own one-row linears alone, every
+weight once in a loop (30 layers' four projections and the LM head, on the path the plan chose, and on plain
+``torch.mm``): what streaming the weights costs with torch here, the floor a decode step could reach.
 """
 
 from __future__ import annotations
@@ -66,6 +68,26 @@ def one_round(llm: LLM, prompt: list[int], tokens: int) -> float:
     return 1e3 * sum(gaps) / len(gaps) if gaps else 0.0
 
 
+def stream_ms(llm: LLM, packed: bool, repeats: int = 7) -> float:
+    """Median ms of one pass of one-row linears over every weight the decode step reads."""
+    layers = [m for m in llm.engine.model.modules() if hasattr(m, "packed")]
+    inputs = {m.weight.shape[1]: torch.randn(1, m.weight.shape[1]) for m in layers}
+
+    def one_pass() -> None:
+        for m in layers:
+            x = inputs[m.weight.shape[1]]
+            m.kernels.linear(x, m.weight, None, m.packed) if packed else torch.mm(x, m.weight.t())
+
+    times = []
+    with torch.inference_mode():
+        one_pass()
+        for _ in range(repeats):
+            start = time.perf_counter()
+            one_pass()
+            times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
@@ -73,6 +95,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--stream", action="store_true")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -95,6 +118,9 @@ def main() -> None:
     print(f"one round of {args.tokens - 1} decode steps, ms per token: gap {gap:.2f} = embedding, layers and final norm "
           f"{layers:.2f} + LM head {per['lm_head']:.2f} + sampling {per['sample']:.2f} + host work "
           f"{gap - per['forward_batch']:.2f}")
+    if args.stream:
+        print(f"weights alone, one row: {stream_ms(llm, True):.1f} ms on the engine's path "
+              f"(one row packed: {llm.engine.plan.kernels.packed_one_row}), {stream_ms(llm, False):.1f} ms on torch.mm")
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 
