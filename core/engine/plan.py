@@ -76,9 +76,10 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     if features.bf16_instructions and config.dtype is None:
         return PrecisionChoice(torch.bfloat16, note=f"precision fast: bf16 weights, activations and KV "
                                                     f"cache ({' and '.join(features.bf16_instructions)} on this CPU)")
-    missing = f"this CPU lacks {' and '.join(features.missing_bf16_instructions)} for bf16"
-    if features.bf16_instructions:
+    if features.bf16_instructions:  # bf16 would pay here, but a dtype was asked for
         missing = f"--dtype {config.dtype} was asked for"
+    else:
+        missing = f"this CPU lacks {' and '.join(features.missing_bf16_instructions)} for bf16"
     if features.int8_kernel_vectorised:
         return PrecisionChoice(dtype, int8_weights=True,
                                note=f"precision fast: int8 weight-only linears ({missing}; torch's int8 kernel "

@@ -38,7 +38,8 @@ def serve(model: o.Model = None, host: Host = "127.0.0.1", port: Port = 8000, ma
           served_model_name: ModelName = None, cache: o.Cache = o.DEFAULT_CACHE,
           page_size: o.PageSize = o.DEFAULT_PAGE_SIZE, max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING,
           num_pages: o.NumPages = None, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-          tp: o.Tp = 1, dtype: o.Dtype = None, precision: o.Precision = 'exact', shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
+          tp: o.Tp = 1, dtype: o.Dtype = None, precision: o.Precision = 'exact',
+          shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
           trace_out: TraceOut = None) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics."""
