@@ -83,9 +83,6 @@ class EngineConfig:
             raise InvalidParamsError(f"unknown kv_dtype {self.kv_dtype!r}; use one of {', '.join(KV_DTYPES)}")
         if self.precision not in PRECISIONS:
             raise InvalidParamsError(f"unknown precision {self.precision!r}; use one of {', '.join(PRECISIONS)}")
-        if self.kv_dtype == "fp8" and self.attention == "flashinfer":
-            raise InvalidParamsError("kv_dtype 'fp8' runs on the torch attention backend; use --attention torch "
-                                     "or leave --attention out")
         if self.device is not None:
             try:
                 torch.device(self.device)

@@ -3,7 +3,7 @@ against flashinfer's bf16 decode. Batch 256, 16 query / 8 KV heads, head dim 128
 1100 and 1600; device time per layer from CUDA events over replays of a CUDA graph, and the KV bytes read
 over that time. Prints one line per case; ``--json PATH`` writes them too.
 
-    python3 scripts/gpu_fp8_decode.py [--json out.json]
+    python3 scripts/gpu_fp8_decode.py [--sweep] [--contexts 600,1100,1600] [--json out.json]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 
 import torch
 
-from core.kernels.paged_decode import paged_decode
+from core.kernels.paged_decode import DecodeTile, SplitBuffers, paged_decode
 from core.kvcache.pool import KVPool
 
 BATCH, HEADS, KV_HEADS, DIM, PAGE = 256, 16, 8, 128, 16
@@ -58,60 +58,86 @@ def case(context: int) -> list[dict]:
         kv_bytes = BATCH * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8)
         rows.append({"kernel": f"triton {'fp8' if fp8 else 'bf16'}", "context": context, "us": seconds * 1e6,
                      "tb_s": kv_bytes / seconds / 1e12})
-        if not fp8:
-            rows.append(_flashinfer(q, pool, indptr, order, last, context))
+        rows += _flashinfer(q, pool, indptr, order, last, context)
         del pool
         torch.cuda.empty_cache()
     return [r for r in rows if r]
 
 
-def _flashinfer(q, pool, indptr, indices, last, context) -> dict | None:
+def _flashinfer(q, pool, indptr, indices, last, context) -> list[dict]:
+    """flashinfer's decode on the same pages (fp8 ones read with scale 1: the time, not the values), with and
+    without its tensor-core (prefill-style) kernel."""
     try:
         import flashinfer
     except ImportError:
-        return None
+        return []
     workspace = torch.zeros(128 << 20, dtype=torch.uint8, device=q.device)
-    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=True)
-    wrapper.plan(indptr, indices, last, HEADS, KV_HEADS, DIM, PAGE, sm_scale=DIM ** -0.5,
-                 q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
     shape = (-1, PAGE, KV_HEADS, DIM)
     kv = (pool.k[0].view(shape), pool.v[0].view(shape))
-    out = torch.empty_like(q)
-    seconds = timed(lambda: wrapper.run(q, kv, out=out))
-    kv_bytes = BATCH * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16)
-    return {"kernel": "flashinfer bf16", "context": context, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12}
+    kv_bytes = BATCH * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, pool.fp8)
+    rows = []
+    for tensor_cores in (True, False):
+        try:
+            wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD", use_tensor_cores=tensor_cores)
+            wrapper.plan(indptr, indices, last, HEADS, KV_HEADS, DIM, PAGE, sm_scale=DIM ** -0.5,
+                         q_data_type=torch.bfloat16, kv_data_type=pool.k.dtype)
+            out = torch.empty_like(q)
+            seconds = timed(lambda: wrapper.run(q, kv, out=out))
+        except Exception as exc:
+            print(f"flashinfer {pool.k.dtype} tensor cores {tensor_cores}: {type(exc).__name__}: {exc}"[:300])
+            continue
+        name = f"flashinfer {'fp8' if pool.fp8 else 'bf16'}{' tc' if tensor_cores else ''}"
+        rows.append({"kernel": name, "context": context, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12})
+    return rows
 
 
-def sweep(context: int = 1100) -> list[dict]:
-    """The fp8 kernel's tile choices at one context: tokens per iteration, warps, pipeline stages."""
+def sweep(context: int = 1100, batch: int = BATCH) -> list[dict]:
+    """The paged kernel's tile choices at one context, fp8 and bf16 pages: tokens per iteration, warps,
+    pipeline stages, splits, float16 products for fp8."""
     device = torch.device("cuda")
     pages_per = -(-context // PAGE)
-    order = torch.randperm(BATCH * pages_per, device=device).to(torch.int32)
-    indptr = torch.arange(0, BATCH + 1, dtype=torch.int32, device=device) * pages_per
-    last = torch.full((BATCH,), context - (pages_per - 1) * PAGE, dtype=torch.int32, device=device)
-    q = torch.randn(BATCH, HEADS, DIM, device=device, dtype=torch.bfloat16)
-    pool = KVPool(1, BATCH * pages_per + 1, PAGE, KV_HEADS, DIM, torch.bfloat16, device, fp8=True)
-    out, rows = torch.empty_like(q), []
-    kv_bytes = BATCH * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, True)
-    for tile in [(t, w, s) for t in (64, 128, 256) for w in (4, 8) for s in (2, 3, 4)]:
-        try:
-            seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out, tile))
-        except Exception as exc:  # a tile that does not fit in shared memory
-            print(f"tile {tile}: {type(exc).__name__}", flush=True)
-            continue
-        rows.append({"kernel": f"triton fp8 tile {tile}", "context": context, "us": seconds * 1e6,
-                     "tb_s": kv_bytes / seconds / 1e12})
-        print(f"tile {tile}: {seconds * 1e6:.1f} us, {rows[-1]['tb_s']:.2f} TB/s", flush=True)
+    order = torch.randperm(batch * pages_per, device=device).to(torch.int32)
+    indptr = torch.arange(0, batch + 1, dtype=torch.int32, device=device) * pages_per
+    last = torch.full((batch,), context - (pages_per - 1) * PAGE, dtype=torch.int32, device=device)
+    q = torch.randn(batch, HEADS, DIM, device=device, dtype=torch.bfloat16)
+    rows = []
+    for fp8 in (True, False):
+        pool = KVPool(1, batch * pages_per + 1, PAGE, KV_HEADS, DIM, torch.bfloat16, device, fp8=fp8)
+        out = torch.empty_like(q)
+        buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, 8, device)
+        kv_bytes = batch * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8)
+        tiles = [DecodeTile(t, w, s, splits, f16) for t in (64, 128) for w in (4, 8) for s in (2,)
+                 for splits in (1, 2, 4) for f16 in ((False, True) if fp8 else (False,))]
+        best = None
+        for tile in tiles:
+            try:
+                seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out, tile,
+                                                     buffers))
+            except Exception as exc:  # a tile that does not fit in shared memory
+                print(f"batch {batch} tile {tile}: {type(exc).__name__}", flush=True)
+                continue
+            row = {"kernel": f"triton {'fp8' if fp8 else 'bf16'} {tile}", "batch": batch, "context": context,
+                   "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12}
+            rows.append(row)
+            best = row if best is None or row["us"] < best["us"] else best
+            print(f"batch {batch} context {context} {row['kernel']}: {row['us']:.1f} us, {row['tb_s']:.2f} TB/s",
+                  flush=True)
+        print(f"BEST batch {batch} context {context}: {best}", flush=True)
+        rows += _flashinfer(q, pool, indptr, order, last, context) if batch == BATCH else []
+        del pool
+        torch.cuda.empty_cache()
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
-    parser.add_argument("--sweep", action="store_true", help="time the fp8 kernel's tile choices first")
+    parser.add_argument("--sweep", action="store_true", help="time the kernel's tile choices first")
+    parser.add_argument("--contexts", default="600,1100,1600",
+                        help="contexts of the kernel-against-flashinfer cases, comma-separated ('' for none)")
     args = parser.parse_args()
-    rows = sweep() if args.sweep else []
-    for context in (600, 1100, 1600):
+    rows = [r for b in (BATCH, 64) for c in (600, 1100) for r in sweep(c, b)] if args.sweep else []
+    for context in [int(c) for c in args.contexts.split(",") if c]:
         for row in case(context):
             print(f"{row['kernel']:<16} context {row['context']:>5}: {row['us']:8.1f} us per layer, "
                   f"{row['tb_s']:.2f} TB/s of KV", flush=True)

@@ -393,6 +393,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, help="the workload section's requests (default: the workload's)")
     parser.add_argument("--page-sizes", default="16,1", help="the workload section's page sizes, comma-separated")
     parser.add_argument("--device", default=None, help="the workload section's device (default: the engine's)")
+    parser.add_argument("--graph-batches", default=[1], type=lambda text: [int(b) for b in text.split(",")],
+                        help="the graph_kernels section's batch sizes, comma-separated (default 1)")
+    parser.add_argument("--graph-context", type=int, default=300, help="the graph_kernels section's context")
     args = parser.parse_args()
     sections = set(args.sections.split(","))
     unknown = sections - set(SECTIONS)
@@ -423,9 +426,10 @@ def main() -> int:
                 say(f"sampler at batch 256, {name}: {ms:.3f} ms")
             say(f"sampler at batch 1, greedy: {sampler_ms(llm, 1)['greedy']:.3f} ms")
         if "graph_kernels" in sections:
-            for batch in (1,):
-                table = graph_kernel_table(llm, batch, 300, out / f"graph_kernels_bs{batch}.txt")
-                say(f"==== kernels in 10 replays of the batch-{batch} decode graph, context 300\n{table}")
+            for batch in args.graph_batches:
+                table = graph_kernel_table(llm, batch, args.graph_context, out / f"graph_kernels_bs{batch}.txt")
+                say(f"==== kernels in 10 replays of the batch-{batch} decode graph, context {args.graph_context}"
+                    f"\n{table}")
         llm.close()
         del llm
         torch.cuda.empty_cache()

@@ -66,7 +66,9 @@ class AttentionBackend(ABC):
                    batch: Batch) -> torch.Tensor:
         """Attention straight from the QKV projection's output: QK-norm, RoPE and the KV write in one fused
         kernel (core/kernels/fused_qkv.py), then ``attend``. A backend may fuse further for some batches."""
+        pool = self.pool
+        scales = (pool.k_scale[layer], pool.v_scale[layer]) if pool.fp8 else (None, None)  # fp8: quantised in
         q = qkv_norm_rope_store(qkv, spec.num_heads, spec.num_kv_heads, spec.head_dim, positions, spec.cos_sin,
-                                spec.q_norm_weight, spec.k_norm_weight, spec.eps, self.pool.k[layer],
-                                self.pool.v[layer], batch.out_loc)
+                                spec.q_norm_weight, spec.k_norm_weight, spec.eps, pool.k[layer], pool.v[layer],
+                                batch.out_loc, *scales)
         return self.attend(q, layer, batch)

@@ -10,6 +10,11 @@ CUDA graphs each captured batch size has its own decode wrapper whose metadata l
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
 dummy page that no request owns.
 
+With an fp8 pool (core/kvcache/pool.py: e4m3 values with a scale per slot and KV head, which flashinfer's
+kernels do not take) decode runs the Triton paged kernel (core/kernels/paged_decode.py) over the same page
+lists, eagerly and under CUDA graphs alike, and prefill reads each request's whole sequence back from the pool,
+dequantised, into flashinfer's ragged prefill; the fused QKV kernel quantises k and v on the way into the pool.
+
 With ``small_decode`` (decided by the engine's plan), captured batches of at most ``SMALL_DECODE_MAX_BS`` rows
 skip flashinfer altogether: one Triton kernel per layer does QK-norm, RoPE, the KV write and the attention
 (core/kernels/small_decode.py), reading the same fixed page-list buffers, which are then filled by plain
@@ -34,9 +39,13 @@ from core.errors import InvalidParamsError
 from core.kernels.fused_qkv import QKVSpec
 from core.kernels.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
                                        small_decode_attention)
+from core.kernels.paged_decode import TILES, DecodeTile, SplitBuffers, paged_decode
 from core.kvcache.pool import KVPool
 from core.request import Batch
-from core.transfer import pinned
+from core.transfer import pinned, upload
+
+PAGED_TARGET_PROGRAMS = 512  # fp8 decode: split a request's tokens until about this many programs read
+PAGED_MAX_SPLITS = 4
 
 WORKSPACE_BYTES = 128 << 20  # flashinfer's recommended float workspace for split-k partial results
 HALF_DTYPES = (torch.bfloat16, torch.float16)
@@ -55,12 +64,33 @@ def use_tensor_core_decode(num_heads: int, num_kv_heads: int) -> bool:
     return num_heads // num_kv_heads >= 4
 
 
+def paged_splits(batch_size: int, num_kv_heads: int) -> int:
+    """Programs per (request, KV head) for the fp8 decode: one at large batches (measured on an H200 at 256
+    rows: splitting only slowed it), a few for small ones, a power of two."""
+    splits = max(1, min(PAGED_MAX_SPLITS, PAGED_TARGET_PROGRAMS // (batch_size * num_kv_heads)))
+    return 1 << (splits.bit_length() - 1)
+
+
+@dataclass
+class PagedDecodeArgs:
+    """What the Triton paged decode reads for one step: the page lists on the device and its tile."""
+
+    kv_indptr: torch.Tensor  # [batch + 1] int32
+    kv_indices: torch.Tensor  # int32 pages
+    kv_last: torch.Tensor  # [batch] int32
+    tile: DecodeTile
+    split_buffers: SplitBuffers | None
+
+
 @dataclass
 class FlashInferMetadata:
     layout: PagedLayout | None
     qo_indptr: torch.Tensor | None  # host int32, prefill only
     wrapper: Any = None  # the planned flashinfer wrapper whose run() the layers call
     small_decode: SmallDecodePlan | None = None  # a small captured batch: one Triton kernel per layer instead
+    paged: PagedDecodeArgs | None = None  # fp8 decode: the Triton paged kernel instead of flashinfer's
+    kv_slots: torch.Tensor | None = None  # fp8 prefill: every request's slots [0, device_len), concatenated
+    kv_indptr: torch.Tensor | None = None  # fp8 prefill: host int32 offsets of each request in kv_slots
 
 
 class FlashInferBackend(AttentionBackend):
@@ -69,19 +99,24 @@ class FlashInferBackend(AttentionBackend):
         """``small_decode``: captured batches of a few rows run the one-kernel Triton decode; the engine's plan
         sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from."""
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
+        assert not (small_decode and pool.fp8), "the small-batch decode reads bf16 pages (the plan says so)"
         self.small_decode = small_decode
         self.check_supported(pool)
         import flashinfer
 
         self._fi = flashinfer
         self.page_size = pool.page_size
-        self.dtype = pool.k.dtype
+        self.dtype = pool.dtype  # what attention computes in (an fp8 pool's values come back in it)
+        self.fp8 = pool.fp8
         self.device = pool.k.device
         self.tensor_cores = use_tensor_core_decode(num_heads, num_kv_heads)
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
         self.decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, "NHD", use_tensor_cores=self.tensor_cores)
+        if self.fp8:
+            self.ragged_wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD")
+        self._split_buffers: SplitBuffers | None = None
         self._graph_wrappers: dict[int, Any] = {}
         self._small_decode: SmallDecodePlan | None = None
         self._dummy_page = 0
@@ -91,13 +126,20 @@ class FlashInferBackend(AttentionBackend):
     def check_supported(pool: KVPool) -> None:
         if pool.k.device.type != "cuda":
             raise InvalidParamsError("the flashinfer attention backend needs a CUDA device; use --attention torch")
-        if pool.k.dtype not in HALF_DTYPES:
+        if pool.dtype not in HALF_DTYPES:
             raise InvalidParamsError(f"the flashinfer attention backend runs bf16 or fp16, not "
-                                     f"{str(pool.k.dtype).removeprefix('torch.')}; use --attention torch")
+                                     f"{str(pool.dtype).removeprefix('torch.')}; use --attention torch")
 
     # ---- per step ------------------------------------------------------------------------------------------
     def prepare_metadata(self, batch: Batch) -> None:
-        batch.attn_metadata = FlashInferMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch))
+        meta = FlashInferMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch))
+        if self.fp8 and batch.is_prefill:
+            lens = [r.device_len for r in batch.reqs]
+            meta.kv_slots = torch.cat([self.page_table[r.table_idx, :r.device_len] for r in batch.reqs])
+            kv_indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
+            kv_indptr[1:] = torch.tensor(lens, dtype=torch.int32).cumsum(0)
+            meta.kv_indptr = pinned(kv_indptr, self.device)
+        batch.attn_metadata = meta
 
     def _layout(self, batch: Batch, padded_size: int) -> PagedLayout:
         """The batch's page lists, plus padding rows up to ``padded_size`` (a CUDA-graph batch)."""
@@ -119,6 +161,8 @@ class FlashInferBackend(AttentionBackend):
     def begin_forward(self, batch: Batch) -> None:
         meta: FlashInferMetadata = batch.attn_metadata
         lay = meta.layout
+        if self.fp8:
+            return self._begin_fp8(batch, meta)
         if batch.is_prefill:
             self._wait_last_plan()
             self.prefill_wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len, self.num_heads,
@@ -129,6 +173,29 @@ class FlashInferBackend(AttentionBackend):
         else:
             self._plan_decode(self.decode_wrapper, lay.indptr, lay.indices, lay.last_page_len)
             meta.wrapper = self.decode_wrapper
+
+    def _begin_fp8(self, batch: Batch, meta: FlashInferMetadata) -> None:
+        """Prefill: flashinfer's ragged kernel over the dequantised sequences; decode: the paged kernel."""
+        lay = meta.layout
+        if batch.is_prefill:
+            self._wait_last_plan()
+            self.ragged_wrapper.plan(meta.qo_indptr, meta.kv_indptr, self.num_heads, self.num_kv_heads,
+                                     self.head_dim, causal=True, sm_scale=self.scale, q_data_type=self.dtype,
+                                     kv_data_type=self.dtype)
+            self._mark_plan()
+            meta.wrapper = self.ragged_wrapper
+            return
+        meta.paged = self._paged_args(upload(lay.indptr, self.device), lay.indices,
+                                      upload(lay.last_page_len, self.device), lay.size)
+
+    def _paged_args(self, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
+                    size: int) -> PagedDecodeArgs:
+        splits = paged_splits(size, self.num_kv_heads)
+        tile = replace(TILES[True], splits=splits)
+        buffers = self._split_buffers if splits > 1 and self._split_buffers is not None else None
+        if buffers is not None and len(buffers.counters) < size * self.num_kv_heads:
+            buffers = None  # a batch over the graphs' cap: its own buffers (eager only)
+        return PagedDecodeArgs(indptr, indices, last, tile, buffers)
 
     def _plan_decode(self, wrapper: Any, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
         self._wait_last_plan()
@@ -150,7 +217,15 @@ class FlashInferBackend(AttentionBackend):
         return self.attend(q.contiguous(), layer, batch)
 
     def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
-        wrapper = batch.attn_metadata.wrapper
+        meta = batch.attn_metadata
+        if meta.paged is not None:
+            paged = meta.paged
+            return paged_decode(q, self.pool, layer, paged.kv_indptr, paged.kv_indices, paged.kv_last, self.scale,
+                                tile=paged.tile, split_buffers=paged.split_buffers)
+        if meta.kv_slots is not None:  # fp8 prefill: the sequences back from the pool, in the model's dtype
+            k, v = self.pool.gather(layer, meta.kv_slots, self.dtype)
+            return meta.wrapper.run(q, k, v)
+        wrapper = meta.wrapper
         # a batch planned for the small decode has no wrapper; the one plan that enables it sends the layers to
         # attend_qkv, so this path never meets one
         assert wrapper is not None, "a small-decode batch reached attend: its layers must call attend_qkv"
@@ -177,6 +252,10 @@ class FlashInferBackend(AttentionBackend):
         self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)
         self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
         self._dummy_page = dummy_page
+        if self.fp8:  # the paged kernel reads the fixed page lists as they are: no flashinfer wrappers
+            self._split_buffers = SplitBuffers.make(max_bs, self.num_heads, self.num_kv_heads, self.head_dim,
+                                                    PAGED_MAX_SPLITS, self.device)
+            return
         if self.small_decode:
             self._small_decode = make_plan(min(max_bs, SMALL_DECODE_MAX_BS), self.num_heads, self.num_kv_heads,
                                            self.head_dim, self.page_size, self.scale, self._graph_indptr,
@@ -187,20 +266,29 @@ class FlashInferBackend(AttentionBackend):
                 paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
                 paged_kv_last_page_len_buffer=self._graph_last[:bs])
 
-    def _plan_small_decode(self, layout: PagedLayout) -> SmallDecodePlan:
+    def _copy_to_graph_buffers(self, layout: PagedLayout) -> None:
         """The page lists into the graphs' fixed buffers, queued on this stream after the previous replay (no
-        flashinfer plan: the small-decode kernel reads the lists as they are)."""
+        flashinfer plan: the Triton kernels read the lists as they are)."""
         n, pages = layout.size, len(layout.indices)
         self._graph_indptr[: n + 1].copy_(layout.indptr, non_blocking=True)
         self._graph_indices[:pages].copy_(layout.indices, non_blocking=True)
         self._graph_last[:n].copy_(layout.last_page_len, non_blocking=True)
-        return replace(self._small_decode, splits=num_splits(n, self.num_kv_heads))
+
+    def _plan_small_decode(self, layout: PagedLayout) -> SmallDecodePlan:
+        self._copy_to_graph_buffers(layout)
+        return replace(self._small_decode, splits=num_splits(layout.size, self.num_kv_heads))
 
     def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
         meta = batch.attn_metadata
         layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
         if layout is None or layout.size != padded_size:  # not prepared for this size (capture, tests)
             layout = self._layout(batch, padded_size)
+        if self.fp8:
+            self._copy_to_graph_buffers(layout)
+            paged = self._paged_args(self._graph_indptr[: padded_size + 1], self._graph_indices,
+                                     self._graph_last[:padded_size], padded_size)
+            batch.attn_metadata = FlashInferMetadata(layout, None, paged=paged)
+            return
         if self._small_decode is not None and padded_size <= SMALL_DECODE_MAX_BS:
             batch.attn_metadata = FlashInferMetadata(layout, None, None, self._plan_small_decode(layout))
             return

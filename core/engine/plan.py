@@ -29,7 +29,8 @@ DEFAULT_GRAPH_MAX_BS = 256
 class EnginePlan:
     attention: str  # "flashinfer" or "torch"
     kv_fp8: bool  # the KV pool stores e4m3 with per-head scales (core/kvcache/pool.py)
-    # fp8 KV on CUDA: decode reads the fp8 pages in place with the Triton paged kernel (core/kernels/paged_decode.py)
+    # fp8 KV on CUDA with torch attention: decode reads the fp8 pages in place with the Triton paged kernel
+    # (core/kernels/paged_decode.py; the flashinfer backend runs the same kernel for an fp8 pool, under graphs)
     fp8_paged_decode: bool
     kernels: KernelChoices
     cuda_graph_max_bs: int  # decode batches up to this size replay captured graphs; 0: every step runs eagerly
@@ -99,31 +100,36 @@ def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
 
 
 def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> str:
-    """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports; torch otherwise."""
+    """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports (with an fp8 KV cache, also
+    only where Triton runs); torch otherwise."""
     if config.attention is not None:
         if config.attention == "flashinfer" and not flashinfer_available():
             raise InvalidParamsError("the flashinfer attention backend needs the flashinfer-python package "
                                      "(pip install 'minisgl[cuda]'); or use --attention torch")
+        if config.attention == "flashinfer" and config.kv_dtype == "fp8" and not triton_runs_on(device):
+            raise InvalidParamsError("an fp8 KV cache with the flashinfer attention backend decodes with a Triton "
+                                     "kernel, and Triton does not run here; use --attention torch")
         return config.attention
-    if config.kv_dtype == "fp8":  # flashinfer's kernels take no per-head scales
-        return "torch"
+    if config.kv_dtype == "fp8" and not triton_runs_on(device):  # flashinfer's kernels take no per-head scales:
+        return "torch"  # its backend decodes fp8 pages with the Triton paged kernel
     if device.type == "cuda" and dtype in HALF_DTYPES and flashinfer_available():
         return "flashinfer"
     return "torch"
 
 
 def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
-                   int8_weights: bool = False) -> KernelChoices:
+                   int8_weights: bool = False, kv_fp8: bool = False) -> KernelChoices:
     """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
-    can be turned off for comparisons); oneDNN-packed weights for float32 on a CPU, used at one row too when
-    torch runs more than one thread (read once, here: set the threads before building the engine)."""
+    can be turned off for comparisons; the small-batch decode reads bf16 pages only, so not with an fp8 KV
+    cache); oneDNN-packed weights for float32 on a CPU, used at one row too when torch runs more than one thread
+    (read once, here: set the threads before building the engine)."""
     flashinfer = attention == "flashinfer"
     triton = flashinfer and triton_runs_on(device)
     fused_qkv = triton and not env.fused_qkv_disabled()
     packed = packing_available(device, dtype) and not env.cpu_weight_packing_disabled()
     return KernelChoices(
         flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=triton and not env.gemv_disabled(),
-        small_decode=fused_qkv and not env.small_decode_disabled(),
+        small_decode=fused_qkv and not kv_fp8 and not env.small_decode_disabled(),
         packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1,
         int8_weights=int8_weights)
 
@@ -151,6 +157,6 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
     return EnginePlan(
         attention=attention, kv_fp8=kv_fp8,
         fp8_paged_decode=kv_fp8 and attention == "torch" and device.type == "cuda" and triton_runs_on(device),
-        kernels=kernel_choices(attention, device, dtype, precision.int8_weights),
+        kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8),
         cuda_graph_max_bs=graph_max_bs(config, device, attention),
         overlap=overlap_enabled(config, device), precision=precision)

@@ -2,22 +2,58 @@
 
 flashinfer's paged decode runs no faster on fp8 pages than on bf16 ones at the benchmark's shape (measured on
 an H200: it moves bf16 at 4.0 TB/s and fp8 at 2.0), so halving the bytes gained nothing there. This kernel
-reads each page once per (request, KV head) program, the whole query group against each tile of cached
+reads each page once per (request, KV head, split) program, the whole query group against each tile of cached
 tokens, and folds the per-(slot, head) fp8 scales into the two products instead of dequantising the tiles.
 The page lists are flashinfer's CSR form (core/attention/paging.py).
+
+A request's cached tokens can be split over several programs (``DecodeTile.splits``): each writes a partial
+result and its log-sum-exp, and the last to finish merges them (a per-(request, KV head) counter that the
+merging program resets), so a batch of few rows still keeps every SM reading.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 
 from core.kernels.small_decode import block_g
 from core.kvcache.pool import KVPool
 
-# (cached tokens per loop iteration, warps, pipeline stages), for bf16 pages and for fp8 ones
-TILES = {False: (64, 4, 2), True: (128, 4, 2)}  # fp8: the sweep in scripts/gpu_fp8_decode.py
+
+@dataclass(frozen=True)
+class DecodeTile:
+    """How the kernel walks the cached tokens: tokens per loop iteration, warps and pipeline stages per
+    program, programs per (request, KV head), and whether fp8 pages are multiplied in float16."""
+
+    tokens: int
+    warps: int
+    stages: int
+    splits: int = 1
+    f16: bool = False
+
+
+TILES = {False: DecodeTile(64, 4, 2), True: DecodeTile(128, 4, 2)}  # fp8: the sweep in scripts/gpu_fp8_decode.py
+
+
+@dataclass
+class SplitBuffers:
+    """Partial results of split programs, sized for up to ``rows`` requests of ``max_splits`` splits; the
+    counters are zero between launches (the merging program resets its own)."""
+
+    part_o: torch.Tensor  # [rows * kv_heads * max_splits * block_g, head_dim] float32
+    part_lse: torch.Tensor  # [rows * kv_heads * max_splits * block_g] float32
+    counters: torch.Tensor  # [rows * kv_heads] int32
+    max_splits: int
+
+    @classmethod
+    def make(cls, rows: int, num_heads: int, num_kv_heads: int, head_dim: int, max_splits: int,
+             device: torch.device) -> "SplitBuffers":
+        parts = rows * num_kv_heads * max_splits * block_g(num_heads, num_kv_heads)
+        return cls(torch.empty(parts, head_dim, dtype=torch.float32, device=device),
+                   torch.empty(parts, dtype=torch.float32, device=device),
+                   torch.zeros(rows * num_kv_heads, dtype=torch.int32, device=device), max_splits)
 
 
 @functools.cache
@@ -29,22 +65,30 @@ def _kernel():
 
 def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
                  kv_last: torch.Tensor, scale: float, out: torch.Tensor | None = None,
-                 tile: tuple[int, int, int] | None = None) -> torch.Tensor:
+                 tile: DecodeTile | None = None, split_buffers: SplitBuffers | None = None) -> torch.Tensor:
     """q: [batch, heads, head_dim], one query per request; the pages of request i are
     ``kv_indices[kv_indptr[i]:kv_indptr[i + 1]]`` (int32, on the device), its last holding ``kv_last[i]``
-    tokens. Returns [batch, heads, head_dim] in q's dtype. ``tile``: (tokens per iteration, warps, stages),
-    default TILES' entry for the pool's dtype."""
-    block_t, warps, stages = tile or TILES[pool.fp8]
+    tokens. Returns [batch, heads, head_dim] in q's dtype. ``tile`` defaults to TILES' entry for the pool's
+    dtype; a tile of several splits takes ``split_buffers`` (made here when not given: not under a graph)."""
+    tile = tile or TILES[pool.fp8]
     batch, num_heads, head_dim = q.shape
     k_cache, v_cache = pool.k[layer], pool.v[layer]
     num_kv_heads = k_cache.shape[1]
     out = torch.empty_like(q) if out is None else out
     k_scale = pool.k_scale[layer] if pool.fp8 else k_cache  # any valid pointer when unused
     v_scale = pool.v_scale[layer] if pool.fp8 else v_cache
-    _kernel()[(batch, num_kv_heads)](
-        q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, out, scale,
+    if tile.splits > 1:
+        if split_buffers is None:
+            split_buffers = SplitBuffers.make(batch, num_heads, num_kv_heads, head_dim, tile.splits, q.device)
+        assert tile.splits <= split_buffers.max_splits and len(split_buffers.counters) >= batch * num_kv_heads
+        parts = (split_buffers.part_o, split_buffers.part_lse, split_buffers.counters)
+    else:
+        parts = (out, out, kv_last)  # unused pointers
+    f16 = tile.f16 and pool.fp8 and q.dtype != torch.float32
+    _kernel()[(batch, num_kv_heads, tile.splits)](
+        q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out, scale,
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
-        GROUP=num_heads // num_kv_heads, BLOCK_G=block_g(num_heads, num_kv_heads), BLOCK_T=block_t,
-        FP8=pool.fp8, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=warps,
-        num_stages=stages)
+        GROUP=num_heads // num_kv_heads, BLOCK_G=block_g(num_heads, num_kv_heads), BLOCK_T=tile.tokens,
+        SPLITS=tile.splits, FP8=pool.fp8, F16=f16, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=tile.warps, num_stages=tile.stages)
     return out

@@ -9,17 +9,21 @@ import triton.language as tl
 
 @triton.jit
 def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
-                        kv_last_ptr, out_ptr, sm_scale,
+                        kv_last_ptr, part_o_ptr, part_lse_ptr, counter_ptr, out_ptr, sm_scale,
                         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                         PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
-                        BLOCK_T: tl.constexpr, FP8: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """One program per (request, KV head): the group's query heads against every cached token, online softmax.
+                        BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, FP8: tl.constexpr, F16: tl.constexpr,
+                        DOT_PRECISION: tl.constexpr):
+    """One program per (request, KV head, split of the cached tokens): the group's query heads against the
+    split's tiles of cached tokens, online softmax; with more than one split the last one to finish merges.
 
     With FP8 the pages hold e4m3 values and a float32 scale per (slot, KV head): the scales come out of the
     products (q . k = k_scale * (q . k8), and p @ v = (p * v_scale) @ v8), so the loop converts the fp8 tiles
-    to the query's dtype and multiplies a row of scales, never a whole tile."""
+    to the product's dtype and multiplies a row of scales, never a whole tile. F16 makes that dtype float16
+    (e4m3 to float16 is one instruction per two values on GPUs that have fp8; to bfloat16 it is several)."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
+    split = tl.program_id(2)
     KV_ROW: tl.constexpr = NUM_KV_HEADS * HEAD_DIM
     d = tl.arange(0, HEAD_DIM)
     g = tl.arange(0, BLOCK_G)
@@ -27,17 +31,23 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
     heads = kv_head * GROUP + g
     q_offs = (b * NUM_HEADS + heads)[:, None] * HEAD_DIM + d[None, :]
     q = tl.load(q_ptr + q_offs, mask=g_valid[:, None], other=0.0)
+    out_dtype = q.dtype
+    if F16:
+        q = q.to(tl.float16)
 
     first_page = tl.load(kv_indptr_ptr + b)
     pages = tl.load(kv_indptr_ptr + b + 1) - first_page
     length = (pages - 1) * PAGE_SIZE + tl.load(kv_last_ptr + b)
+    share = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_T) * BLOCK_T
+    lo = split * share
+    hi = tl.minimum(lo + share, length)
 
     m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
     denom = tl.zeros((BLOCK_G,), tl.float32)
     acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
-    for t0 in range(0, length, BLOCK_T):
+    for t0 in range(lo, hi, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
-        t_valid = t < length
+        t_valid = t < hi
         page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
         slot = page * PAGE_SIZE + t % PAGE_SIZE
         kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
@@ -46,6 +56,7 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if FP8:
             k_scale = tl.load(k_scale_ptr + slot * NUM_KV_HEADS + kv_head, mask=t_valid, other=0.0)
+            v_scale = tl.load(v_scale_ptr + slot * NUM_KV_HEADS + kv_head, mask=t_valid, other=0.0)
             scores = scores * k_scale[None, :]
         scores = tl.where(t_valid[None, :], scores * sm_scale, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
@@ -53,8 +64,31 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
         alpha = tl.exp(m - m_new)
         denom = denom * alpha + tl.sum(p, axis=1)
         if FP8:
-            v_scale = tl.load(v_scale_ptr + slot * NUM_KV_HEADS + kv_head, mask=t_valid, other=0.0)
             p = p * v_scale[None, :]
         acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)
         m = m_new
-    tl.store(out_ptr + q_offs, (acc / denom[:, None]).to(q.dtype), mask=g_valid[:, None])
+
+    if SPLITS == 1:
+        tl.store(out_ptr + q_offs, (acc / denom[:, None]).to(out_dtype), mask=g_valid[:, None])
+    else:
+        # partial results, then a count of finished splits; the last split to arrive merges them all
+        part = (b * NUM_KV_HEADS + kv_head) * SPLITS + split
+        has_tokens = denom > 0
+        tl.store(part_o_ptr + (part * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
+                 tl.where(has_tokens[:, None], acc / denom[:, None], 0.0), mask=g_valid[:, None])
+        tl.store(part_lse_ptr + part * BLOCK_G + g, tl.where(has_tokens, m + tl.log(denom), float("-inf")))
+        tl.debug_barrier()  # every thread's partial results are written before the count says so
+        counter = counter_ptr + b * NUM_KV_HEADS + kv_head
+        if tl.atomic_add(counter, 1, sem="acq_rel") == SPLITS - 1:
+            first = (b * NUM_KV_HEADS + kv_head) * SPLITS
+            splits = tl.arange(0, SPLITS)
+            lse = tl.load(part_lse_ptr + (first + splits)[:, None] * BLOCK_G + g[None, :], cache_modifier=".cg")
+            weights = tl.exp(lse - tl.max(lse, axis=0)[None, :])  # [SPLITS, BLOCK_G]
+            merged = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
+            for s in tl.static_range(SPLITS):
+                o = tl.load(part_o_ptr + ((first + s) * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
+                            mask=g_valid[:, None], other=0.0, cache_modifier=".cg")
+                merged += tl.sum(tl.where(splits[:, None] == s, weights, 0.0), axis=0)[:, None] * o
+            total = tl.sum(weights, axis=0)
+            tl.store(out_ptr + q_offs, (merged / total[:, None]).to(out_dtype), mask=g_valid[:, None])
+            tl.store(counter, 0)  # ready for the next layer

@@ -9,6 +9,7 @@ from core import LLM
 from core.config import EngineConfig
 from core.engine import plan as plan_module
 from core.engine.plan import kernel_choices, plan_engine
+from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
 from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 
@@ -85,3 +86,20 @@ def test_the_engine_builds_from_its_plan(monkeypatch):
     assert all(layer.packed is None for layer in engine.model.modules() if hasattr(layer, "packed"))
     assert {type(m.kernels) for m in engine.model.modules() if hasattr(m, "kernels")} == {TorchKernels}
     assert "torch attention with torch kernels, no CUDA graphs" in engine.describe()
+
+
+def test_an_fp8_kv_cache_on_cuda_takes_flashinfer_with_graphs_but_not_the_small_decode(triton_everywhere,
+                                                                                       monkeypatch):
+    """The flashinfer backend decodes fp8 pages with the Triton paged kernel, so an fp8 cache keeps the fused
+    QKV path and CUDA graphs; the small-batch decode kernel reads bf16 pages, so it is off."""
+    monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
+    plan = plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16)
+    assert (plan.attention, plan.kv_fp8, plan.fp8_paged_decode) == ("flashinfer", True, False)
+    assert plan.kernels.fused_qkv and not plan.kernels.small_decode and plan.cuda_graph_max_bs > 0
+    assert plan_engine(EngineConfig(), CUDA, torch.bfloat16).kernels.small_decode
+    torch_plan = plan_engine(EngineConfig(kv_dtype="fp8", attention="torch"), CUDA, torch.bfloat16)
+    assert (torch_plan.attention, torch_plan.fp8_paged_decode, torch_plan.cuda_graph_max_bs) == ("torch", True, 0)
+    monkeypatch.setattr(plan_module, "triton_runs_on", lambda device: False)  # no Triton: no fp8 paged decode
+    assert plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).attention == "torch"
+    with pytest.raises(InvalidParamsError, match="Triton"):
+        plan_engine(EngineConfig(kv_dtype="fp8", attention="flashinfer"), CUDA, torch.bfloat16)

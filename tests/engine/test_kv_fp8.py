@@ -49,7 +49,6 @@ def test_fp8_greedy_decode_matches_the_float_cache_on_a_random_model():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"kv_dtype": "int4"}, "unknown kv_dtype 'int4'; use one of auto, fp8"),
-    ({"kv_dtype": "fp8", "attention": "flashinfer"}, "kv_dtype 'fp8' runs on the torch attention backend"),
 ])
 def test_bad_kv_dtype_is_a_clear_error(kwargs, message):
     with pytest.raises(InvalidParamsError, match=message):

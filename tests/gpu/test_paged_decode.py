@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.paged_decode import paged_decode
+from core.kernels.paged_decode import DecodeTile, paged_decode
 from core.kvcache.pool import KVPool
 
 pytestmark = pytest.mark.gpu
@@ -25,9 +25,13 @@ def _reference(q, pool, layer, pages, lengths, scale):
     return torch.stack(out)
 
 
+TILES = [None, DecodeTile(64, 4, 2, splits=2), DecodeTile(128, 4, 2, splits=4, f16=True)]
+
+
+@pytest.mark.parametrize("tile", TILES, ids=["default", "2 splits", "4 splits f16"])
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_paged_decode_matches_float_attention(fp8, page_size):
+def test_paged_decode_matches_float_attention(fp8, page_size, tile):
     torch.manual_seed(0)
     device = torch.device("cuda")
     heads, kv_heads, dim, layers = 16, 8, 128, 2
@@ -48,13 +52,15 @@ def test_paged_decode_matches_float_attention(fp8, page_size):
     indices = torch.tensor([p for own in pages for p in own], dtype=torch.int32, device=device)
     last = torch.tensor([n - (c - 1) * page_size for n, c in zip(lengths, pages_needed)], dtype=torch.int32,
                         device=device)
-    got = paged_decode(q, pool, 1, indptr, indices, last, dim ** -0.5).float()
+    got = paged_decode(q, pool, 1, indptr, indices, last, dim ** -0.5, tile=tile).float()
     want = _reference(q, pool, 1, pages, lengths, dim ** -0.5)
     assert (got - want).abs().max().item() < 2e-2
 
 
 def test_fp8_engine_greedy_tokens_stay_near_the_bf16_engines():
-    """fp8 KV parts from bf16 only where the two engines' next tokens are near-ties (each in the other's top 5)."""
+    """fp8 KV (flashinfer backend: ragged prefill over the dequantised pool, the Triton paged decode under CUDA
+    graphs) parts from bf16 only where the two engines' next tokens are near-ties (each in the other's top 5);
+    and so does the torch backend's fp8 path (eager, fresh keys in prefill)."""
     from core import LLM, SamplingParams
     from tests.gpu.compare import near_tie_compare
 
@@ -63,9 +69,31 @@ def test_fp8_engine_greedy_tokens_stay_near_the_bf16_engines():
     kw = dict(max_running_req=8, max_seq_len=512, kv_cache_gb=1.0, page_size=16)
     ref = LLM("random:small-qwen3", **kw)
     bf16 = [o["token_ids"] for o in ref.generate(prompts, params)]
-    llm = LLM("random:small-qwen3", kv_dtype="fp8", **kw)
-    assert type(llm.engine.attn_backend).__name__ == "PagedTorchBackend"
-    fp8 = [o["token_ids"] for o in llm.generate(prompts, params)]
-    assert all(len(t) == 24 for t in fp8)
-    verdict = near_tie_compare(ref, llm, prompts, bf16, fp8)
+    for attention, backend in ((None, "FlashInferBackend"), ("torch", "PagedTorchBackend")):
+        llm = LLM("random:small-qwen3", kv_dtype="fp8", attention=attention, **kw)
+        assert type(llm.engine.attn_backend).__name__ == backend
+        assert (llm.engine.graph_runner is not None) == (attention is None)
+        fp8 = [o["token_ids"] for o in llm.generate(prompts, params)]
+        assert all(len(t) == 24 for t in fp8)
+        verdict = near_tie_compare(ref, llm, prompts, bf16, fp8)
+        assert verdict.ok, (backend, verdict.details)
+        llm.close()
+
+
+def test_fp8_prefill_over_a_cached_prefix_matches_a_cold_one():
+    """A prompt whose first pages are in the prefix cache (ragged prefill of the dequantised prefix plus the new
+    tokens) continues as it does with nothing cached, near-ties allowed; chunked prefill takes the same path."""
+    from core import LLM, SamplingParams
+    from tests.gpu.compare import near_tie_compare
+
+    shared = list(range(100, 260))
+    prompts = [shared + list(range(7 * i, 7 * i + 40)) for i in range(4)]
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    kw = dict(max_running_req=8, max_seq_len=512, kv_cache_gb=1.0, page_size=16, kv_dtype="fp8")
+    cold = LLM("random:small-qwen3", cache="naive", **kw)
+    want = [o["token_ids"] for o in cold.generate(prompts, params)]
+    warm = LLM("random:small-qwen3", max_extend_tokens=64, **kw)  # radix cache on; prefill in chunks of 64
+    warm.generate([shared + [1, 2, 3]], SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    got = [o["token_ids"] for o in warm.generate(prompts, params)]
+    verdict = near_tie_compare(cold, warm, prompts, want, got)
     assert verdict.ok, verdict.details
