@@ -25,16 +25,22 @@ from core.kvcache.pool import KVPool
 @dataclass(frozen=True)
 class DecodeTile:
     """How the kernel walks the cached tokens: tokens per loop iteration, warps and pipeline stages per
-    program, programs per (request, KV head), and whether fp8 pages are multiplied in float16."""
+    program, programs per (request, KV head), whether fp8 pages are multiplied in float16, whether q . k
+    runs on fp8 tensor cores (the query quantised per head as the keys are), and a cap on registers per thread
+    (None: the compiler's choice), which sets how many programs an SM holds at once."""
 
     tokens: int
     warps: int
     stages: int
     splits: int = 1
     f16: bool = False
+    qk_fp8: bool = False
+    max_registers: int | None = None
 
 
-TILES = {False: DecodeTile(64, 4, 2), True: DecodeTile(128, 4, 2)}  # fp8: the sweep in scripts/gpu_fp8_decode.py
+# fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
+# 266.7 us per layer against 81.2 and 281.7 for (128, 4, 2); the register cap lets an SM hold more programs
+TILES = {False: DecodeTile(64, 4, 2), True: DecodeTile(64, 4, 2, f16=True, max_registers=128)}
 
 
 @dataclass
@@ -85,10 +91,12 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     else:
         parts = (out, out, kv_last)  # unused pointers
     f16 = tile.f16 and pool.fp8 and q.dtype != torch.float32
+    qk_fp8 = tile.qk_fp8 and pool.fp8 and q.dtype != torch.float32
     _kernel()[(batch, num_kv_heads, tile.splits)](
         q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out, scale,
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
         GROUP=num_heads // num_kv_heads, BLOCK_G=block_g(num_heads, num_kv_heads), BLOCK_T=tile.tokens,
-        SPLITS=tile.splits, FP8=pool.fp8, F16=f16, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=tile.warps, num_stages=tile.stages)
+        SPLITS=tile.splits, FP8=pool.fp8, F16=f16, QK_FP8=qk_fp8,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tile.warps, num_stages=tile.stages,
+        **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
     return out

@@ -1,0 +1,97 @@
+"""Where the GPU waits during decode: a timeline of the engine's steps, and the idle gaps in it.
+
+The graph-replay figures (scripts/gpu_profile.py) leave out whatever runs between replays: the sampler, the
+copies of the next step's inputs, and any time the device waits for the host. This records a run of decode
+steps at one batch size with torch.profiler (CUPTI's device timestamps of every kernel, copy and memset, also
+inside CUDA graphs), writes the Chrome trace, and prints how the span splits into kernels, copies and idle
+time, and the longest gaps with the activity that ended each one.
+
+    python3 scripts/gpu_timeline.py run --batch 256 --context 600 --tokens 24 --trace $OUT/tl.json
+    python3 scripts/gpu_timeline.py analyze $OUT/tl.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections import Counter
+
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+
+    from core import LLM, SamplingParams
+
+    llm = LLM(args.model, page_size=16, max_running_req=max(args.batch, 8), max_seq_len=4096,
+              kv_dtype=args.kv_dtype, log=print)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(10000) for _ in range(args.context)] for _ in range(args.batch)]
+    # the same prompts once before: the timed run finds them in the prefix cache, so its prefill is one token
+    # per request and the timeline is the decode steps
+    llm.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True))
+    from torch.profiler import ProfilerActivity, profile
+
+    params = SamplingParams(max_tokens=args.tokens, ignore_eos=True, temperature=args.temperature)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        llm.generate(prompts, params)
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(args.trace)
+    llm.close()
+
+
+def analyze(args: argparse.Namespace) -> None:
+    trace = json.load(open(args.trace))
+    events = [(e["ts"] * 1e3, (e["ts"] + e.get("dur", 0)) * 1e3, e["name"])  # microseconds to nanoseconds
+              for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
+    events.sort()
+    if not events:
+        sys.exit("no kernels in the file")
+    first = events[0][0] + args.skip_ms * 1e6
+    events = [e for e in events if e[0] >= first]
+    span = events[-1][1] - events[0][0]
+    busy, idle, gaps, cursor = Counter(), 0, [], events[0][0]
+    for start, end, name in events:
+        if start > cursor:
+            gap = start - cursor
+            idle += gap
+            gaps.append((gap, name))
+        busy[name] += end - start
+        cursor = max(cursor, end)
+    print(f"span {span / 1e6:.2f} ms, idle {idle / 1e6:.2f} ms ({100 * idle / span:.1f}%), "
+          f"{len(events)} activities")
+    for name, ns in busy.most_common(args.top):
+        print(f"  {ns / 1e6:9.3f} ms  {100 * ns / span:5.1f}%  {name[:90]}")
+    big = sorted(gaps, reverse=True)[:args.top]
+    print("longest gaps (us) and the activity after each:")
+    for gap, name in big:
+        print(f"  {gap / 1e3:9.1f}  {name[:90]}")
+    over = [g for g, _ in gaps if g > 20_000]
+    print(f"gaps over 20 us: {len(over)}, {sum(over) / 1e6:.2f} ms in all")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="the engine's decode steps, profiled between cudaProfilerStart and Stop")
+    r.add_argument("--model", default="random:qwen3-0.6b")
+    r.add_argument("--batch", type=int, default=256)
+    r.add_argument("--context", type=int, default=600)
+    r.add_argument("--tokens", type=int, default=24)
+    r.add_argument("--temperature", type=float, default=0.6)
+    r.add_argument("--kv-dtype", default="auto")
+    r.add_argument("--trace", default="timeline.json", help="where the Chrome trace goes")
+    a = sub.add_parser("analyze", help="kernels, copies and idle gaps from the exported SQLite file")
+    a.add_argument("trace")
+    a.add_argument("--skip-ms", type=float, default=0.0, help="leave out the first milliseconds")
+    a.add_argument("--top", type=int, default=15)
+    args = parser.parse_args()
+    run(args) if args.command == "run" else analyze(args)
+
+
+if __name__ == "__main__":
+    main()
