@@ -95,7 +95,7 @@ def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_fl
     prompts = prompts + [p + [1, 2] for p in prompts[:3]]  # shared prefixes for the radix cache
     max_tokens = max_tokens + max_tokens[:3]
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
-    kwargs = dict(max_running_req=3, page_size=page_size, cache=cache)
+    kwargs = dict(max_running_req=3, page_size=page_size, cache=cache, device="cpu")  # on CUDA too: the stand-in
     ref = LLM(path, attention="torch", **kwargs).generate(prompts, params)
     fi_llm = LLM(path, attention="flashinfer", **kwargs)
     assert type(fi_llm.engine.attn_backend).__name__ == "FlashInferBackend"
