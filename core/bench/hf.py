@@ -141,10 +141,14 @@ def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, seconds:
                                                        block=True, timeout=60) as manager:
             start = time.perf_counter()
             streaming = {"streaming": True} if seconds is not None else {}
-            for req in requests:
-                manager.add_request(req.prompt_ids, max_new_tokens=req.max_tokens, eos_token_id=-1, **streaming)
+            ids = [manager.add_request(req.prompt_ids, max_new_tokens=req.max_tokens, eos_token_id=-1, **streaming)
+                   for req in requests]
+            finished: set = set()
             while done < len(requests):
                 if seconds is not None and time.perf_counter() - start > seconds:
+                    # the time is up: cancel what still runs, or leaving the context waits for it to finish
+                    for request_id in set(ids) - finished:
+                        manager.cancel_request(request_id)
                     break
                 result = manager.get_result(timeout=1)
                 if result is None:
@@ -154,6 +158,7 @@ def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, seconds:
                 made[result.request_id] = len(result.generated_tokens)
                 if result.is_finished():
                     done += 1
+                    finished.add(result.request_id)
                     if result.error is not None:
                         errors.append(str(result.error))
                     progress("hf-continuous", done, len(requests))

@@ -285,6 +285,24 @@ def test_a_baseline_time_limit_measures_the_tokens_made_so_far():
     assert result.output_tokens == 2 * steps
 
 
+def test_continuous_baseline_stops_at_its_time_limit_instead_of_finishing_the_requests():
+    """Cut off by its time limit, transformers' continuous batching cancels what still runs: leaving its manager
+    otherwise waits for every request (or a minute) first."""
+    import time
+
+    from core.bench.hf import hf_continuous
+    from core.models.random_hf import random_hf_model
+    from core.models.random_spec import parse_random_spec
+    import torch
+
+    model = random_hf_model(parse_random_spec("random:tiny-qwen3"), torch.device("cpu"), torch.float32)
+    workload = Workload(workload_spec("cpu"), [BenchRequest([1, 2, 3 + i], 3000) for i in range(6)], 0)
+    start = time.perf_counter()
+    result = hf_continuous(model, workload, lambda *args: None, seconds=0.5)
+    assert 0 < result.output_tokens < workload.output_tokens
+    assert time.perf_counter() - start < 10  # finishing 18,000 tokens here takes far longer
+
+
 def test_kv_dtype_fp8_runs_the_bench_and_halves_the_kv_bytes():
     result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json",
                                  "--threads", "1", "--skip-baselines", "--kv-dtype", "fp8"])
