@@ -1,8 +1,9 @@
 """The torch backend with decode in the Triton paged kernel (core/kernels/paged_decode.py): what an fp8 KV
-cache runs on CUDA, since flashinfer's kernels take no per-head scales.
+cache runs on CUDA with ``--attention torch`` (by default an fp8 cache on CUDA takes the flashinfer backend,
+which runs the same decode kernel under CUDA graphs).
 
 Prefill stays the torch backend's (per-request SDPA; cached keys dequantised on the way); decode reads the
-fp8 pages in place, which is where the bytes are. No CUDA graphs yet: decode steps run eagerly.
+fp8 pages in place, which is where the bytes are. No CUDA graphs: decode steps run eagerly.
 """
 
 from __future__ import annotations
