@@ -38,14 +38,21 @@ def timed(fn, repeats: int = 20) -> float:
     return start.elapsed_time(end) / 1e3 / (3 * repeats)
 
 
-def case(context: int) -> list[dict]:
+def layout(batch: int, context: int) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``batch`` requests of ``context`` tokens on pages scattered over the pool: (pages in the pool, the page
+    lists' indptr, indices and last-page lengths, a random bf16 query)."""
     device = torch.device("cuda")
     pages_per = -(-context // PAGE)
-    num_pages = BATCH * pages_per + 1
-    order = torch.randperm(BATCH * pages_per, device=device).to(torch.int32)
-    indptr = torch.arange(0, BATCH + 1, dtype=torch.int32, device=device) * pages_per
-    last = torch.full((BATCH,), context - (pages_per - 1) * PAGE, dtype=torch.int32, device=device)
-    q = torch.randn(BATCH, HEADS, DIM, device=device, dtype=torch.bfloat16)
+    order = torch.randperm(batch * pages_per, device=device).to(torch.int32)
+    indptr = torch.arange(0, batch + 1, dtype=torch.int32, device=device) * pages_per
+    last = torch.full((batch,), context - (pages_per - 1) * PAGE, dtype=torch.int32, device=device)
+    q = torch.randn(batch, HEADS, DIM, device=device, dtype=torch.bfloat16)
+    return batch * pages_per + 1, indptr, order, last, q
+
+
+def case(context: int) -> list[dict]:
+    device = torch.device("cuda")
+    num_pages, indptr, order, last, q = layout(BATCH, context)
     rows = []
     for fp8 in (True, False):
         pool = KVPool(1, num_pages, PAGE, KV_HEADS, DIM, torch.bfloat16, device, fp8=fp8)
@@ -95,14 +102,10 @@ def sweep(context: int = 1100, batch: int = BATCH) -> list[dict]:
     """The paged kernel's tile choices at one context, fp8 and bf16 pages: tokens per iteration, warps,
     pipeline stages, splits, float16 products for fp8."""
     device = torch.device("cuda")
-    pages_per = -(-context // PAGE)
-    order = torch.randperm(batch * pages_per, device=device).to(torch.int32)
-    indptr = torch.arange(0, batch + 1, dtype=torch.int32, device=device) * pages_per
-    last = torch.full((batch,), context - (pages_per - 1) * PAGE, dtype=torch.int32, device=device)
-    q = torch.randn(batch, HEADS, DIM, device=device, dtype=torch.bfloat16)
+    num_pages, indptr, order, last, q = layout(batch, context)
     rows = []
     for fp8 in (True, False):
-        pool = KVPool(1, batch * pages_per + 1, PAGE, KV_HEADS, DIM, torch.bfloat16, device, fp8=fp8)
+        pool = KVPool(1, num_pages, PAGE, KV_HEADS, DIM, torch.bfloat16, device, fp8=fp8)
         out = torch.empty_like(q)
         buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, 8, device)
         kv_bytes = batch * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8)

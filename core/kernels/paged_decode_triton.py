@@ -6,6 +6,8 @@ A module of its own because it imports triton at the top; the rest of the engine
 import triton
 import triton.language as tl
 
+from core.kernels.split_merge_triton import finish_split
+
 
 @triton.jit
 def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
@@ -81,24 +83,6 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
     if SPLITS == 1:
         tl.store(out_ptr + q_offs, (acc / denom[:, None]).to(out_dtype), mask=g_valid[:, None])
     else:
-        # partial results, then a count of finished splits; the last split to arrive merges them all
-        part = (b * NUM_KV_HEADS + kv_head) * SPLITS + split
-        has_tokens = denom > 0
-        tl.store(part_o_ptr + (part * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
-                 tl.where(has_tokens[:, None], acc / denom[:, None], 0.0), mask=g_valid[:, None])
-        tl.store(part_lse_ptr + part * BLOCK_G + g, tl.where(has_tokens, m + tl.log(denom), float("-inf")))
-        tl.debug_barrier()  # every thread's partial results are written before the count says so
-        counter = counter_ptr + b * NUM_KV_HEADS + kv_head
-        if tl.atomic_add(counter, 1, sem="acq_rel") == SPLITS - 1:
-            first = (b * NUM_KV_HEADS + kv_head) * SPLITS
-            splits = tl.arange(0, SPLITS)
-            lse = tl.load(part_lse_ptr + (first + splits)[:, None] * BLOCK_G + g[None, :], cache_modifier=".cg")
-            weights = tl.exp(lse - tl.max(lse, axis=0)[None, :])  # [SPLITS, BLOCK_G]
-            merged = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
-            for s in tl.static_range(SPLITS):
-                o = tl.load(part_o_ptr + ((first + s) * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
-                            mask=g_valid[:, None], other=0.0, cache_modifier=".cg")
-                merged += tl.sum(tl.where(splits[:, None] == s, weights, 0.0), axis=0)[:, None] * o
-            total = tl.sum(weights, axis=0)
-            tl.store(out_ptr + q_offs, (merged / total[:, None]).to(out_dtype), mask=g_valid[:, None])
-            tl.store(counter, 0)  # ready for the next layer
+        finish_split(acc, m, denom, part_o_ptr, part_lse_ptr, counter_ptr + b * NUM_KV_HEADS + kv_head,
+                     (b * NUM_KV_HEADS + kv_head) * SPLITS, split, out_ptr + q_offs, g, g_valid, BLOCK_G,
+                     HEAD_DIM, SPLITS)
