@@ -96,12 +96,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--precision", default="exact", choices=("exact", "fast"),
+                        help="fast: single-request decode steps in C where the CPU has AVX2 and FMA")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    llm = LLM(device="cpu")
+    llm = LLM(device="cpu", precision=args.precision)
     print(f"engine built in {time.perf_counter() - start:.1f} s; {llm.engine.describe()}")
+    if llm.precision_note:
+        print(llm.precision_note)
     rng = random.Random(0)
     prompt = [rng.randrange(10000) for _ in range(args.prompt)]
     one_round(llm, prompt, 8)  # warm-up
