@@ -125,6 +125,15 @@ static void gate_up_rows(const float *w, const float *x, int64_t inter, int n, f
     }
 }
 
+/* out += p * v */
+static inline void axpy(float *restrict out, float p, const float *restrict v, int n) {
+    __m256 pv = _mm256_set1_ps(p);
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(out + k, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + k), _mm256_loadu_ps(out + k)));
+    for (; k < n; k++) out[k] += p * v[k];
+}
+
 static void rms_norm(const float *x, const float *weight, int n, float eps, float *out) {
     float sum = 0.0f;
     for (int k = 0; k < n; k++) sum += x[k] * x[k];
@@ -142,39 +151,74 @@ static void rotate(float *x, const float *cos_sin, int dim) {
     }
 }
 
-/* Softmax attention of one query head over the request's cached keys of its KV head. */
-static void attend_head(const float *q, const float *k_cache, const float *v_cache, const int64_t *slots,
-                        int64_t len, int kv_head, int kv_heads, int dim, float scale, float *scores, float *out) {
-    int64_t row = (int64_t)kv_heads * dim;
-    float top = -INFINITY;
-    for (int64_t t = 0; t < len; t++) {
-        scores[t] = dot(q, k_cache + slots[t] * row + kv_head * dim, dim) * scale;
-        top = scores[t] > top ? scores[t] : top;
+/* Attention is split over the cached tokens, not the heads (a model has few KV heads, and threads would idle):
+ * each thread attends every head over its stretch of tokens, reading each key and value row once for all the
+ * query heads that share it, and keeps its running maximum, softmax sum and weighted values; a merge then
+ * rescales the parts to one maximum. Partial results per thread: [heads] max, [heads] sum, [heads, dim] values. */
+static void attend_part(const Shape *s, const float *q, const float *k_cache, const float *v_cache,
+                        const int64_t *slots, int64_t len, float *scores, float *part) {
+    int dim = s->head_dim, heads = s->heads, group = s->heads / s->kv_heads;
+    int64_t row = (int64_t)s->kv_heads * dim;
+    int64_t begin, end;
+    share(len, &begin, &end);
+    float *top = part, *total = part + heads, *acc = part + 2 * heads;
+    for (int head = 0; head < heads; head++) { top[head] = -INFINITY; total[head] = 0.0f; }
+    for (int64_t i = 0; i < (int64_t)heads * dim; i++) acc[i] = 0.0f;
+    /* token by token: a slot's keys (and values) of every KV head are one contiguous row, read once */
+    for (int64_t t = begin; t < end; t++) {
+        const float *k = k_cache + slots[t] * row;
+        for (int head = 0; head < heads; head++) {
+            float score = dot(q + head * dim, k + (head / group) * dim, dim) * s->scale;
+            scores[head * len + t] = score;
+            top[head] = score > top[head] ? score : top[head];
+        }
     }
-    float total = 0.0f;
-    for (int64_t t = 0; t < len; t++) {
-        scores[t] = expf(scores[t] - top);
-        total += scores[t];
+    for (int64_t t = begin; t < end; t++) {
+        const float *v = v_cache + slots[t] * row;
+        for (int head = 0; head < heads; head++) {
+            float p = expf(scores[head * len + t] - top[head]);
+            total[head] += p;
+            axpy(acc + head * dim, p, v + (head / group) * dim, dim);
+        }
     }
-    for (int d = 0; d < dim; d++) out[d] = 0.0f;
-    for (int64_t t = 0; t < len; t++) {
-        const float *v = v_cache + slots[t] * row + kv_head * dim;
-        float p = scores[t] / total;
-        for (int d = 0; d < dim; d++) out[d] += p * v[d];
+}
+
+/* out[head] = the parts' values rescaled to their common maximum, over their rescaled sums. */
+static void merge_parts(const Shape *s, const float *parts, int nparts, float *out) {
+    int dim = s->head_dim, heads = s->heads;
+    int64_t stride = (int64_t)heads * (dim + 2);
+#pragma omp for
+    for (int head = 0; head < heads; head++) {
+        float top = -INFINITY, total = 0.0f;
+        for (int i = 0; i < nparts; i++) {
+            float m = parts[i * stride + head];
+            top = m > top ? m : top;
+        }
+        float *o = out + head * dim;
+        for (int d = 0; d < dim; d++) o[d] = 0.0f;
+        for (int i = 0; i < nparts; i++) {
+            const float *part = parts + i * stride;
+            if (part[heads + head] == 0.0f) continue; /* a thread with no tokens */
+            float w = expf(part[head] - top);
+            total += w * part[heads + head];
+            const float *acc = part + 2 * heads + head * dim;
+            for (int d = 0; d < dim; d++) o[d] += w * acc[d];
+        }
+        for (int d = 0; d < dim; d++) o[d] /= total;
     }
 }
 
 int64_t scratch_floats(const Shape *s, int64_t max_len) {
     int64_t qkv = (int64_t)(s->heads + 2 * s->kv_heads) * s->head_dim;
+    int64_t parts = (int64_t)s->threads * s->heads * (s->head_dim + 2);
     return s->hidden + s->hidden + qkv + (int64_t)s->heads * s->head_dim + s->intermediate
-           + (int64_t)s->heads * max_len;
+           + (int64_t)s->heads * max_len + parts;
 }
 
 /* The attention block of one layer: norm, QKV, QK-norm and RoPE, the KV write, attention, o_proj + residual. */
 static void attention_block(const Shape *s, const Layer *L, const Step *st, float *x, float *h, float *qkv,
                             float *attn, float *scores) {
     int dim = s->head_dim, q_size = s->heads * dim, kv_size = s->kv_heads * dim;
-    int group = s->heads / s->kv_heads;
 #pragma omp single
     rms_norm(x, L->input_norm, s->hidden, s->eps, h);
     gemv_rows(L->qkv, h, q_size + 2 * kv_size, s->hidden, L->qkv_bias, qkv);
@@ -195,10 +239,16 @@ static void attention_block(const Shape *s, const Layer *L, const Step *st, floa
             for (int d = 0; d < dim; d++) { k_dst[d] = vec[d]; v_dst[d] = v_src[d]; }
         }
     }
-#pragma omp for
-    for (int head = 0; head < s->heads; head++)
-        attend_head(qkv + head * dim, L->k_cache, L->v_cache, st->slots, st->len, head / group, s->kv_heads, dim,
-                    s->scale, scores + head * st->len, attn + head * dim);
+#ifdef _OPENMP
+    int thread = omp_get_thread_num(), nparts = omp_get_num_threads();
+#else
+    int thread = 0, nparts = 1;
+#endif
+    float *parts = scores + (int64_t)s->heads * st->len;
+    attend_part(s, qkv, L->k_cache, L->v_cache, st->slots, st->len, scores,
+                parts + (int64_t)thread * s->heads * (dim + 2));
+#pragma omp barrier
+    merge_parts(s, parts, nparts, attn);
     gemv_rows(L->o_proj, attn, s->hidden, q_size, x, x);
 #pragma omp barrier
 }
