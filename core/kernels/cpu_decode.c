@@ -187,7 +187,6 @@ static void attend_part(const Shape *s, const float *q, const float *k_cache, co
 static void merge_parts(const Shape *s, const float *parts, int nparts, float *out) {
     int dim = s->head_dim, heads = s->heads;
     int64_t stride = (int64_t)heads * (dim + 2);
-#pragma omp for
     for (int head = 0; head < heads; head++) {
         float top = -INFINITY, total = 0.0f;
         for (int i = 0; i < nparts; i++) {
@@ -208,76 +207,106 @@ static void merge_parts(const Shape *s, const float *parts, int nparts, float *o
     }
 }
 
+/* Where the step's buffers lie in the scratch: shared ones, then each thread's own. */
+typedef struct {
+    float *x;      /* [hidden] the residual stream */
+    float *qkv;    /* [q + k + v] the QKV projection's output */
+    float *act;    /* [intermediate] silu(gate) * up */
+    float *scores; /* [heads, len] each thread's stretch of the attention scores */
+    float *parts;  /* [threads, heads, dim + 2] the attention parts */
+    float *h;      /* this thread's [hidden] normed input of a projection */
+    float *q;      /* this thread's [heads, dim] rotated queries */
+    float *attn;   /* this thread's [heads, dim] attention output */
+} Buffers;
+
+static int64_t own_floats(const Shape *s) { return s->hidden + 2 * (int64_t)s->heads * s->head_dim; }
+
 int64_t scratch_floats(const Shape *s, int64_t max_len) {
     int64_t qkv = (int64_t)(s->heads + 2 * s->kv_heads) * s->head_dim;
     int64_t parts = (int64_t)s->threads * s->heads * (s->head_dim + 2);
-    return s->hidden + s->hidden + qkv + (int64_t)s->heads * s->head_dim + s->intermediate
-           + (int64_t)s->heads * max_len + parts;
+    return s->hidden + qkv + s->intermediate + (int64_t)s->heads * max_len + parts + s->threads * own_floats(s);
 }
 
-/* The attention block of one layer: norm, QKV, QK-norm and RoPE, the KV write, attention, o_proj + residual. */
-static void attention_block(const Shape *s, const Layer *L, const Step *st, float *x, float *h, float *qkv,
-                            float *attn, float *scores) {
+static Buffers buffers(const Shape *s, const Step *st, int thread) {
+    Buffers b;
+    b.x = st->scratch;
+    b.qkv = b.x + s->hidden;
+    b.act = b.qkv + (s->heads + 2 * s->kv_heads) * s->head_dim;
+    b.scores = b.act + s->intermediate;
+    b.parts = b.scores + (int64_t)s->heads * st->len;
+    b.h = b.parts + (int64_t)s->threads * s->heads * (s->head_dim + 2) + thread * own_floats(s);
+    b.q = b.h + s->hidden;
+    b.attn = b.q + s->heads * s->head_dim;
+    return b;
+}
+
+/* QK-norm (if the model has it) and RoPE of one head's vector, in place. */
+static void prepare_head(float *vec, const float *norm, const float *cos_sin, const Shape *s) {
+    if (norm) rms_norm(vec, norm, s->head_dim, s->qk_eps, vec);
+    rotate(vec, cos_sin, s->head_dim);
+}
+
+/* The attention block of one layer: norm, QKV, QK-norm and RoPE, the KV write, attention, o_proj + residual.
+ * Three barriers: after the QKV projection, after the attention parts, after o_proj. What every thread needs
+ * whole (the normed input, the rotated queries, the merged attention) each computes for itself: a few
+ * thousand flops instead of a barrier. */
+static void attention_block(const Shape *s, const Layer *L, const Step *st, const Buffers *b, int thread,
+                            int nthreads) {
     int dim = s->head_dim, q_size = s->heads * dim, kv_size = s->kv_heads * dim;
-#pragma omp single
-    rms_norm(x, L->input_norm, s->hidden, s->eps, h);
-    gemv_rows(L->qkv, h, q_size + 2 * kv_size, s->hidden, L->qkv_bias, qkv);
+    rms_norm(b->x, L->input_norm, s->hidden, s->eps, b->h);
+    gemv_rows(L->qkv, b->h, q_size + 2 * kv_size, s->hidden, L->qkv_bias, b->qkv);
 #pragma omp barrier
     const float *cos_sin = st->rope + *st->position * dim;
-    int64_t slot = st->slots[st->len - 1];
-#pragma omp for
-    for (int head = 0; head < s->heads + s->kv_heads; head++) {
-        float *vec = qkv + head * dim; /* q heads, then k heads */
-        const float *norm = head < s->heads ? L->q_norm : L->k_norm;
-        if (norm) rms_norm(vec, norm, dim, s->qk_eps, vec);
-        rotate(vec, cos_sin, dim);
-        if (head >= s->heads) {
-            int g = head - s->heads;
+    for (int i = 0; i < q_size; i++) b->q[i] = b->qkv[i];
+    for (int head = 0; head < s->heads; head++) prepare_head(b->q + head * dim, L->q_norm, cos_sin, s);
+    int64_t begin, end;
+    share(st->len, &begin, &end);
+    if (begin <= st->len - 1 && st->len - 1 < end) { /* this thread's stretch holds the new token: write it */
+        int64_t slot = st->slots[st->len - 1];
+        for (int g = 0; g < s->kv_heads; g++) {
+            float *k = b->qkv + q_size + g * dim;
+            prepare_head(k, L->k_norm, cos_sin, s);
             float *k_dst = L->k_cache + (slot * s->kv_heads + g) * dim;
             float *v_dst = L->v_cache + (slot * s->kv_heads + g) * dim;
-            const float *v_src = qkv + q_size + kv_size + g * dim;
-            for (int d = 0; d < dim; d++) { k_dst[d] = vec[d]; v_dst[d] = v_src[d]; }
+            const float *v = b->qkv + q_size + kv_size + g * dim;
+            for (int d = 0; d < dim; d++) { k_dst[d] = k[d]; v_dst[d] = v[d]; }
         }
     }
-#ifdef _OPENMP
-    int thread = omp_get_thread_num(), nparts = omp_get_num_threads();
-#else
-    int thread = 0, nparts = 1;
-#endif
-    float *parts = scores + (int64_t)s->heads * st->len;
-    attend_part(s, qkv, L->k_cache, L->v_cache, st->slots, st->len, scores,
-                parts + (int64_t)thread * s->heads * (dim + 2));
+    attend_part(s, b->q, L->k_cache, L->v_cache, st->slots, st->len, b->scores,
+                b->parts + (int64_t)thread * s->heads * (dim + 2));
 #pragma omp barrier
-    merge_parts(s, parts, nparts, attn);
-    gemv_rows(L->o_proj, attn, s->hidden, q_size, x, x);
+    merge_parts(s, b->parts, nthreads, b->attn);
+    gemv_rows(L->o_proj, b->attn, s->hidden, q_size, b->x, b->x);
 #pragma omp barrier
 }
 
-static void mlp_block(const Shape *s, const Layer *L, float *x, float *h, float *act) {
-#pragma omp single
-    rms_norm(x, L->post_norm, s->hidden, s->eps, h);
-    gate_up_rows(L->gate_up, h, s->intermediate, s->hidden, act);
+/* The MLP block: norm, gate/up with SiLU, down + residual; two barriers. */
+static void mlp_block(const Shape *s, const Layer *L, const Buffers *b) {
+    rms_norm(b->x, L->post_norm, s->hidden, s->eps, b->h);
+    gate_up_rows(L->gate_up, b->h, s->intermediate, s->hidden, b->act);
 #pragma omp barrier
-    gemv_rows(L->down, act, s->hidden, s->intermediate, x, x);
+    gemv_rows(L->down, b->act, s->hidden, s->intermediate, b->x, b->x);
 #pragma omp barrier
 }
 
 /* The whole step: embedding row, every layer, final norm and logits. */
 void decode_step(const Shape *s, const Layer *layers, const Step *st) {
-    float *x = st->scratch, *h = x + s->hidden, *qkv = h + s->hidden;
-    float *attn = qkv + (s->heads + 2 * s->kv_heads) * s->head_dim, *act = attn + s->heads * s->head_dim;
-    float *scores = act + s->intermediate;
     const float *row = st->embedding + *st->token * s->hidden;
-    for (int k = 0; k < s->hidden; k++) x[k] = row[k];
+    for (int k = 0; k < s->hidden; k++) st->scratch[k] = row[k];
 #pragma omp parallel num_threads(s->threads)
     {
+#ifdef _OPENMP
+        int thread = omp_get_thread_num(), nthreads = omp_get_num_threads();
+#else
+        int thread = 0, nthreads = 1;
+#endif
+        Buffers b = buffers(s, st, thread);
         for (int layer = 0; layer < s->layers; layer++) {
-            attention_block(s, &layers[layer], st, x, h, qkv, attn, scores);
-            mlp_block(s, &layers[layer], x, h, act);
+            attention_block(s, &layers[layer], st, &b, thread, nthreads);
+            mlp_block(s, &layers[layer], &b);
         }
-#pragma omp single
-        rms_norm(x, st->final_norm, s->hidden, s->eps, h);
-        gemv_rows(st->lm_head, h, s->vocab, s->hidden, 0, st->logits);
+        rms_norm(b.x, st->final_norm, s->hidden, s->eps, b.h);
+        gemv_rows(st->lm_head, b.h, s->vocab, s->hidden, 0, st->logits);
     }
 }
 
