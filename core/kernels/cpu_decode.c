@@ -39,7 +39,7 @@ typedef struct {
     const float *lm_head;     /* [vocab, hidden] */
     const float *rope;        /* [positions, head_dim]: cos then sin */
     float *logits;            /* [vocab] out */
-    float *scratch;           /* scratch_floats(shape, len) floats */
+    float *scratch;           /* scratch_floats(shape, max_len) floats, len <= max_len */
 } Step;
 
 static inline float hsum(__m256 v) {
