@@ -45,7 +45,8 @@ class EngineConfig:
     # (core/kvcache/pool.py), attention then computing in float32 (the torch backend)
     kv_dtype: str = "auto"
     # 'exact' (the default) keeps the model's dtype; 'fast' lets the plan pick bf16 or int8 weight-only linears
-    # for this CPU, or say why it keeps float32; 'int8' asks for int8 weight-only linears (core/choices.py)
+    # for this CPU, else a single request's decode steps in C (AVX2 and FMA), or say why it keeps float32 as it
+    # is; 'int8' asks for int8 weight-only linears (core/choices.py)
     precision: str = "exact"
 
     def __post_init__(self) -> None:

@@ -61,3 +61,9 @@ def gemv_disabled() -> bool:
 def cpu_weight_packing_disabled() -> bool:
     """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/kernels/onednn_packed.py)."""
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")
+
+
+def cpu_decode_disabled() -> bool:
+    """MINISGL_DISABLE_CPU_DECODE=1 keeps ``--precision fast`` single-request decode steps on torch instead of
+    the C step (see core/kernels/cpu_decode.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_CPU_DECODE")

@@ -56,7 +56,8 @@ Precision = Annotated[Literal[PRECISIONS], typer.Option(
     "--precision", rich_help_panel=_ENGINE,
     help="'exact' (float32 on a CPU, token-exact against transformers); 'fast' picks reduced-precision weights "
          "this CPU runs faster (bf16 with AMX or AVX512-BF16, else int8 weight-only where torch's int8 kernel is "
-         "vectorised) or says why it keeps float32; 'int8' forces int8 weight-only linears on a CPU.")]
+         "vectorised; else, with AVX2 and FMA and a C compiler, float32 with one request's decode steps as one C call, "
+         "not bit-identical) or says why it keeps float32; 'int8' forces int8 weight-only linears on a CPU.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 

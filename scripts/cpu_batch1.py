@@ -1,6 +1,6 @@
 """Batch-1 decode latency on a CPU: what one person running ``minisgl generate`` feels, token after token.
 
-    .venv/bin/python scripts/cpu_batch1.py [--rounds 5] [--prompt 128] [--tokens 64] [--profile]
+    .venv/bin/python scripts/cpu_batch1.py [--rounds 5] [--prompt 128] [--tokens 64] [--profile] [--precision fast]
 
 One request of ``--prompt`` random token ids, ``--tokens`` greedy new tokens with EOS ignored. The figure is the
 mean gap between consecutive tokens as the request's callback receives them (so the scheduler's host work
@@ -8,7 +8,8 @@ per step is inside it), median over ``--rounds`` rounds. The weights' floor (the
 copy bandwidth) is printed next to it. ``--profile`` adds a torch.profiler table of one round's decode steps
 (self CPU time per op, with counts per step). ``--stream`` times the engine's own one-row linears alone, every
 weight once in a loop (30 layers' four projections and the LM head, on the path the plan chose, and on plain
-``torch.mm``): what streaming the weights costs with torch here, the floor a decode step could reach.
+``torch.mm``, and through the C decode step's GEMV): what streaming the weights costs here, the floor a
+decode step could reach. ``--precision fast`` runs the fast engine (on an AVX2 CPU: decode steps in C).
 """
 
 from __future__ import annotations
@@ -88,6 +89,32 @@ def stream_ms(llm: LLM, packed: bool, repeats: int = 7) -> float:
     return statistics.median(times)
 
 
+def stream_c_ms(llm: LLM, repeats: int = 7) -> float | None:
+    """The same pass through the C decode step's matrix-vector product (None where it does not build)."""
+    from core.kernels.cpu_decode import load_library
+
+    lib = load_library().library
+    if lib is None:
+        return None
+    layers = [m for m in llm.engine.model.modules() if hasattr(m, "packed")]
+    inputs = {m.weight.shape[1]: torch.randn(m.weight.shape[1]) for m in layers}
+    outputs = {m.weight.shape[0]: torch.empty(m.weight.shape[0]) for m in layers}
+    threads = torch.get_num_threads()
+
+    def one_pass() -> None:
+        for m in layers:
+            rows, cols = m.weight.shape
+            lib.gemv(m.weight.data_ptr(), inputs[cols].data_ptr(), rows, cols, outputs[rows].data_ptr(), threads)
+
+    one_pass()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        one_pass()
+        times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
@@ -96,12 +123,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--stream", action="store_true")
+    parser.add_argument("--precision", default="exact", choices=("exact", "fast"),
+                        help="fast: single-request decode steps in C where the CPU has AVX2 and FMA")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    llm = LLM(device="cpu")
+    llm = LLM(device="cpu", precision=args.precision)
     print(f"engine built in {time.perf_counter() - start:.1f} s; {llm.engine.describe()}")
+    if llm.precision_note:
+        print(llm.precision_note)
     rng = random.Random(0)
     prompt = [rng.randrange(10000) for _ in range(args.prompt)]
     one_round(llm, prompt, 8)  # warm-up
@@ -115,12 +146,18 @@ def main() -> None:
     gap = one_round(llm, prompt, args.tokens)
     per = {k: 1e3 * v / (args.tokens - 1) for k, v in split.totals.items()}
     layers = per["forward_batch"] - per["lm_head"] - per["sample"]
-    print(f"one round of {args.tokens - 1} decode steps, ms per token: gap {gap:.2f} = embedding, layers and final norm "
-          f"{layers:.2f} + LM head {per['lm_head']:.2f} + sampling {per['sample']:.2f} + host work "
-          f"{gap - per['forward_batch']:.2f}")
+    if llm.engine.cpu_decode is not None:
+        print(f"one round of {args.tokens - 1} decode steps, ms per token: gap {gap:.2f} = the C step (embedding, "
+              f"layers, final norm and LM head) {layers:.2f} + sampling {per['sample']:.2f} + host work "
+              f"{gap - per['forward_batch']:.2f}")
+    else:
+        print(f"one round of {args.tokens - 1} decode steps, ms per token: gap {gap:.2f} = embedding, layers and "
+              f"final norm {layers:.2f} + LM head {per['lm_head']:.2f} + sampling {per['sample']:.2f} + host work "
+              f"{gap - per['forward_batch']:.2f}")
     if args.stream:
         print(f"weights alone, one row: {stream_ms(llm, True):.1f} ms on the engine's path "
-              f"(one row packed: {llm.engine.plan.kernels.packed_one_row}), {stream_ms(llm, False):.1f} ms on torch.mm")
+              f"(one row packed: {llm.engine.plan.kernels.packed_one_row}), {stream_ms(llm, False):.1f} ms on torch.mm, "
+              f"{stream_c_ms(llm) or float('nan'):.1f} ms on the C decode step's GEMV")
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
 

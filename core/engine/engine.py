@@ -18,6 +18,7 @@ from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
+from core.engine.cpu_decode_model import build_cpu_decode
 from core.engine.graph import CudaGraphRunner
 from core.engine.plan import EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
@@ -101,6 +102,9 @@ class Engine:
         # float32 on a CPU: weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
         kernels = self.plan.kernels
         self.packed_linears = pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0
+        # precision fast on an AVX2 CPU: a single request's decode step as one C call (core/kernels/cpu_decode.py)
+        self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads())
+                           if self.plan.precision.c_decode else None)
         self.sampler = Sampler(self.device)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
@@ -210,6 +214,10 @@ class Engine:
         with forward_context(batch, self.attn_backend), torch.inference_mode():
             if self.graph_runner is not None and self.graph_runner.can_run(batch):
                 logits = self.graph_runner.run(batch)
+            elif self.cpu_decode is not None and batch.is_decode and batch.size == 1:
+                req = batch.reqs[0]
+                logits = self.cpu_decode(batch.input_ids, batch.positions,
+                                         self.page_table[req.table_idx, :req.device_len])
             else:
                 self.attn_backend.begin_forward(batch)
                 logits = self.model(batch.input_ids, batch.positions, logits_indices)

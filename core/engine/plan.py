@@ -19,6 +19,7 @@ from core.config import EngineConfig
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
 from core.kernels.cpu_features import CpuFeatures, cpu_features
+from core.kernels import cpu_decode
 from core.kernels.onednn_packed import packing_available
 from core.kernels.triton_available import triton_runs_on
 
@@ -41,15 +42,19 @@ class EnginePlan:
 @dataclass(frozen=True)
 class PrecisionChoice:
     """What ``precision`` came to on this machine: the model's dtype, whether the decoder's linears are int8,
-    and, for 'fast', one line saying what was picked and why (empty for 'exact')."""
+    whether a single request's decode steps run the C step (core/kernels/cpu_decode.py), and, for 'fast', one
+    line saying what was picked and why (empty for 'exact')."""
 
     dtype: torch.dtype
     int8_weights: bool = False
     note: str = ""
+    c_decode: bool = False
 
     @property
     def words(self) -> str:
         """How the engine's description names it (bf16 shows in the dtype it names already)."""
+        if self.c_decode:
+            return "single-request decode steps in C"
         return "int8 weight-only linears" if self.int8_weights else ""
 
 
@@ -57,7 +62,8 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
                      features: CpuFeatures | None = None) -> PrecisionChoice:
     """'exact' keeps ``dtype``. 'fast' on a CPU running float32: bf16 where AMX or AVX512-BF16 make it fast
     (only when no dtype was given), else int8 weight-only where torch's int8 kernel is vectorised (AVX-512),
-    else float32 with a note naming what the CPU lacks. 'int8' asks for int8 weight-only linears anyway (a CPU
+    else float32 with a single request's decode steps in C where the CPU has AVX2 and FMA and the C builds
+    (core/kernels/cpu_decode.py), else float32 as it is; the note names what the CPU lacks. 'int8' asks for int8 weight-only linears anyway (a CPU
     in float32 only). ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
     if config.precision == "exact":
         return PrecisionChoice(dtype)
@@ -85,10 +91,28 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
         return PrecisionChoice(dtype, int8_weights=True,
                                note=f"precision fast: int8 weight-only linears ({missing}; torch's int8 kernel "
                                     f"is vectorised here, {features.capability})")
-    return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: {missing}, and torch's int8 "
-                                       f"weight-only kernel is vectorised only for AVX-512, slower than float32 "
-                                       f"without it (torch reports {features.capability}); --precision int8 "
-                                       f"forces it")
+    no_int8 = (f"torch's int8 weight-only kernel is vectorised only for AVX-512 (torch reports "
+               f"{features.capability})")
+    why_not_c = c_decode_unavailable(config, features)
+    if not why_not_c:
+        return PrecisionChoice(dtype, c_decode=True,
+                               note=f"precision fast: float32 with one request's decode steps in C (AVX2 and "
+                                    f"FMA; prefill and batches of more requests stay on torch); {missing}, and "
+                                    f"{no_int8}")
+    return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: {missing}, {no_int8}, and "
+                                       f"{why_not_c}; --precision int8 forces int8")
+
+
+def c_decode_unavailable(config: EngineConfig, features: CpuFeatures) -> str:
+    """Why a float32 CPU engine cannot run the C decode step ('' when it can); builds it (once) to know."""
+    if env.cpu_decode_disabled():
+        return "MINISGL_DISABLE_CPU_DECODE turned the C decode step off"
+    if config.tp > 1:
+        return "the C decode step runs on one rank only"
+    if config.kv_dtype == "fp8":
+        return "the C decode step reads a float32 KV cache, not fp8"
+    reason = cpu_decode.unsupported_reason(features.flags)
+    return reason or cpu_decode.load_library().reason
 
 
 def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:

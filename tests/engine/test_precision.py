@@ -12,6 +12,7 @@ from core import LLM
 from core.config import EngineConfig
 from core.engine.plan import plan_engine
 from core.errors import InvalidParamsError
+from core.kernels import cpu_decode
 from core.kernels import cpu_features as features_module
 from core.kernels.dispatch import Int8Kernels
 from core.kernels.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
@@ -20,6 +21,8 @@ from core.request import SamplingParams
 from tests.support.cli import assert_user_error, run, write
 
 CPU = torch.device("cpu")
+C_DECODE_REASON = (cpu_decode.unsupported_reason(features_module.cpu_features().flags)
+                   or cpu_decode.load_library().reason)
 
 
 @pytest.fixture
@@ -51,13 +54,39 @@ def test_fast_without_bf16_instructions_picks_int8_where_the_int8_kernel_is_vect
     assert "int8 weight-only" in plan.precision.note and "lacks AMX-BF16 and AVX512-BF16" in plan.precision.note
 
 
-def test_fast_on_an_avx2_cpu_keeps_float32_and_names_what_it_lacks(cpu_like):
-    cpu_like("AVX2", "avx", "avx2", "fma")
+def test_fast_on_an_avx2_cpu_without_fma_keeps_float32_and_names_what_it_lacks(cpu_like):
+    cpu_like("AVX2", "avx", "avx2")
     plan = fast()
-    assert not plan.kernels.int8_weights and plan.precision.dtype == torch.float32
+    assert not plan.kernels.int8_weights and plan.precision.dtype == torch.float32 and not plan.precision.c_decode
     assert plan.precision.note.startswith("precision fast: kept exact float32: this CPU lacks AMX-BF16 and "
                                           "AVX512-BF16 for bf16")
-    assert "AVX2" in plan.precision.note and "\n" not in plan.precision.note
+    assert "AVX2" in plan.precision.note and "lacks FMA for the C decode step" in plan.precision.note
+    assert "\n" not in plan.precision.note
+
+
+@pytest.mark.skipif(bool(C_DECODE_REASON), reason=C_DECODE_REASON or "the C decode step builds here")
+def test_fast_on_an_avx2_fma_cpu_runs_single_request_decode_in_c(cpu_like):
+    cpu_like("AVX2", "avx", "avx2", "fma")
+    plan = fast()
+    assert plan.precision.c_decode and plan.precision.dtype == torch.float32 and not plan.kernels.int8_weights
+    assert plan.precision.note.startswith("precision fast: float32 with one request's decode steps in C")
+    assert "lacks AMX-BF16 and AVX512-BF16" in plan.precision.note and "\n" not in plan.precision.note
+    assert not fast(precision="exact").precision.c_decode
+    assert not plan_engine(EngineConfig(precision="fast", kv_dtype="fp8"), CPU, torch.float32).precision.c_decode
+
+
+@pytest.mark.skipif(bool(C_DECODE_REASON), reason=C_DECODE_REASON or "the C decode step builds here")
+def test_fast_with_the_c_decode_step_gives_transformers_tokens_on_the_embedded_model(smollm2_dir):
+    prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
+    with LLM(smollm2_dir, precision="fast", max_running_req=4) as llm:
+        assert llm.engine.cpu_decode is not None and "decode steps in C" in llm.engine.describe()
+        ids = [llm.tokenizer.encode(p) for p in prompts]
+        params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+        outputs = [llm.generate([p], params)[0] for p in prompts]  # one at a time: every decode step in C
+    reference = HFReference(smollm2_dir)
+    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 12, ignore_eos=True), ())
+                for o, i in zip(outputs, ids)]
+    assert [v.status for v in verdicts] == ["match"] * 3 and all(v.exact for v in verdicts)
 
 
 def test_fast_with_amx_runs_bf16_unless_a_dtype_was_asked_for(cpu_like):

@@ -1,0 +1,92 @@
+"""Compile a C kernel with the system's C compiler at first use, and load it with ctypes.
+
+Why at run time: a wheel of prebuilt kernels would need a build per platform, while every Linux machine that
+can build this project's C is one ``cc`` call away from it (a few seconds, once). The shared object lands in
+MINISGL_HOME's cache under a name keyed by the source, the flags and the compiler's version, so an edit or
+another compiler builds afresh and a stale object is never loaded. The build writes to a temporary name and
+renames it into place, so two processes building at once cannot load a half-written file.
+
+It links OpenMP's runtime by its usual soname (libgomp.so.1); torch ships one under the same soname and has it
+loaded already, so the kernel shares torch's threads instead of starting a second pool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.env import home_dir
+
+COMPILERS = ("cc", "gcc", "clang")
+BUILD_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A loaded library, or the reason there is none (one line, for the engine's precision note)."""
+
+    library: ctypes.CDLL | None
+    reason: str = ""
+
+
+def find_compiler() -> str | None:
+    for name in COMPILERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _compiler_version(compiler: str) -> str:
+    try:
+        done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.splitlines()[0] if done.stdout else ""
+
+
+def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None = None) -> BuildResult:
+    """``source`` compiled with ``flags`` into a shared object in the cache (reused when it exists), loaded."""
+    compiler = find_compiler()
+    if compiler is None:
+        return BuildResult(None, f"no C compiler found (looked for {', '.join(COMPILERS)})")
+    text = source.read_bytes()
+    key = hashlib.sha256(text + "\0".join(flags).encode() + _compiler_version(compiler).encode()).hexdigest()[:16]
+    cache_dir = cache_dir or home_dir() / "kernels"
+    target = cache_dir / f"{source.stem}-{key}.so"
+    if not target.exists():
+        reason = _compile(compiler, source, flags, target)
+        if reason:
+            return BuildResult(None, reason)
+    try:
+        return BuildResult(ctypes.CDLL(str(target)))
+    except OSError as error:
+        return BuildResult(None, f"the compiled {target.name} did not load ({error})")
+
+
+def _compile(compiler: str, source: Path, flags: tuple[str, ...], target: Path) -> str:
+    """Build into ``target``; returns an empty string, or why it failed (the compiler's first error line)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, scratch = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+    except OSError as error:
+        return f"cannot write the kernel cache {target.parent} ({error})"
+    command = [compiler, *flags, "-shared", "-fPIC", str(source), "-o", scratch, "-lm"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError) as error:
+        Path(scratch).unlink(missing_ok=True)
+        return f"{Path(compiler).name} failed to run ({error})"
+    if done.returncode != 0:
+        Path(scratch).unlink(missing_ok=True)
+        errors = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines() or ["?"]
+        return f"{Path(compiler).name} could not build {source.name}: {errors[0].strip()}"
+    os.replace(scratch, target)
+    return ""

@@ -1,0 +1,317 @@
+/* One decode step of one request, every layer and the LM head, in float32 on an x86-64 CPU with AVX2 and FMA.
+ *
+ * Why it exists: at one row a decode step is a chain of matrix-vector products over every weight (bandwidth
+ * bound) with a few small vector ops between them. Through torch that is about 3,850 op calls for a 30-layer
+ * model, and each one-row product reaches well under the memory's bandwidth. Here the whole step is one call
+ * and one OpenMP parallel region: both threads stream contiguous blocks of every weight's rows, and the small
+ * work between the products (norms, RoPE, the KV write, attention over the request's cached tokens) runs
+ * between barriers. The sums run in another order than torch's, so the results are close, not identical.
+ *
+ * Layouts are the engine's own: a weight is [out, in] row-major (torch's Linear), the fused QKV projection's
+ * rows are q then k then v, gate_up's are gate then up, the KV pool of a layer is [slots, kv_heads, head_dim],
+ * the RoPE table row of a position is cos of each frequency then its sin (rotate-half pairing i, i + dim/2).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+typedef struct {
+    const float *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm; /* qkv_bias, q_norm, k_norm may be NULL */
+    const float *o_proj, *post_norm, *gate_up, *down;
+    float *k_cache, *v_cache; /* this layer's [slots, kv_heads, head_dim] */
+} Layer;
+
+typedef struct {
+    int32_t hidden, intermediate, heads, kv_heads, head_dim, layers, vocab, threads;
+    float eps, qk_eps, scale;
+} Shape;
+
+typedef struct {
+    const int64_t *token;     /* the input token id */
+    const int64_t *position;  /* its position */
+    const int64_t *slots;     /* the request's KV slots of positions [0, len) */
+    int64_t len;              /* tokens attended over, the new one included (its slot is slots[len - 1]) */
+    const float *embedding;   /* [vocab, hidden] */
+    const float *final_norm;  /* [hidden] */
+    const float *lm_head;     /* [vocab, hidden] */
+    const float *rope;        /* [positions, head_dim]: cos then sin */
+    float *logits;            /* [vocab] out */
+    float *scratch;           /* scratch_floats(shape, max_len) floats, len <= max_len */
+} Step;
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float dot(const float *a, const float *b, int n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= n; k += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k + 8), _mm256_loadu_ps(b + k + 8), acc1);
+    }
+    for (; k + 8 <= n; k += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + k), _mm256_loadu_ps(b + k), acc0);
+    float sum = hsum(_mm256_add_ps(acc0, acc1));
+    for (; k < n; k++) sum += a[k] * b[k];
+    return sum;
+}
+
+/* Four rows against one vector: the vector's loads are shared, and four weight streams keep the memory busy. */
+static inline void dot4(const float *w, int64_t stride, const float *x, int n, float out[4]) {
+    const float *r0 = w, *r1 = w + stride, *r2 = w + 2 * stride, *r3 = w + 3 * stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 xv = _mm256_loadu_ps(x + k);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k), xv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k), xv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k), xv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k), xv, a3);
+    }
+    out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
+    for (; k < n; k++) {
+        out[0] += r0[k] * x[k]; out[1] += r1[k] * x[k]; out[2] += r2[k] * x[k]; out[3] += r3[k] * x[k];
+    }
+}
+
+/* This thread's share of rows [0, rows): contiguous blocks in multiples of four, so each thread streams one
+ * stretch of the weight. */
+static inline void share(int64_t rows, int64_t *begin, int64_t *end) {
+#ifdef _OPENMP
+    int n = omp_get_num_threads(), t = omp_get_thread_num();
+#else
+    int n = 1, t = 0;
+#endif
+    int64_t blocks = (rows + 3) / 4, per = blocks / n, extra = blocks % n;
+    int64_t first = t * per + (t < extra ? t : extra);
+    int64_t count = per + (t < extra ? 1 : 0);
+    *begin = first * 4;
+    *end = (first + count) * 4 < rows ? (first + count) * 4 : rows;
+}
+
+/* y[r] = W[r] . x (+ add[r]) for this thread's rows; add may alias y (the residual stream). */
+static void gemv_rows(const float *w, const float *x, int64_t rows, int n, const float *add, float *y) {
+    int64_t begin, end;
+    share(rows, &begin, &end);
+    int64_t r = begin;
+    float out[4];
+    for (; r + 4 <= end; r += 4) {
+        dot4(w + r * n, n, x, n, out);
+        for (int i = 0; i < 4; i++) y[r + i] = out[i] + (add ? add[r + i] : 0.0f);
+    }
+    for (; r < end; r++) y[r] = dot(w + r * n, x, n) + (add ? add[r] : 0.0f);
+}
+
+/* act[i] = silu(gate[i]) * up[i] with gate and up computed here: row i of the gate block and of the up block. */
+static void gate_up_rows(const float *w, const float *x, int64_t inter, int n, float *act) {
+    int64_t begin, end;
+    share(inter, &begin, &end);
+    float g[4], u[4];
+    int64_t i = begin;
+    for (; i + 4 <= end; i += 4) {
+        dot4(w + i * n, n, x, n, g);
+        dot4(w + (inter + i) * n, n, x, n, u);
+        for (int j = 0; j < 4; j++) act[i + j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
+    for (; i < end; i++) {
+        float gi = dot(w + i * n, x, n), ui = dot(w + (inter + i) * n, x, n);
+        act[i] = gi / (1.0f + expf(-gi)) * ui;
+    }
+}
+
+/* out += p * v */
+static inline void axpy(float *restrict out, float p, const float *restrict v, int n) {
+    __m256 pv = _mm256_set1_ps(p);
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        _mm256_storeu_ps(out + k, _mm256_fmadd_ps(pv, _mm256_loadu_ps(v + k), _mm256_loadu_ps(out + k)));
+    for (; k < n; k++) out[k] += p * v[k];
+}
+
+static void rms_norm(const float *x, const float *weight, int n, float eps, float *out) {
+    float sum = 0.0f;
+    for (int k = 0; k < n; k++) sum += x[k] * x[k];
+    float inv = 1.0f / sqrtf(sum / (float)n + eps);
+    for (int k = 0; k < n; k++) out[k] = x[k] * inv * weight[k];
+}
+
+static void rotate(float *x, const float *cos_sin, int dim) {
+    int half = dim / 2;
+    const float *cos = cos_sin, *sin = cos_sin + half;
+    for (int i = 0; i < half; i++) {
+        float a = x[i], b = x[i + half];
+        x[i] = a * cos[i] - b * sin[i];
+        x[i + half] = b * cos[i] + a * sin[i];
+    }
+}
+
+/* Attention is split over the cached tokens, not the heads (a model has few KV heads, and threads would idle):
+ * each thread attends every head over its stretch of tokens, reading each key and value row once for all the
+ * query heads that share it, and keeps its running maximum, softmax sum and weighted values; a merge then
+ * rescales the parts to one maximum. Partial results per thread: [heads] max, [heads] sum, [heads, dim] values. */
+static void attend_part(const Shape *s, const float *q, const float *k_cache, const float *v_cache,
+                        const int64_t *slots, int64_t len, float *scores, float *part) {
+    int dim = s->head_dim, heads = s->heads, group = s->heads / s->kv_heads;
+    int64_t row = (int64_t)s->kv_heads * dim;
+    int64_t begin, end;
+    share(len, &begin, &end);
+    float *top = part, *total = part + heads, *acc = part + 2 * heads;
+    for (int head = 0; head < heads; head++) { top[head] = -INFINITY; total[head] = 0.0f; }
+    for (int64_t i = 0; i < (int64_t)heads * dim; i++) acc[i] = 0.0f;
+    /* token by token: a slot's keys (and values) of every KV head are one contiguous row, read once */
+    for (int64_t t = begin; t < end; t++) {
+        const float *k = k_cache + slots[t] * row;
+        for (int head = 0; head < heads; head++) {
+            float score = dot(q + head * dim, k + (head / group) * dim, dim) * s->scale;
+            scores[head * len + t] = score;
+            top[head] = score > top[head] ? score : top[head];
+        }
+    }
+    for (int64_t t = begin; t < end; t++) {
+        const float *v = v_cache + slots[t] * row;
+        for (int head = 0; head < heads; head++) {
+            float p = expf(scores[head * len + t] - top[head]);
+            total[head] += p;
+            axpy(acc + head * dim, p, v + (head / group) * dim, dim);
+        }
+    }
+}
+
+/* out[head] = the parts' values rescaled to their common maximum, over their rescaled sums. */
+static void merge_parts(const Shape *s, const float *parts, int nparts, float *out) {
+    int dim = s->head_dim, heads = s->heads;
+    int64_t stride = (int64_t)heads * (dim + 2);
+    for (int head = 0; head < heads; head++) {
+        float top = -INFINITY, total = 0.0f;
+        for (int i = 0; i < nparts; i++) {
+            float m = parts[i * stride + head];
+            top = m > top ? m : top;
+        }
+        float *o = out + head * dim;
+        for (int d = 0; d < dim; d++) o[d] = 0.0f;
+        for (int i = 0; i < nparts; i++) {
+            const float *part = parts + i * stride;
+            if (part[heads + head] == 0.0f) continue; /* a thread with no tokens */
+            float w = expf(part[head] - top);
+            total += w * part[heads + head];
+            const float *acc = part + 2 * heads + head * dim;
+            for (int d = 0; d < dim; d++) o[d] += w * acc[d];
+        }
+        for (int d = 0; d < dim; d++) o[d] /= total;
+    }
+}
+
+/* Where the step's buffers lie in the scratch: shared ones, then each thread's own. */
+typedef struct {
+    float *x;      /* [hidden] the residual stream */
+    float *qkv;    /* [q + k + v] the QKV projection's output */
+    float *act;    /* [intermediate] silu(gate) * up */
+    float *scores; /* [heads, len] each thread's stretch of the attention scores */
+    float *parts;  /* [threads, heads, dim + 2] the attention parts */
+    float *h;      /* this thread's [hidden] normed input of a projection */
+    float *q;      /* this thread's [heads, dim] rotated queries */
+    float *attn;   /* this thread's [heads, dim] attention output */
+} Buffers;
+
+static int64_t own_floats(const Shape *s) { return s->hidden + 2 * (int64_t)s->heads * s->head_dim; }
+
+int64_t scratch_floats(const Shape *s, int64_t max_len) {
+    int64_t qkv = (int64_t)(s->heads + 2 * s->kv_heads) * s->head_dim;
+    int64_t parts = (int64_t)s->threads * s->heads * (s->head_dim + 2);
+    return s->hidden + qkv + s->intermediate + (int64_t)s->heads * max_len + parts + s->threads * own_floats(s);
+}
+
+static Buffers buffers(const Shape *s, const Step *st, int thread) {
+    Buffers b;
+    b.x = st->scratch;
+    b.qkv = b.x + s->hidden;
+    b.act = b.qkv + (s->heads + 2 * s->kv_heads) * s->head_dim;
+    b.scores = b.act + s->intermediate;
+    b.parts = b.scores + (int64_t)s->heads * st->len;
+    b.h = b.parts + (int64_t)s->threads * s->heads * (s->head_dim + 2) + thread * own_floats(s);
+    b.q = b.h + s->hidden;
+    b.attn = b.q + s->heads * s->head_dim;
+    return b;
+}
+
+/* QK-norm (if the model has it) and RoPE of one head's vector, in place. */
+static void prepare_head(float *vec, const float *norm, const float *cos_sin, const Shape *s) {
+    if (norm) rms_norm(vec, norm, s->head_dim, s->qk_eps, vec);
+    rotate(vec, cos_sin, s->head_dim);
+}
+
+/* The attention block of one layer: norm, QKV, QK-norm and RoPE, the KV write, attention, o_proj + residual.
+ * Three barriers: after the QKV projection, after the attention parts, after o_proj. What every thread needs
+ * whole (the normed input, the rotated queries, the merged attention) each computes for itself: a few
+ * thousand flops instead of a barrier. */
+static void attention_block(const Shape *s, const Layer *L, const Step *st, const Buffers *b, int thread,
+                            int nthreads) {
+    int dim = s->head_dim, q_size = s->heads * dim, kv_size = s->kv_heads * dim;
+    rms_norm(b->x, L->input_norm, s->hidden, s->eps, b->h);
+    gemv_rows(L->qkv, b->h, q_size + 2 * kv_size, s->hidden, L->qkv_bias, b->qkv);
+#pragma omp barrier
+    const float *cos_sin = st->rope + *st->position * dim;
+    for (int i = 0; i < q_size; i++) b->q[i] = b->qkv[i];
+    for (int head = 0; head < s->heads; head++) prepare_head(b->q + head * dim, L->q_norm, cos_sin, s);
+    int64_t begin, end;
+    share(st->len, &begin, &end);
+    if (begin <= st->len - 1 && st->len - 1 < end) { /* this thread's stretch holds the new token: write it */
+        int64_t slot = st->slots[st->len - 1];
+        for (int g = 0; g < s->kv_heads; g++) {
+            float *k = b->qkv + q_size + g * dim;
+            prepare_head(k, L->k_norm, cos_sin, s);
+            float *k_dst = L->k_cache + (slot * s->kv_heads + g) * dim;
+            float *v_dst = L->v_cache + (slot * s->kv_heads + g) * dim;
+            const float *v = b->qkv + q_size + kv_size + g * dim;
+            for (int d = 0; d < dim; d++) { k_dst[d] = k[d]; v_dst[d] = v[d]; }
+        }
+    }
+    attend_part(s, b->q, L->k_cache, L->v_cache, st->slots, st->len, b->scores,
+                b->parts + (int64_t)thread * s->heads * (dim + 2));
+#pragma omp barrier
+    merge_parts(s, b->parts, nthreads, b->attn);
+    gemv_rows(L->o_proj, b->attn, s->hidden, q_size, b->x, b->x);
+#pragma omp barrier
+}
+
+/* The MLP block: norm, gate/up with SiLU, down + residual; two barriers. */
+static void mlp_block(const Shape *s, const Layer *L, const Buffers *b) {
+    rms_norm(b->x, L->post_norm, s->hidden, s->eps, b->h);
+    gate_up_rows(L->gate_up, b->h, s->intermediate, s->hidden, b->act);
+#pragma omp barrier
+    gemv_rows(L->down, b->act, s->hidden, s->intermediate, b->x, b->x);
+#pragma omp barrier
+}
+
+/* The whole step: embedding row, every layer, final norm and logits. */
+void decode_step(const Shape *s, const Layer *layers, const Step *st) {
+    const float *row = st->embedding + *st->token * s->hidden;
+    for (int k = 0; k < s->hidden; k++) st->scratch[k] = row[k];
+#pragma omp parallel num_threads(s->threads)
+    {
+#ifdef _OPENMP
+        int thread = omp_get_thread_num(), nthreads = omp_get_num_threads();
+#else
+        int thread = 0, nthreads = 1;
+#endif
+        Buffers b = buffers(s, st, thread);
+        for (int layer = 0; layer < s->layers; layer++) {
+            attention_block(s, &layers[layer], st, &b, thread, nthreads);
+            mlp_block(s, &layers[layer], &b);
+        }
+        rms_norm(b.x, st->final_norm, s->hidden, s->eps, b.h);
+        gemv_rows(st->lm_head, b.h, s->vocab, s->hidden, 0, st->logits);
+    }
+}
+
+/* y = W x over rows [0, rows), for measuring the product alone against torch's. */
+void gemv(const float *w, const float *x, int64_t rows, int n, float *y, int threads) {
+#pragma omp parallel num_threads(threads)
+    gemv_rows(w, x, rows, n, 0, y);
+}

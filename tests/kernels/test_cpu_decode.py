@@ -1,0 +1,109 @@
+"""The C decode step (core/kernels/cpu_decode.c) gives the torch layers' logits, and writes the KV they write.
+
+Every single-request decode step of a run is checked: the C step runs first, then the torch model on the same
+batch, and their logits and the KV written for the new token must agree to float32 rounding. The runs use
+4-token pages and a second request that finishes early, so the long request's context spans many pages that
+are not contiguous in the pool (pages are handed out in turn while both decode). Skipped, with the reason,
+where the step cannot be built.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+from core import LLM
+from core.attention.context import get_context
+from core.kernels import c_build, cpu_decode
+from core.kernels.cpu_features import cpu_features
+from core.request import SamplingParams
+from tests.support.models import FAMILIES
+
+REASON = cpu_decode.unsupported_reason(cpu_features().flags) or cpu_decode.load_library().reason
+pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "the C decode step builds here")
+PAGE = 4
+
+
+@dataclass
+class Checked:
+    """Wraps the engine's C step; compares each call against the torch model on the same batch."""
+
+    step: cpu_decode.CpuDecodeStep
+    engine: object
+    logit_errors: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    slot_gaps: bool = False
+
+    def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        engine, batch = self.engine, get_context().batch
+        assert int(slots[-1]) == int(batch.out_loc[0]) and int(position[0]) == slots.shape[0] - 1
+        ours = self.step(token, position, slots).clone()
+        pool, slot = engine.kv_pool, int(slots[-1])
+        k_ours, v_ours = pool.k[:, slot].clone(), pool.v[:, slot].clone()
+        engine.attn_backend.begin_forward(batch)
+        theirs = engine.model(batch.input_ids, batch.positions, torch.zeros(1, dtype=torch.int64))
+        # logits here are about 10 in size; float32's other summation order, amplified by the test models'
+        # large random weights, reaches 2.5e-4 at an odd step and stays near 1e-5 at the typical one
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=5e-4)
+        torch.testing.assert_close(k_ours, pool.k[:, slot], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(v_ours, pool.v[:, slot], rtol=1e-4, atol=1e-4)
+        self.logit_errors.append(float((ours - theirs).abs().max()))
+        self.lengths.append(slots.shape[0])
+        self.slot_gaps |= bool((slots.diff() != 1).any())
+        return theirs  # the run continues on torch's logits, so both sides see the same tokens
+
+
+def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int]) -> Checked:
+    with LLM(model, precision="fast", page_size=PAGE, max_running_req=4) as llm:
+        engine = llm.engine
+        assert engine.cpu_decode is not None and "decode steps in C" in llm.precision_note
+        checked = engine.cpu_decode = Checked(engine.cpu_decode, engine)
+        params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
+        llm.generate(prompts, params)
+    return checked
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "llama3-rope-tied"])  # GQA (4 heads, 2 KV heads); bias; QK-norm
+def test_the_c_step_matches_the_torch_layers_across_scattered_pages(model_dirs, family):
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (9, 5)]
+    checked = run_checked(model_dirs[family], prompts, [24, 4])
+    assert len(checked.lengths) >= 20 and max(checked.lengths) >= 8 * PAGE  # many pages of context
+    assert checked.slot_gaps  # the long request's pages are not one run of slots
+    assert statistics.median(checked.logit_errors) < 3e-5
+
+
+def test_a_random_shape_with_head_dim_128_matches_too():
+    checked = run_checked("random:small-qwen3", [list(range(1, 40))], [6])
+    assert len(checked.lengths) == 5
+
+
+def test_no_compiler_keeps_torch_and_says_so(monkeypatch):
+    monkeypatch.setattr(c_build, "find_compiler", lambda: None)
+    cpu_decode.load_library.cache_clear()
+    try:
+        with LLM("random:tiny-qwen3", precision="fast") as llm:
+            assert llm.engine.cpu_decode is None
+            assert "no C compiler found" in llm.precision_note and "\n" not in llm.precision_note
+            assert llm.precision_note.startswith("precision fast: kept exact float32")
+    finally:
+        cpu_decode.load_library.cache_clear()
+
+
+def test_a_failed_build_is_one_line_and_leaves_no_object(tmp_path):
+    source = tmp_path / "broken.c"
+    source.write_text("int f(void) { return undeclared; }\n")
+    built = c_build.build_library(source, ("-O2",), tmp_path / "cache")
+    assert built.library is None and "could not build broken.c" in built.reason and "\n" not in built.reason
+    assert not list((tmp_path / "cache").glob("*.so"))
+
+
+def test_exact_and_the_off_switch_keep_the_torch_path(monkeypatch):
+    with LLM("random:tiny-qwen3") as llm:
+        assert llm.engine.cpu_decode is None
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
+    with LLM("random:tiny-qwen3", precision="fast") as llm:
+        assert llm.engine.cpu_decode is None and "MINISGL_DISABLE_CPU_DECODE" in llm.precision_note
