@@ -63,8 +63,8 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     """'exact' keeps ``dtype``. 'fast' on a CPU running float32: bf16 where AMX or AVX512-BF16 make it fast
     (only when no dtype was given), else int8 weight-only where torch's int8 kernel is vectorised (AVX-512),
     else float32 with a single request's decode steps in C where the CPU has AVX2 and FMA and the C builds
-    (core/kernels/cpu_decode.py), else float32 as it is; the note names what the CPU lacks. 'int8' asks for int8 weight-only linears anyway (a CPU
-    in float32 only). ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
+    (core/kernels/cpu_decode.py), else float32 as it is; the note names what the CPU lacks. 'int8' asks for
+    int8 weight-only linears anyway (a CPU in float32 only). ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
     if config.precision == "exact":
         return PrecisionChoice(dtype)
     cpu_float32 = device.type == "cpu" and dtype == torch.float32

@@ -143,7 +143,8 @@ class CpuDecodeStep:
             raise ValueError(f"{length} cached tokens, the C decode step holds room for 1 to {self.max_len}")
         logits = torch.empty(1, self.vocab, dtype=torch.float32)
         step = self.step
-        step.token, step.position, step.slots, step.len = token.data_ptr(), position.data_ptr(), slots.data_ptr(), length
+        step.token, step.position, step.slots = token.data_ptr(), position.data_ptr(), slots.data_ptr()
+        step.len = length
         step.logits = logits.data_ptr()
         self._lib.decode_step(ctypes.byref(self.shape), self.layers, ctypes.byref(step))
         return logits
