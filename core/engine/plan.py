@@ -53,9 +53,10 @@ class PrecisionChoice:
     @property
     def words(self) -> str:
         """How the engine's description names it (bf16 shows in the dtype it names already)."""
+        words = ["int8 weight-only linears"] if self.int8_weights else []
         if self.c_decode:
-            return "single-request decode steps in C"
-        return "int8 weight-only linears" if self.int8_weights else ""
+            words.append("single-request decode steps in C")
+        return ", ".join(words)
 
 
 def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dtype,
@@ -64,7 +65,8 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     (only when no dtype was given), else int8 weight-only where torch's int8 kernel is vectorised (AVX-512),
     else float32 with a single request's decode steps in C where the CPU has AVX2 and FMA and the C builds
     (core/kernels/cpu_decode.py), else float32 as it is; the note names what the CPU lacks. 'int8' asks for
-    int8 weight-only linears anyway (a CPU in float32 only). ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
+    int8 weight-only linears anyway (a CPU in float32 only), with a single request's decode steps in C on the int8
+    weights where the C step runs. ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
     if config.precision == "exact":
         return PrecisionChoice(dtype)
     cpu_float32 = device.type == "cpu" and dtype == torch.float32
@@ -72,9 +74,11 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
         if not cpu_float32:
             raise InvalidParamsError("precision 'int8' runs float32 activations on a CPU; use it with --device cpu "
                                      "and no --dtype (or --dtype float32)")
-        return PrecisionChoice(dtype, int8_weights=True,
-                               note="precision int8: decoder linears as int8 weights with a scale per row, "
-                                    "activations and KV cache in float32")
+        why_not_c = c_decode_unavailable(config, features or cpu_features())
+        c_words = f"not in C: {why_not_c}" if why_not_c else "in C (AVX2 and FMA)"
+        return PrecisionChoice(dtype, int8_weights=True, c_decode=not why_not_c,
+                               note=f"precision int8: decoder linears as int8 weights with a scale per row, "
+                                    f"activations and KV cache in float32; one request's decode steps {c_words}")
     if not cpu_float32:
         name = str(dtype).removeprefix("torch.")
         return PrecisionChoice(dtype, note=f"precision fast: {name} on {device.type} as it is; the reduced-precision "

@@ -7,6 +7,10 @@
  * work between the products (norms, RoPE, the KV write, attention over the request's cached tokens) runs
  * between barriers. The sums run in another order than torch's, so the results are close, not identical.
  *
+ * A decoder linear's weight is float32, or int8 with a float32 scale per output row (--precision int8: a quarter
+ * of the bytes to stream; each row's sum runs over the int8 values widened to float32 and is scaled once at the
+ * end). The LM head is always float32.
+ *
  * Layouts are the engine's own: a weight is [out, in] row-major (torch's Linear), the fused QKV projection's
  * rows are q then k then v, gate_up's are gate then up, the KV pool of a layer is [slots, kv_heads, head_dim],
  * the RoPE table row of a position is cos of each frequency then its sin (rotate-half pairing i, i + dim/2).
@@ -18,9 +22,16 @@
 #include <omp.h>
 #endif
 
+/* A linear's weight: float32 [out, in] when scales is NULL, else int8 [out, in] with scales [out]. */
 typedef struct {
-    const float *input_norm, *qkv, *qkv_bias, *q_norm, *k_norm; /* qkv_bias, q_norm, k_norm may be NULL */
-    const float *o_proj, *post_norm, *gate_up, *down;
+    const void *values;
+    const float *scales;
+} Weight;
+
+typedef struct {
+    const float *input_norm, *qkv_bias, *q_norm, *k_norm; /* qkv_bias, q_norm, k_norm may be NULL */
+    Weight qkv, o_proj, gate_up, down;
+    const float *post_norm;
     float *k_cache, *v_cache; /* this layer's [slots, kv_heads, head_dim] */
 } Layer;
 
@@ -80,6 +91,48 @@ static inline void dot4(const float *w, int64_t stride, const float *x, int n, f
     }
 }
 
+/* Eight int8 weights widened to float32. */
+static inline __m256 widen8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* dot4 over int8 rows: the same loop with each weight load widened; the caller applies the rows' scales. */
+static inline void dot4_int8(const int8_t *w, int64_t stride, const float *x, int n, float out[4]) {
+    const int8_t *r0 = w, *r1 = w + stride, *r2 = w + 2 * stride, *r3 = w + 3 * stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= n; k += 8) {
+        __m256 xv = _mm256_loadu_ps(x + k);
+        a0 = _mm256_fmadd_ps(widen8(r0 + k), xv, a0);
+        a1 = _mm256_fmadd_ps(widen8(r1 + k), xv, a1);
+        a2 = _mm256_fmadd_ps(widen8(r2 + k), xv, a2);
+        a3 = _mm256_fmadd_ps(widen8(r3 + k), xv, a3);
+    }
+    out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
+    for (; k < n; k++) {
+        out[0] += r0[k] * x[k]; out[1] += r1[k] * x[k]; out[2] += r2[k] * x[k]; out[3] += r3[k] * x[k];
+    }
+}
+
+/* Rows [row, row + 4) of either weight type against x, scaled where the weight is int8. */
+static inline void rows4(Weight w, int64_t row, const float *x, int n, float out[4]) {
+    if (!w.scales) {
+        dot4((const float *)w.values + row * n, n, x, n, out);
+        return;
+    }
+    dot4_int8((const int8_t *)w.values + row * n, n, x, n, out);
+    for (int i = 0; i < 4; i++) out[i] *= w.scales[row + i];
+}
+
+/* One row of either weight type against x (the rows left over from the blocks of four). */
+static inline float row1(Weight w, int64_t row, const float *x, int n) {
+    if (!w.scales) return dot((const float *)w.values + row * n, x, n);
+    const int8_t *r = (const int8_t *)w.values + row * n;
+    float sum = 0.0f;
+    for (int k = 0; k < n; k++) sum += r[k] * x[k];
+    return sum * w.scales[row];
+}
+
 /* This thread's share of rows [0, rows): contiguous blocks in multiples of four, so each thread streams one
  * stretch of the weight. */
 static inline void share(int64_t rows, int64_t *begin, int64_t *end) {
@@ -96,31 +149,31 @@ static inline void share(int64_t rows, int64_t *begin, int64_t *end) {
 }
 
 /* y[r] = W[r] . x (+ add[r]) for this thread's rows; add may alias y (the residual stream). */
-static void gemv_rows(const float *w, const float *x, int64_t rows, int n, const float *add, float *y) {
+static void gemv_rows(Weight w, const float *x, int64_t rows, int n, const float *add, float *y) {
     int64_t begin, end;
     share(rows, &begin, &end);
     int64_t r = begin;
     float out[4];
     for (; r + 4 <= end; r += 4) {
-        dot4(w + r * n, n, x, n, out);
+        rows4(w, r, x, n, out);
         for (int i = 0; i < 4; i++) y[r + i] = out[i] + (add ? add[r + i] : 0.0f);
     }
-    for (; r < end; r++) y[r] = dot(w + r * n, x, n) + (add ? add[r] : 0.0f);
+    for (; r < end; r++) y[r] = row1(w, r, x, n) + (add ? add[r] : 0.0f);
 }
 
 /* act[i] = silu(gate[i]) * up[i] with gate and up computed here: row i of the gate block and of the up block. */
-static void gate_up_rows(const float *w, const float *x, int64_t inter, int n, float *act) {
+static void gate_up_rows(Weight w, const float *x, int64_t inter, int n, float *act) {
     int64_t begin, end;
     share(inter, &begin, &end);
     float g[4], u[4];
     int64_t i = begin;
     for (; i + 4 <= end; i += 4) {
-        dot4(w + i * n, n, x, n, g);
-        dot4(w + (inter + i) * n, n, x, n, u);
+        rows4(w, i, x, n, g);
+        rows4(w, inter + i, x, n, u);
         for (int j = 0; j < 4; j++) act[i + j] = g[j] / (1.0f + expf(-g[j])) * u[j];
     }
     for (; i < end; i++) {
-        float gi = dot(w + i * n, x, n), ui = dot(w + (inter + i) * n, x, n);
+        float gi = row1(w, i, x, n), ui = row1(w, inter + i, x, n);
         act[i] = gi / (1.0f + expf(-gi)) * ui;
     }
 }
@@ -306,12 +359,19 @@ void decode_step(const Shape *s, const Layer *layers, const Step *st) {
             mlp_block(s, &layers[layer], &b);
         }
         rms_norm(b.x, st->final_norm, s->hidden, s->eps, b.h);
-        gemv_rows(st->lm_head, b.h, s->vocab, s->hidden, 0, st->logits);
+        gemv_rows((Weight){st->lm_head, 0}, b.h, s->vocab, s->hidden, 0, st->logits);
     }
 }
 
 /* y = W x over rows [0, rows), for measuring the product alone against torch's. */
 void gemv(const float *w, const float *x, int64_t rows, int n, float *y, int threads) {
 #pragma omp parallel num_threads(threads)
-    gemv_rows(w, x, rows, n, 0, y);
+    gemv_rows((Weight){w, 0}, x, rows, n, 0, y);
+}
+
+/* y = (values * scales[:, None]) x over rows [0, rows), the int8 product alone (its test and its timing). */
+void gemv_int8(const int8_t *values, const float *scales, const float *x, int64_t rows, int n, float *y,
+               int threads) {
+#pragma omp parallel num_threads(threads)
+    gemv_rows((Weight){values, scales}, x, rows, n, 0, y);
 }

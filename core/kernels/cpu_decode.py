@@ -1,4 +1,5 @@
-"""A single request's decode step on a CPU as one C call (core/kernels/cpu_decode.c), for ``--precision fast``.
+"""A single request's decode step on a CPU as one C call (core/kernels/cpu_decode.c), for ``--precision fast``
+(float32 weights) and ``--precision int8`` (int8 decoder linears).
 
 At one row a decode step reads every weight once and does little else, so its floor is the weights' bytes over
 the memory's bandwidth. Through torch, one-row products reach about two thirds of that bandwidth and the
@@ -6,8 +7,11 @@ thousands of small ops between them cost as much again; the C step streams the w
 runs the small work between barriers of one parallel region (on a 2-thread AVX2 EPYC: the products alone
 27 ms against 39 ms for oneDNN's packed path, for SmolLM2-135M's 538 MB).
 
-Its sums run in another order than torch's, so it is close to the exact path (logits within about 1e-5), not
-bit-identical: the engine uses it only under ``--precision fast``, only for decode steps of one request, only
+Under ``--precision int8`` the decoder's linears are the int8 weights and per-row scales that
+core/kernels/int8_weights.py made (a quarter of the bytes to stream); the LM head and the embedding stay float32.
+
+Its sums run in another order than torch's, so it is close to the torch path (logits within about 1e-5), not
+bit-identical: the engine uses it only under ``--precision fast`` or ``int8``, only for decode steps of one request, only
 for float32 on an x86-64 CPU with AVX2 and FMA, on one rank, with a float32 KV pool. Everything else (prefill,
 batches of more rows) stays on torch, and its KV writes land in the same pool, so the two paths interleave.
 
@@ -26,6 +30,7 @@ from pathlib import Path
 import torch
 
 from core.kernels.c_build import BuildResult, build_library
+from core.kernels.int8_weights import Int8Weight
 
 SOURCE = Path(__file__).with_name("cpu_decode.c")
 # -mavx2 -mfma rather than -march=native: a cached object must run on any AVX2 machine sharing the cache
@@ -35,9 +40,17 @@ NEEDED_FLAGS = {"avx2": "AVX2", "fma": "FMA"}
 _P = ctypes.c_void_p
 
 
+class _Weight(ctypes.Structure):
+    _fields_ = [("values", _P), ("scales", _P)]
+
+
+LINEARS = ("qkv", "o_proj", "gate_up", "down")
+
+
 class _Layer(ctypes.Structure):
-    _fields_ = [(name, _P) for name in ("input_norm", "qkv", "qkv_bias", "q_norm", "k_norm", "o_proj",
-                                        "post_norm", "gate_up", "down", "k_cache", "v_cache")]
+    _fields_ = [(name, _P) for name in ("input_norm", "qkv_bias", "q_norm", "k_norm")] + \
+               [(name, _Weight) for name in LINEARS] + \
+               [(name, _P) for name in ("post_norm", "k_cache", "v_cache")]
 
 
 class _Shape(ctypes.Structure):
@@ -72,6 +85,8 @@ def load_library() -> BuildResult:
         lib.scratch_floats.restype = ctypes.c_int64
         lib.gemv.argtypes = [_P, _P, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int]
         lib.gemv.restype = None
+        lib.gemv_int8.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int]
+        lib.gemv_int8.restype = None
     return built
 
 
@@ -89,27 +104,39 @@ class DecodeShape:
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One decoder layer's tensors as the C step reads them (float32, contiguous; see cpu_decode.c)."""
+    """One decoder layer's tensors as the C step reads them (contiguous; see cpu_decode.c). A linear is a float32
+    weight, or an ``Int8Weight`` (int8 values and float32 scales per row)."""
 
     input_norm: torch.Tensor
-    qkv: torch.Tensor  # [q + k + v rows, hidden]
+    qkv: torch.Tensor | Int8Weight  # [q + k + v rows, hidden]
     qkv_bias: torch.Tensor | None
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
-    o_proj: torch.Tensor
+    o_proj: torch.Tensor | Int8Weight
     post_norm: torch.Tensor
-    gate_up: torch.Tensor  # [2 * intermediate, hidden]: gate rows, then up rows
-    down: torch.Tensor
+    gate_up: torch.Tensor | Int8Weight  # [2 * intermediate, hidden]: gate rows, then up rows
+    down: torch.Tensor | Int8Weight
     k_cache: torch.Tensor  # this layer's [slots, kv_heads, head_dim] of the pool
     v_cache: torch.Tensor
 
 
-def _ptr(t: torch.Tensor | None) -> int | None:
+def _ptr(t: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> int | None:
     if t is None:
         return None
-    if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
-        raise ValueError(f"the C decode step takes contiguous float32 CPU tensors, got {t.dtype} {tuple(t.shape)}")
+    if t.dtype != dtype or not t.is_contiguous() or t.device.type != "cpu":
+        raise ValueError(f"the C decode step takes contiguous {dtype} CPU tensors, got {t.dtype} {tuple(t.shape)}")
     return t.data_ptr()
+
+
+def _weight(w: torch.Tensor | Int8Weight) -> _Weight:
+    if isinstance(w, Int8Weight):
+        return _Weight(_ptr(w.values, torch.int8), _ptr(w.scales))
+    return _Weight(_ptr(w), None)
+
+
+def _layer(w: LayerWeights) -> _Layer:
+    return _Layer(**{name: (_weight(getattr(w, name)) if name in LINEARS else _ptr(getattr(w, name)))
+                     for name, _ in _Layer._fields_})
 
 
 class CpuDecodeStep:
@@ -125,8 +152,7 @@ class CpuDecodeStep:
         self._keep = (layers, embedding, final_norm, lm_head, rope_cos_sin)
         self.shape = _Shape(shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.head_dim,
                             len(layers), shape.vocab, threads, shape.eps, shape.qk_eps, shape.head_dim ** -0.5)
-        self.layers = (_Layer * len(layers))(*(_Layer(*(_ptr(getattr(w, f)) for f, _ in _Layer._fields_))
-                                               for w in layers))
+        self.layers = (_Layer * len(layers))(*(_layer(w) for w in layers))
         self.max_len = max_len
         self.scratch = torch.empty(lib.scratch_floats(ctypes.byref(self.shape), max_len), dtype=torch.float32)
         self.vocab = shape.vocab

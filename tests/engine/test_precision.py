@@ -104,6 +104,35 @@ def test_int8_is_for_float32_on_a_cpu_and_unknown_precisions_are_refused():
         EngineConfig(precision="turbo")
 
 
+@pytest.mark.skipif(bool(C_DECODE_REASON), reason=C_DECODE_REASON or "the C decode step builds here")
+def test_int8_runs_single_request_decode_in_c_where_the_cpu_has_avx2_and_fma(cpu_like):
+    cpu_like("AVX2", "avx", "avx2", "fma")
+    plan = fast(precision="int8")
+    assert plan.kernels.int8_weights and plan.precision.c_decode
+    assert plan.precision.note.endswith("one request's decode steps in C (AVX2 and FMA)")
+    cpu_like("AVX2", "avx", "avx2")
+    plan = fast(precision="int8")
+    assert plan.kernels.int8_weights and not plan.precision.c_decode
+    assert "decode steps not in C: this CPU lacks FMA for the C decode step" in plan.precision.note
+    assert "\n" not in plan.precision.note
+
+
+@pytest.mark.skipif(bool(C_DECODE_REASON), reason=C_DECODE_REASON or "the C decode step builds here")
+def test_int8_with_the_c_decode_step_has_no_differences_against_transformers(smollm2_dir):
+    prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
+    with LLM(smollm2_dir, precision="int8", max_running_req=4) as llm:
+        assert llm.engine.cpu_decode is not None and llm.engine.int8_linears > 0
+        assert "int8 weight-only linears, single-request decode steps in C" in llm.engine.describe()
+        params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+        outputs = [llm.generate([p], params)[0] for p in prompts]  # one at a time: every decode step in C
+        ids = [llm.tokenizer.encode(p) for p in prompts]
+    reference = HFReference(smollm2_dir)
+    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 12, ignore_eos=True), ())
+                for o, i in zip(outputs, ids)]
+    assert [v.status for v in verdicts if v.status not in ("match", "near-tie")] == []
+    assert sum(v.exact for v in verdicts) >= 2
+
+
 @pytest.mark.parametrize("rows", [1, 7, INT8_MM_MAX_ROWS, INT8_MM_MAX_ROWS + 5])  # both paths of int8_linear
 def test_int8_linear_is_within_half_a_scale_per_weight_of_float(rows):
     gen = torch.Generator().manual_seed(rows)

@@ -3,8 +3,9 @@
 Every single-request decode step of a run is checked: the C step runs first, then the torch model on the same
 batch, and their logits and the KV written for the new token must agree to float32 rounding. The runs use
 4-token pages and a second request that finishes early, so the long request's context spans many pages that
-are not contiguous in the pool (pages are handed out in turn while both decode). Skipped, with the reason,
-where the step cannot be built.
+are not contiguous in the pool (pages are handed out in turn while both decode). Under ``--precision int8`` the
+C step reads the same int8 weights and scales as the torch layers' int8 kernel, so the two agree as closely.
+Skipped, with the reason, where the step cannot be built.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from core import LLM
 from core.attention.context import get_context
 from core.kernels import c_build, cpu_decode
 from core.kernels.cpu_features import cpu_features
+from core.kernels.int8_weights import Int8Weight, int8_linear
 from core.request import SamplingParams
 from tests.support.models import FAMILIES
 
@@ -56,10 +58,11 @@ class Checked:
         return theirs  # the run continues on torch's logits, so both sides see the same tokens
 
 
-def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int]) -> Checked:
-    with LLM(model, precision="fast", page_size=PAGE, max_running_req=4) as llm:
+def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], precision: str = "fast") -> Checked:
+    with LLM(model, precision=precision, page_size=PAGE, max_running_req=4) as llm:
         engine = llm.engine
         assert engine.cpu_decode is not None and "decode steps in C" in llm.precision_note
+        assert engine.int8_linears > 0 if precision == "int8" else engine.int8_linears == 0
         checked = engine.cpu_decode = Checked(engine.cpu_decode, engine)
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
         llm.generate(prompts, params)
@@ -74,6 +77,33 @@ def test_the_c_step_matches_the_torch_layers_across_scattered_pages(model_dirs, 
     assert len(checked.lengths) >= 20 and max(checked.lengths) >= 8 * PAGE  # many pages of context
     assert checked.slot_gaps  # the long request's pages are not one run of slots
     assert statistics.median(checked.logit_errors) < 3e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_int8_c_step_matches_the_torch_int8_layers(model_dirs, family):
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (9, 5)]
+    checked = run_checked(model_dirs[family], prompts, [24, 4], precision="int8")
+    assert len(checked.lengths) >= 20 and checked.slot_gaps
+    assert statistics.median(checked.logit_errors) < 3e-5
+
+
+def test_the_int8_c_step_on_a_random_shape_with_head_dim_128():
+    checked = run_checked("random:small-qwen3", [list(range(1, 40))], [6], precision="int8")
+    assert len(checked.lengths) == 5
+
+
+@pytest.mark.parametrize("rows, cols", [(1536, 576), (576, 1536), (7, 13), (45, 64)])  # blocks of 4 and leftovers
+def test_the_int8_gemv_is_the_dequantised_product(rows, cols):
+    gen = torch.Generator().manual_seed(rows)
+    weight = Int8Weight.quantize(torch.randn(rows, cols, generator=gen))
+    x, y = torch.randn(cols, generator=gen), torch.empty(rows)
+    cpu_decode.load_library().library.gemv_int8(weight.values.data_ptr(), weight.scales.data_ptr(), x.data_ptr(),
+                                                rows, cols, y.data_ptr(), 2)
+    exact = (weight.values.double() @ x.double()) * weight.scales.double()
+    # the outputs are about sqrt(cols) in size: float32 sums over them are good to about 1e-5 of that
+    torch.testing.assert_close(y.double(), exact, rtol=0, atol=1e-6 * cols ** 0.5 * 4)
+    torch.testing.assert_close(y, int8_linear(x[None], weight)[0], rtol=0, atol=2e-4)
 
 
 def test_a_random_shape_with_head_dim_128_matches_too():
