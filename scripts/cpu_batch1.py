@@ -9,7 +9,9 @@ copy bandwidth) is printed next to it. ``--profile`` adds a torch.profiler table
 (self CPU time per op, with counts per step). ``--stream`` times the engine's own one-row linears alone, every
 weight once in a loop (30 layers' four projections and the LM head, on the path the plan chose, and on plain
 ``torch.mm``, and through the C decode step's GEMV): what streaming the weights costs here, the floor a
-decode step could reach. ``--precision fast`` runs the fast engine (on an AVX2 CPU: decode steps in C).
+decode step could reach. ``--precision fast`` runs the fast engine (on an AVX2 CPU: decode steps in C);
+``--precision int8`` the int8 weight-only one (on an AVX2 CPU: decode steps in C on the int8 weights), whose floor
+counts the int8 values and scales it reads instead of float32 weights (``--stream`` is for float32 only).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 from core import LLM, SamplingParams
 from core.bench.floor import copy_gbps
+from core.kernels.int8_weights import Int8Weight
 
 
 class Split:
@@ -115,6 +118,16 @@ def stream_c_ms(llm: LLM, repeats: int = 7) -> float | None:
     return statistics.median(times)
 
 
+def weight_bytes(llm: LLM) -> int:
+    """Bytes of the weights a decode step reads: the parameters (a quantised linear's float32 one is freed),
+    plus the int8 values and scales of the quantised linears."""
+    total = sum(p.numel() * p.element_size() for p in llm.engine.model.parameters())
+    for module in llm.engine.model.modules():
+        if isinstance(getattr(module, "packed", None), Int8Weight):
+            total += sum(t.numel() * t.element_size() for t in (module.packed.values, module.packed.scales))
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
@@ -123,8 +136,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--stream", action="store_true")
-    parser.add_argument("--precision", default="exact", choices=("exact", "fast"),
-                        help="fast: single-request decode steps in C where the CPU has AVX2 and FMA")
+    parser.add_argument("--precision", default="exact", choices=("exact", "fast", "int8"),
+                        help="fast: single-request decode steps in C where the CPU has AVX2 and FMA; int8: the "
+                             "same on int8 decoder weights")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -137,11 +151,11 @@ def main() -> None:
     prompt = [rng.randrange(10000) for _ in range(args.prompt)]
     one_round(llm, prompt, 8)  # warm-up
     times = [one_round(llm, prompt, args.tokens) for _ in range(args.rounds)]
-    weight_bytes = sum(p.numel() * p.element_size() for p in llm.engine.model.parameters())
+    read = weight_bytes(llm)
     bandwidth = copy_gbps(torch.device("cpu"))  # bytes read plus written per second, as the bench's floor
-    floor_ms = 1e3 * weight_bytes / (bandwidth * 1e9)
+    floor_ms = 1e3 * read / (bandwidth * 1e9)
     print(f"batch-1 decode: median {statistics.median(times):.2f} ms/token over {args.rounds} rounds "
-          f"({', '.join(f'{t:.1f}' for t in times)}); weights {weight_bytes / 1e6:.0f} MB at {bandwidth:.1f} GB/s: floor {floor_ms:.1f} ms")
+          f"({', '.join(f'{t:.1f}' for t in times)}); weights {read / 1e6:.0f} MB at {bandwidth:.1f} GB/s: floor {floor_ms:.1f} ms")
     split = Split(llm)
     gap = one_round(llm, prompt, args.tokens)
     per = {k: 1e3 * v / (args.tokens - 1) for k, v in split.totals.items()}
@@ -154,7 +168,7 @@ def main() -> None:
         print(f"one round of {args.tokens - 1} decode steps, ms per token: gap {gap:.2f} = embedding, layers and "
               f"final norm {layers:.2f} + LM head {per['lm_head']:.2f} + sampling {per['sample']:.2f} + host work "
               f"{gap - per['forward_batch']:.2f}")
-    if args.stream:
+    if args.stream and llm.engine.int8_linears == 0:
         print(f"weights alone, one row: {stream_ms(llm, True):.1f} ms on the engine's path "
               f"(one row packed: {llm.engine.plan.kernels.packed_one_row}), {stream_ms(llm, False):.1f} ms on torch.mm, "
               f"{stream_c_ms(llm) or float('nan'):.1f} ms on the C decode step's GEMV")
