@@ -11,8 +11,8 @@ Under ``--precision int8`` the decoder's linears are the int8 weights and per-ro
 core/kernels/int8_weights.py made (a quarter of the bytes to stream); the LM head and the embedding stay float32.
 
 Its sums run in another order than torch's, so it is close to the torch path (logits within about 1e-5), not
-bit-identical: the engine uses it only under ``--precision fast`` or ``int8``, only for decode steps of one request, only
-for float32 on an x86-64 CPU with AVX2 and FMA, on one rank, with a float32 KV pool. Everything else (prefill,
+bit-identical: the engine uses it only under ``--precision fast`` or ``int8``, only for decode steps of one
+request, only for float32 on an x86-64 CPU with AVX2 and FMA, on one rank, with a float32 KV pool. Everything else (prefill,
 batches of more rows) stays on torch, and its KV writes land in the same pool, so the two paths interleave.
 
 This module knows the kernel's records and how to call it; the engine maps its model onto them
