@@ -39,7 +39,7 @@ from core.errors import InvalidParamsError
 from core.kernels.fused_qkv import QKVSpec
 from core.kernels.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
                                        small_decode_attention)
-from core.kernels.paged_decode import TILES, DecodeTile, SplitBuffers, paged_decode
+from core.kernels.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
 from core.kvcache.pool import KVPool
 from core.request import Batch
 from core.transfer import pinned, upload
@@ -69,17 +69,6 @@ def paged_splits(batch_size: int, num_kv_heads: int) -> int:
     rows: splitting only slowed it), a few for small ones, a power of two."""
     splits = max(1, min(PAGED_MAX_SPLITS, PAGED_TARGET_PROGRAMS // (batch_size * num_kv_heads)))
     return 1 << (splits.bit_length() - 1)
-
-
-@dataclass
-class PagedDecodeArgs:
-    """What the Triton paged decode reads for one step: the page lists on the device and its tile."""
-
-    kv_indptr: torch.Tensor  # [batch + 1] int32
-    kv_indices: torch.Tensor  # int32 pages
-    kv_last: torch.Tensor  # [batch] int32
-    tile: DecodeTile
-    split_buffers: SplitBuffers | None
 
 
 @dataclass
@@ -132,14 +121,12 @@ class FlashInferBackend(AttentionBackend):
 
     # ---- per step ------------------------------------------------------------------------------------------
     def prepare_metadata(self, batch: Batch) -> None:
-        meta = FlashInferMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch))
-        if self.fp8 and batch.is_prefill:
-            lens = [r.device_len for r in batch.reqs]
-            meta.kv_slots = torch.cat([self.page_table[r.table_idx, :r.device_len] for r in batch.reqs])
-            kv_indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
-            kv_indptr[1:] = torch.tensor(lens, dtype=torch.int32).cumsum(0)
-            meta.kv_indptr = pinned(kv_indptr, self.device)
-        batch.attn_metadata = meta
+        if self.fp8 and batch.is_prefill:  # ragged prefill: each request's slots, no page lists
+            slots = torch.cat([self.page_table[r.table_idx, :r.device_len] for r in batch.reqs])
+            batch.attn_metadata = FlashInferMetadata(None, self._qo_indptr(batch), kv_slots=slots,
+                                                     kv_indptr=self._offsets([r.device_len for r in batch.reqs]))
+            return
+        batch.attn_metadata = FlashInferMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch))
 
     def _layout(self, batch: Batch, padded_size: int) -> PagedLayout:
         """The batch's page lists, plus padding rows up to ``padded_size`` (a CUDA-graph batch)."""
@@ -152,11 +139,13 @@ class FlashInferBackend(AttentionBackend):
                            pinned(layout.last_page_len, self.device))
 
     def _qo_indptr(self, batch: Batch) -> torch.Tensor | None:
-        if not batch.is_prefill:
-            return None
-        qo_indptr = torch.zeros(batch.size + 1, dtype=torch.int32)
-        qo_indptr[1:] = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int32).cumsum(0)
-        return pinned(qo_indptr, self.device)
+        return self._offsets([r.extend_len for r in batch.reqs]) if batch.is_prefill else None
+
+    def _offsets(self, lengths: list[int]) -> torch.Tensor:
+        """Where each of consecutive runs of ``lengths`` starts, and the end: pinned host int32."""
+        indptr = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+        indptr[1:] = torch.tensor(lengths, dtype=torch.int32).cumsum(0)
+        return pinned(indptr, self.device)
 
     def begin_forward(self, batch: Batch) -> None:
         meta: FlashInferMetadata = batch.attn_metadata
@@ -192,9 +181,9 @@ class FlashInferBackend(AttentionBackend):
                     size: int) -> PagedDecodeArgs:
         splits = paged_splits(size, self.num_kv_heads)
         tile = replace(TILES[True], splits=splits)
-        buffers = self._split_buffers if splits > 1 and self._split_buffers is not None else None
-        if buffers is not None and len(buffers.counters) < size * self.num_kv_heads:
-            buffers = None  # a batch over the graphs' cap: its own buffers (eager only)
+        buffers = self._split_buffers
+        if splits == 1 or buffers is None or len(buffers.counters) < size * self.num_kv_heads:
+            buffers = None  # none needed, or an eager batch over the graphs' cap: paged_decode makes its own
         return PagedDecodeArgs(indptr, indices, last, tile, buffers)
 
     def _plan_decode(self, wrapper: Any, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
@@ -219,9 +208,7 @@ class FlashInferBackend(AttentionBackend):
     def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         meta = batch.attn_metadata
         if meta.paged is not None:
-            paged = meta.paged
-            return paged_decode(q, self.pool, layer, paged.kv_indptr, paged.kv_indices, paged.kv_last, self.scale,
-                                tile=paged.tile, split_buffers=paged.split_buffers)
+            return meta.paged.attend(q, self.pool, layer, self.scale)
         if meta.kv_slots is not None:  # fp8 prefill: the sequences back from the pool, in the model's dtype
             k, v = self.pool.gather(layer, meta.kv_slots, self.dtype)
             return meta.wrapper.run(q, k, v)

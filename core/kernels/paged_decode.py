@@ -25,16 +25,14 @@ from core.kvcache.pool import KVPool
 @dataclass(frozen=True)
 class DecodeTile:
     """How the kernel walks the cached tokens: tokens per loop iteration, warps and pipeline stages per
-    program, programs per (request, KV head), whether fp8 pages are multiplied in float16, whether q . k
-    runs on fp8 tensor cores (the query quantised per head as the keys are), and a cap on registers per thread
-    (None: the compiler's choice), which sets how many programs an SM holds at once."""
+    program, programs per (request, KV head), whether fp8 pages are multiplied in float16, and a cap on
+    registers per thread (None: the compiler's choice), which sets how many programs an SM holds at once."""
 
     tokens: int
     warps: int
     stages: int
     splits: int = 1
     f16: bool = False
-    qk_fp8: bool = False
     max_registers: int | None = None
 
 
@@ -60,6 +58,22 @@ class SplitBuffers:
         return cls(torch.empty(parts, head_dim, dtype=torch.float32, device=device),
                    torch.empty(parts, dtype=torch.float32, device=device),
                    torch.zeros(rows * num_kv_heads, dtype=torch.int32, device=device), max_splits)
+
+
+@dataclass
+class PagedDecodeArgs:
+    """One step's inputs to the paged decode besides q: the page lists on the device, and the tile and split
+    buffers (None: TILES' default, buffers made on the spot), as an attention backend keeps them per step."""
+
+    kv_indptr: torch.Tensor  # [batch + 1] int32
+    kv_indices: torch.Tensor  # int32 pages
+    kv_last: torch.Tensor  # [batch] int32
+    tile: DecodeTile | None = None
+    split_buffers: SplitBuffers | None = None
+
+    def attend(self, q: torch.Tensor, pool: KVPool, layer: int, scale: float) -> torch.Tensor:
+        return paged_decode(q, pool, layer, self.kv_indptr, self.kv_indices, self.kv_last, scale, tile=self.tile,
+                            split_buffers=self.split_buffers)
 
 
 @functools.cache
@@ -91,12 +105,11 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     else:
         parts = (out, out, kv_last)  # unused pointers
     f16 = tile.f16 and pool.fp8 and q.dtype != torch.float32
-    qk_fp8 = tile.qk_fp8 and pool.fp8 and q.dtype != torch.float32
     _kernel()[(batch, num_kv_heads, tile.splits)](
         q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out, scale,
         NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
         GROUP=num_heads // num_kv_heads, BLOCK_G=block_g(num_heads, num_kv_heads), BLOCK_T=tile.tokens,
-        SPLITS=tile.splits, FP8=pool.fp8, F16=f16, QK_FP8=qk_fp8,
+        SPLITS=tile.splits, FP8=pool.fp8, F16=f16,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tile.warps, num_stages=tile.stages,
         **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
     return out

@@ -15,16 +15,14 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
                         NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                         PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
                         BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, FP8: tl.constexpr, F16: tl.constexpr,
-                        QK_FP8: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                        DOT_PRECISION: tl.constexpr):
     """One program per (request, KV head, split of the cached tokens): the group's query heads against the
     split's tiles of cached tokens, online softmax; with more than one split the last one to finish merges.
 
     With FP8 the pages hold e4m3 values and a float32 scale per (slot, KV head): the scales come out of the
     products (q . k = k_scale * (q . k8), and p @ v = (p * v_scale) @ v8), so the loop converts the fp8 tiles
     to the product's dtype and multiplies a row of scales, never a whole tile. F16 makes that dtype float16
-    (e4m3 to float16 is one instruction per two values on GPUs that have fp8; to bfloat16 it is several).
-    QK_FP8 quantises the query heads to e4m3 too (a scale per head) and takes q . k on fp8 tensor cores, the
-    key tiles used as loaded."""
+    (e4m3 to float16 is one instruction per two values on GPUs that have fp8; to bfloat16 it is several)."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -38,10 +36,6 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
     out_dtype = q.dtype
     if F16:
         q = q.to(tl.float16)
-    if QK_FP8:
-        q32 = q.to(tl.float32)
-        q_scale = tl.maximum(tl.max(tl.abs(q32), axis=1) / 448.0, 1.1754943508222875e-38)
-        q8 = (q32 / q_scale[:, None]).to(tl.float8e4nv)
 
     first_page = tl.load(kv_indptr_ptr + b)
     pages = tl.load(kv_indptr_ptr + b + 1) - first_page
@@ -59,13 +53,9 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
         page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
         slot = page * PAGE_SIZE + t % PAGE_SIZE
         kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
-        if QK_FP8:
-            k8 = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
-            scores = tl.dot(q8, tl.trans(k8)) * q_scale[:, None]
-        else:
-            k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)
-            scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)
         v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if FP8:
             k_scale = tl.load(k_scale_ptr + slot * NUM_KV_HEADS + kv_head, mask=t_valid, other=0.0)
             v_scale = tl.load(v_scale_ptr + slot * NUM_KV_HEADS + kv_head, mask=t_valid, other=0.0)
