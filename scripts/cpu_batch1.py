@@ -155,7 +155,8 @@ def main() -> None:
     bandwidth = copy_gbps(torch.device("cpu"))  # bytes read plus written per second, as the bench's floor
     floor_ms = 1e3 * read / (bandwidth * 1e9)
     print(f"batch-1 decode: median {statistics.median(times):.2f} ms/token over {args.rounds} rounds "
-          f"({', '.join(f'{t:.1f}' for t in times)}); weights {read / 1e6:.0f} MB at {bandwidth:.1f} GB/s: floor {floor_ms:.1f} ms")
+          f"({', '.join(f'{t:.1f}' for t in times)}); weights {read / 1e6:.0f} MB at {bandwidth:.1f} GB/s: "
+          f"floor {floor_ms:.1f} ms")
     split = Split(llm)
     gap = one_round(llm, prompt, args.tokens)
     per = {k: 1e3 * v / (args.tokens - 1) for k, v in split.totals.items()}
@@ -170,7 +171,8 @@ def main() -> None:
               f"{gap - per['forward_batch']:.2f}")
     if args.stream and llm.engine.int8_linears == 0:
         print(f"weights alone, one row: {stream_ms(llm, True):.1f} ms on the engine's path "
-              f"(one row packed: {llm.engine.plan.kernels.packed_one_row}), {stream_ms(llm, False):.1f} ms on torch.mm, "
+              f"(one row packed: {llm.engine.plan.kernels.packed_one_row}), "
+              f"{stream_ms(llm, False):.1f} ms on torch.mm, "
               f"{stream_c_ms(llm) or float('nan'):.1f} ms on the C decode step's GEMV")
     if args.profile:
         from torch.profiler import ProfilerActivity, profile

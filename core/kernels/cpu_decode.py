@@ -12,8 +12,9 @@ core/kernels/int8_weights.py made (a quarter of the bytes to stream); the LM hea
 
 Its sums run in another order than torch's, so it is close to the torch path (logits within about 1e-5), not
 bit-identical: the engine uses it only under ``--precision fast`` or ``int8``, only for decode steps of one
-request, only for float32 on an x86-64 CPU with AVX2 and FMA, on one rank, with a float32 KV pool. Everything else (prefill,
-batches of more rows) stays on torch, and its KV writes land in the same pool, so the two paths interleave.
+request, only for float32 on an x86-64 CPU with AVX2 and FMA, on one rank, with a float32 KV pool. Everything
+else (prefill, batches of more rows) stays on torch, and its KV writes land in the same pool, so the two paths
+interleave.
 
 This module knows the kernel's records and how to call it; the engine maps its model onto them
 (core/engine/cpu_decode_model.py), so kernels never import the model.
