@@ -52,6 +52,12 @@ def small_decode_disabled() -> bool:
     return _flag("MINISGL_DISABLE_SMALL_DECODE")
 
 
+def pdl_disabled() -> bool:
+    """MINISGL_DISABLE_PDL=1 launches the batch-1 Triton kernels as plain launches instead of programmatic
+    dependent ones (see KernelChoices.pdl; for comparisons)."""
+    return _flag("MINISGL_DISABLE_PDL")
+
+
 def gemv_disabled() -> bool:
     """MINISGL_DISABLE_GEMV=1 runs small-batch linears on cuBLAS, with the norms and activations as kernels of
     their own (see core/kernels/gemv.py; for comparisons)."""

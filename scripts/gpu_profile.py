@@ -36,8 +36,8 @@ from core.engine.sampler import SampleArgs
 
 ROOT = Path(__file__).resolve().parents[1]  # where the output folder goes by default
 MODEL = "random:qwen3-0.6b"
-SECTIONS = ("engine", "graph_kernels", "attention", "kernels_off", "host", "eager", "workload")
-DEFAULT_SECTIONS = SECTIONS[:-1]  # the workload budget runs when asked for
+SECTIONS = ("engine", "graph_kernels", "attention", "kernels_off", "host", "eager", "pdl", "workload")
+DEFAULT_SECTIONS = SECTIONS[:-2]  # the dependent-launch comparison and the workload budget run when asked for
 HOST_FLOOR_MODEL = "random:small-qwen3"  # 4 layers of width 512: a step's time is nearly all host work
 
 
@@ -191,6 +191,32 @@ def replays_with(variable: str, cases: tuple[tuple[int, int], ...]) -> list[tupl
             llm.close()
     finally:
         os.environ.pop(variable)
+
+
+def dependent_launch_lines(rounds: int = 2) -> list[str]:
+    """Batch-1 and small-batch decode with the Triton kernels as programmatic dependent launches and as plain
+    launches (MINISGL_DISABLE_PDL=1), engines built alternately so the machine's drift touches both."""
+    cases = ((1, 300), (1, 2000), (2, 300), (4, 300))
+    results: dict[str, list[list[tuple[float, float]]]] = {"plain": [], "dependent": []}
+    for _ in range(rounds):
+        for name in ("plain", "dependent"):
+            if name == "plain":
+                os.environ["MINISGL_DISABLE_PDL"] = "1"
+            try:
+                llm = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=20.0)
+                results[name].append([(decode_steps(llm, b, c, 40), graph_replay_ms(llm, b, c)) for b, c in cases])
+                llm.close()
+            finally:
+                os.environ.pop("MINISGL_DISABLE_PDL", None)
+            torch.cuda.empty_cache()
+    lines = []
+    for i, (batch, context) in enumerate(cases):
+        step = {n: statistics.median(r[i][0] for r in rs) for n, rs in results.items()}
+        replay = {n: statistics.median(r[i][1] for r in rs) for n, rs in results.items()}
+        lines.append(f"batch {batch} context {context}: engine step plain {step['plain']:.3f} ms, dependent "
+                     f"{step['dependent']:.3f} ms; graph replay plain {replay['plain']:.3f} ms, dependent "
+                     f"{replay['dependent']:.3f} ms ({replay['plain'] / replay['dependent']:.2f}x)")
+    return lines
 
 
 GRID_BATCHES = (1, 8, 32, 64, 128, 192, 256)  # captured sizes at which the decode graph's device time is measured
@@ -445,6 +471,10 @@ def main() -> int:
             for batch, context, ms in replays_with(variable, ((1, 300), (1, 2000), (4, 300), (256, 300))):
                 say(f"{what}, batch {batch} context {context}: graph replay {ms:.3f} ms")
             torch.cuda.empty_cache()
+
+    if "pdl" in sections:
+        for line in dependent_launch_lines():
+            say(line)
 
     if "host" in sections:
         small = LLM(HOST_FLOOR_MODEL, page_size=16, max_running_req=8, max_seq_len=2048, kv_cache_gb=2.0)

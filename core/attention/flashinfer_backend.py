@@ -84,12 +84,14 @@ class FlashInferMetadata:
 
 class FlashInferBackend(AttentionBackend):
     def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
-                 head_dim: int, small_decode: bool = False) -> None:
+                 head_dim: int, small_decode: bool = False, pdl: bool = False) -> None:
         """``small_decode``: captured batches of a few rows run the one-kernel Triton decode; the engine's plan
-        sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from."""
+        sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from.
+        ``pdl``: that kernel runs as a programmatic dependent launch (KernelChoices.pdl)."""
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
         assert not (small_decode and pool.fp8), "the small-batch decode reads bf16 pages (the plan says so)"
         self.small_decode = small_decode
+        self.pdl = pdl
         self.check_supported(pool)
         import flashinfer
 
@@ -246,7 +248,7 @@ class FlashInferBackend(AttentionBackend):
         if self.small_decode:
             self._small_decode = make_plan(min(max_bs, SMALL_DECODE_MAX_BS), self.num_heads, self.num_kv_heads,
                                            self.head_dim, self.page_size, self.scale, self._graph_indptr,
-                                           self._graph_indices, self._graph_last)
+                                           self._graph_indices, self._graph_last, pdl=self.pdl)
         for bs in batch_sizes:
             self._graph_wrappers[bs] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores,

@@ -175,7 +175,8 @@ class Engine:
         if self.plan.attention == "flashinfer":
             from core.attention.flashinfer_backend import FlashInferBackend
 
-            return FlashInferBackend(*args, small_decode=self.plan.kernels.small_decode)
+            kernels = self.plan.kernels
+            return FlashInferBackend(*args, small_decode=kernels.small_decode, pdl=kernels.pdl and kernels.small_decode)
         if self.plan.fp8_paged_decode:
             from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
 
@@ -243,7 +244,8 @@ def _kernel_words(plan: EnginePlan) -> str:
     """"torch kernels", or flashinfer's with the Triton kernels the plan turned on."""
     kernels = plan.kernels
     fused = [what for on, what in ((kernels.fused_qkv, "fused QKV"), (kernels.gemv, "batch-1 GEMV"),
-                                   (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode")) if on]
+                                   (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode"),
+                                   (kernels.pdl, "dependent launches")) if on]
     return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
 
 

@@ -145,6 +145,12 @@ def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtyp
     return "torch"
 
 
+def dependent_launch_runs_on(device: torch.device) -> bool:
+    """Programmatic dependent launch needs compute capability 9.0 (Hopper) or later; Triton's interpreter has
+    no use for it."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
 def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
                    int8_weights: bool = False, kv_fp8: bool = False) -> KernelChoices:
     """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
@@ -155,9 +161,11 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
     triton = flashinfer and triton_runs_on(device)
     fused_qkv = triton and not env.fused_qkv_disabled()
     packed = packing_available(device, dtype) and not env.cpu_weight_packing_disabled()
+    gemv = triton and not env.gemv_disabled()
+    small_decode = fused_qkv and not kv_fp8 and not env.small_decode_disabled()
     return KernelChoices(
-        flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=triton and not env.gemv_disabled(),
-        small_decode=fused_qkv and not kv_fp8 and not env.small_decode_disabled(),
+        flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=gemv, small_decode=small_decode,
+        pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.pdl_disabled(),
         packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1,
         int8_weights=int8_weights)
 

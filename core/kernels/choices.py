@@ -22,6 +22,10 @@ class KernelChoices:
     # captured decode batches of a few rows as one Triton kernel per layer (core/kernels/small_decode.py); it
     # starts from the QKV projection's output, so only with ``fused_qkv``
     small_decode: bool = False
+    # the batch-1 Triton kernels (GEMVs, small-batch decode) as programmatic dependent launches (compute
+    # capability 9.0 and up): each starts while the kernel before it finishes and reads what is fixed for the
+    # step (weights, cached KV, page lists) before it waits for that kernel's output
+    pdl: bool = False
     # float32 CPU linears on weights packed once for oneDNN (core/kernels/onednn_packed.py)
     packed_weights: bool = False
     # one-row linears (batch-1 decode) packed too: oneDNN splits one row's product over the threads, the BLAS's
@@ -38,6 +42,8 @@ class KernelChoices:
             raise ValueError("one-row packed linears need packed weights")
         if self.small_decode and not self.fused_qkv:
             raise ValueError("the small-batch decode kernel starts from the fused QKV path")
+        if self.pdl and not (self.gemv or self.small_decode):
+            raise ValueError("programmatic dependent launch is for the GEMV and small-batch decode kernels")
 
     @property
     def name(self) -> str:

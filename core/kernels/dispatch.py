@@ -133,6 +133,7 @@ class TorchKernels:
 class FlashInferKernels(TorchKernels):
     name: ClassVar[str] = "flashinfer"
     gemv: bool = False  # one-row linears in the Triton GEMV kernels (core/kernels/gemv.py)
+    pdl: bool = False  # those kernels as programmatic dependent launches (KernelChoices.pdl)
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -176,20 +177,20 @@ class FlashInferKernels(TorchKernels):
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | None) -> torch.Tensor:
         if self.uses_gemv(x):
-            return gemv(x, weight, bias)
+            return gemv(x, weight, bias, pdl=self.pdl)
         return super().linear(x, weight, bias, packed_weight)
 
     def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                         weight: torch.Tensor, bias: torch.Tensor | None,
                         packed_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if self.uses_gemv(x):
-            return rms_norm_gemv(x, residual, norm_weight, eps, weight, bias)
+            return rms_norm_gemv(x, residual, norm_weight, eps, weight, bias, pdl=self.pdl)
         return super().rms_norm_linear(x, residual, norm_weight, eps, weight, bias, packed_weight)
 
     def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor,
                         packed_weight: torch.Tensor | None) -> torch.Tensor:
         if self.uses_gemv(gate_up):
-            return silu_mul_gemv(gate_up, weight)
+            return silu_mul_gemv(gate_up, weight, pdl=self.pdl)
         return super().silu_mul_linear(gate_up, weight, packed_weight)
 
 
@@ -207,7 +208,7 @@ class Int8Kernels(TorchKernels):
 def kernels_for(choices: KernelChoices) -> TorchKernels:
     """The table that runs these choices."""
     if choices.flashinfer:
-        return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv)
+        return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv, pdl=choices.pdl and choices.gemv)
     kernels = Int8Kernels if choices.int8_weights else TorchKernels
     return kernels(packed_one_row=choices.packed_one_row)
 

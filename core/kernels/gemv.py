@@ -46,18 +46,19 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def gemv_config(out_features: int, in_features: int, prologue: int = PLAIN) -> GemvConfig:
+def gemv_config(out_features: int, in_features: int, prologue: int = PLAIN, pdl: bool = False) -> GemvConfig:
     """Tile sizes for a ``[1, in] x [out, in]^T`` product, from a sweep on an H200 (``scripts/gpu_gemv_sweep.py``).
 
     Plain: two output features per program, chunks of up to 1024 columns, four warps (within 3% of the best
     of 45 tile sizes for each Qwen3-0.6B linear). Folded norm: the whole row in one chunk and eight features
     per program: every program re-reads the input row and the residual, and with two features per program
     that re-reading cost as much L2 traffic as the weight itself (5.9 against 4.8 us for the QKV projection).
+    With ``pdl`` every program loads its weight rows in one chunk before it waits for the row (see the kernel).
     """
     whole_row = _next_pow2(in_features)
     if prologue == NORM:
         return GemvConfig(8, whole_row, 4)
-    return GemvConfig(2, min(whole_row, 1024), 4)
+    return GemvConfig(2, whole_row if pdl else min(whole_row, 1024), 4)
 
 
 @functools.cache
@@ -69,42 +70,44 @@ def _kernel():
 
 def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, prologue: int,
             residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
-            config: GemvConfig | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+            config: GemvConfig | None = None, pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     if x.shape[0] != 1:
         raise ValueError(f"the GEMV kernel takes one row, got {x.shape[0]}")
     x = x.contiguous()
     out_features, in_features = weight.shape
     out = torch.empty(1, out_features, dtype=x.dtype, device=x.device)
     res_out = torch.empty_like(x) if residual is not None else None
-    cfg = config or gemv_config(out_features, in_features, prologue)
-    if prologue == NORM and cfg.block_k < in_features:
-        raise ValueError(f"a folded norm reads the whole row: block_k {cfg.block_k} < {in_features} columns")
+    cfg = config or gemv_config(out_features, in_features, prologue, pdl)
+    if (prologue == NORM or pdl) and cfg.block_k < in_features:
+        raise ValueError(f"a folded norm and PDL read the whole row: block_k {cfg.block_k} < {in_features} columns")
     unused = weight  # a valid pointer for the arguments a variant does not read
     _kernel()[(ceil_div(out_features, cfg.block_n),)](
         x, residual.contiguous() if residual is not None else x, res_out if res_out is not None else unused,
         norm_weight if norm_weight is not None else unused, eps, weight, bias if bias is not None else unused,
         out, out_features, K=in_features, PROLOGUE=prologue, HAS_RESIDUAL=residual is not None,
-        HAS_BIAS=bias is not None, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, num_warps=cfg.num_warps)
+        HAS_BIAS=bias is not None, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, PDL=pdl, num_warps=cfg.num_warps,
+        **({"launch_pdl": True} if pdl else {}))
     return out, res_out
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-         config: GemvConfig | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias`` for one row x; weight is a contiguous [out, in]."""
-    return _launch(x, weight, bias, PLAIN, config=config)[0]
+         config: GemvConfig | None = None, pdl: bool = False) -> torch.Tensor:
+    """``x @ weight.T + bias`` for one row x; weight is a contiguous [out, in]. ``pdl``: launched as a
+    programmatic dependent launch (KernelChoices.pdl)."""
+    return _launch(x, weight, bias, PLAIN, config=config, pdl=pdl)[0]
 
 
 def rms_norm_gemv(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                   weight: torch.Tensor, bias: torch.Tensor | None = None,
-                  config: GemvConfig | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  config: GemvConfig | None = None, pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(linear(rms_norm(h)), h)`` with ``h = x + residual`` (or ``x`` when there is no residual yet).
 
     The returned residual is a new tensor (or ``x`` itself): the inputs are left as they were."""
-    out, res_out = _launch(x, weight, bias, NORM, residual, norm_weight, eps, config)
+    out, res_out = _launch(x, weight, bias, NORM, residual, norm_weight, eps, config, pdl)
     return out, res_out if res_out is not None else x
 
 
 def silu_mul_gemv(gate_up: torch.Tensor, weight: torch.Tensor,
-                  config: GemvConfig | None = None) -> torch.Tensor:
+                  config: GemvConfig | None = None, pdl: bool = False) -> torch.Tensor:
     """``linear(silu(gate) * up)`` where ``gate_up`` is ``[1, 2 * in]``, gate first."""
-    return _launch(gate_up, weight, None, SILU_MUL, config=config)[0]
+    return _launch(gate_up, weight, None, SILU_MUL, config=config, pdl=pdl)[0]

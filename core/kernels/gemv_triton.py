@@ -6,6 +6,7 @@ its module's globals, and the rest of the engine must import without triton inst
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -29,27 +30,38 @@ def input_chunk(x_ptr, res_ptr, offs_k, k_mask, K: tl.constexpr, PROLOGUE: tl.co
 @triton.jit(do_not_specialize_on_alignment=["x_ptr", "res_ptr", "res_out_ptr", "out_ptr"])
 def gemv_kernel(x_ptr, res_ptr, res_out_ptr, norm_ptr, eps, w_ptr, bias_ptr, out_ptr, N, K: tl.constexpr,
                 PROLOGUE: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_BIAS: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     """out[n] = sum_k w[n, k] * a[k] for this program's BLOCK_N features, where a is the input row after the
-    prologue (PROLOGUE 0: none, 1: RMSNorm of x (+ residual), 2: silu(gate) * up)."""
+    prologue (PROLOGUE 0: none, 1: RMSNorm of x (+ residual), 2: silu(gate) * up).
+
+    With PDL (launched as a programmatic dependent launch) the program lets the next kernel start at once and
+    loads its weight rows before it waits for the previous kernel: the weight is constant, the row is that
+    kernel's output, so the weight's read overlaps the previous kernel's tail. It then reads the whole row in
+    one chunk (BLOCK_K >= K)."""
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     dtype = out_ptr.dtype.element_ty
-    if PROLOGUE == 1:  # the whole row in one chunk (BLOCK_K >= K): its mean square is at hand
+    if PDL:
+        gdc_launch_dependents()
+    if BLOCK_K >= K:  # the whole row in one chunk (always with a folded norm: its mean square is at hand)
         offs_k = tl.arange(0, BLOCK_K)
         k_mask = offs_k < K
         w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :], mask=n_mask[:, None] & k_mask[None, :],
                     other=0.0)
+        if PDL:
+            gdc_wait()
         h = input_chunk(x_ptr, res_ptr, offs_k, k_mask, K, PROLOGUE, HAS_RESIDUAL)
-        if HAS_RESIDUAL:
-            if pid == 0:
-                tl.store(res_out_ptr + offs_k, h.to(dtype), mask=k_mask)
-        inv_rms = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / K + eps)
-        gain = tl.load(norm_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
-        a = (h * inv_rms * gain).to(dtype).to(tl.float32)
-        acc = tl.sum(w.to(tl.float32) * a[None, :], axis=1)
+        if PROLOGUE == 1:
+            if HAS_RESIDUAL:
+                if pid == 0:
+                    tl.store(res_out_ptr + offs_k, h.to(dtype), mask=k_mask)
+            inv_rms = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / K + eps)
+            gain = tl.load(norm_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+            h = (h * inv_rms * gain).to(dtype).to(tl.float32)
+        acc = tl.sum(w.to(tl.float32) * h[None, :], axis=1)
     else:
+        tl.static_assert(PROLOGUE != 1 and not PDL, "a folded norm and PDL read the whole row in one chunk")
         acc = tl.zeros((BLOCK_N,), tl.float32)
         for k0 in tl.static_range(0, K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)

@@ -52,6 +52,7 @@ class SmallDecodePlan:
     page_size: int
     scale: float
     splits: int = 1  # per captured size: part of the graph's launch
+    pdl: bool = False  # launched as a programmatic dependent launch (KernelChoices.pdl)
 
 
 def block_g(num_heads: int, num_kv_heads: int) -> int:
@@ -61,13 +62,15 @@ def block_g(num_heads: int, num_kv_heads: int) -> int:
 
 
 def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, scale: float,
-              kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last: torch.Tensor) -> SmallDecodePlan:
+              kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last: torch.Tensor,
+              pdl: bool = False) -> SmallDecodePlan:
     rows = max_bs * num_kv_heads * num_splits(1, num_kv_heads) * block_g(num_heads, num_kv_heads)
     device = kv_indptr.device
     return SmallDecodePlan(kv_indptr, kv_indices, kv_last,
                            torch.empty(rows, head_dim, dtype=torch.float32, device=device),
                            torch.empty(rows, dtype=torch.float32, device=device),
-                           torch.zeros(max_bs * num_kv_heads, dtype=torch.int32, device=device), page_size, scale)
+                           torch.zeros(max_bs * num_kv_heads, dtype=torch.int32, device=device), page_size, scale,
+                           pdl=pdl)
 
 
 @functools.cache
@@ -92,5 +95,6 @@ def small_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, spec: QKV
         NUM_HEADS=spec.num_heads, NUM_KV_HEADS=spec.num_kv_heads, HEAD_DIM=spec.head_dim,
         PAGE_SIZE=plan.page_size, GROUP=spec.num_heads // spec.num_kv_heads,
         BLOCK_G=block_g(spec.num_heads, spec.num_kv_heads), BLOCK_T=BLOCK_T, SPLITS=plan.splits, NORM=norm,
-        DOT_PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", num_warps=4)  # tf32: unused for bf16
+        DOT_PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", PDL=plan.pdl,  # tf32: unused for bf16
+        num_warps=4, **({"launch_pdl": True} if plan.pdl else {}))
     return out

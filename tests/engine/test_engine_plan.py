@@ -15,7 +15,7 @@ from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
-            "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING")
+            "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL")
 
 
 @pytest.fixture
@@ -24,11 +24,15 @@ def triton_everywhere(monkeypatch):
     for name in SWITCHES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(plan_module, "triton_runs_on", lambda device: True)
+    monkeypatch.setattr(plan_module, "dependent_launch_runs_on", lambda device: device.type == "cuda")
 
 
 def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywhere, monkeypatch):
     assert kernel_choices("flashinfer", CUDA, torch.bfloat16) == KernelChoices(
-        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, packed_weights=False)
+        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, packed_weights=False)
+    monkeypatch.setenv("MINISGL_DISABLE_PDL", "1")
+    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).pdl
+    monkeypatch.delenv("MINISGL_DISABLE_PDL")
     monkeypatch.setenv("MINISGL_DISABLE_GEMV", "1")
     assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).gemv
     monkeypatch.setenv("MINISGL_DISABLE_FUSED_QKV", "1")
@@ -48,6 +52,16 @@ def test_the_kernel_table_carries_the_choices():
     assert isinstance(table, FlashInferKernels) and table.fuses_qkv and not table.gemv
     with pytest.raises(ValueError):
         KernelChoices(flashinfer=True, small_decode=True)  # no small decode without the fused QKV path
+    with pytest.raises(ValueError):
+        KernelChoices(flashinfer=True, pdl=True)  # dependent launches are for the GEMV and small decode kernels
+    table = kernels_for(KernelChoices(flashinfer=True, fused_qkv=True, gemv=True, pdl=True))
+    assert table.gemv and table.pdl
+
+
+def test_dependent_launches_only_where_the_gpu_has_them(triton_everywhere, monkeypatch):
+    monkeypatch.setattr(plan_module, "dependent_launch_runs_on", lambda device: False)  # before Hopper
+    choices = kernel_choices("flashinfer", CUDA, torch.bfloat16)
+    assert choices.gemv and not choices.pdl
 
 
 def test_cpu_plan_and_the_switches_that_change_it(triton_everywhere, monkeypatch):
