@@ -30,6 +30,7 @@ import torch
 from core.arith import ceil_div
 
 GEMV_MAX_ROWS = 1
+PDL_MAX_WEIGHT_BYTES = 64 << 20  # larger weights launch plainly (see _launch)
 PLAIN, NORM, SILU_MUL = 0, 1, 2
 
 __all__ = ["GEMV_MAX_ROWS", "GemvConfig", "gemv", "gemv_config", "rms_norm_gemv", "silu_mul_gemv"]
@@ -53,12 +54,19 @@ def gemv_config(out_features: int, in_features: int, prologue: int = PLAIN, pdl:
     of 45 tile sizes for each Qwen3-0.6B linear). Folded norm: the whole row in one chunk and eight features
     per program: every program re-reads the input row and the residual, and with two features per program
     that re-reading cost as much L2 traffic as the weight itself (5.9 against 4.8 us for the QKV projection).
-    With ``pdl`` every program loads its weight rows in one chunk before it waits for the row (see the kernel).
+    With ``pdl`` every program loads its weight rows in one chunk before it waits for the row (see the kernel),
+    and the best tiles are larger: in a graph of back-to-back dependent launches (gpu_profile.py's tile sweep
+    with PDL, H200) QKV with its norm 3.8 us (16 features, 8 warps; 4.6 with the plain launch's tile), o_proj
+    1.9 (8, 4 warps; 2.2), gate_up with its norm 4.5 (16, 8 warps; 5.2), down with SiLU-and-mul 3.5 (4, 8 warps;
+    4.4).
     """
     whole_row = _next_pow2(in_features)
+    if pdl:
+        return {NORM: GemvConfig(16, whole_row, 8), SILU_MUL: GemvConfig(4, whole_row, 8)}.get(
+            prologue, GemvConfig(8, whole_row, 4))
     if prologue == NORM:
         return GemvConfig(8, whole_row, 4)
-    return GemvConfig(2, whole_row if pdl else min(whole_row, 1024), 4)
+    return GemvConfig(2, min(whole_row, 1024), 4)
 
 
 @functools.cache
@@ -75,6 +83,9 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pr
         raise ValueError(f"the GEMV kernel takes one row, got {x.shape[0]}")
     x = x.contiguous()
     out_features, in_features = weight.shape
+    # an LM head's read (hundreds of MB) dwarfs the previous kernel's tail, and starting it early measured slower
+    # (back to back on an H200: 93 against 70 us for a [151936, 1024] head)
+    pdl = pdl and weight.numel() * weight.element_size() <= PDL_MAX_WEIGHT_BYTES
     out = torch.empty(1, out_features, dtype=x.dtype, device=x.device)
     res_out = torch.empty_like(x) if residual is not None else None
     cfg = config or gemv_config(out_features, in_features, prologue, pdl)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.gemv import GemvConfig, gemv, rms_norm_gemv, silu_mul_gemv
+from core.kernels.gemv import NORM, PLAIN, SILU_MUL, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
 from core.kernels.fused_qkv import QKVSpec
 from core.kernels.small_decode import make_plan, small_decode_attention
 from core.layers.rope import RotaryEmbedding
@@ -49,12 +49,13 @@ def _layer_inputs(gen: torch.Generator) -> dict:
 
 def _layer(x: torch.Tensor, residual: torch.Tensor, t: dict, spec: QKVSpec, plan, pdl: bool):
     """One decoder layer at batch 1 as the engine runs it: norm+QKV, attention, o_proj, norm+gate_up, down."""
-    plain = GemvConfig(2, 2048, 4)  # the same tile with and without PDL: the same sums
-    down_tile = GemvConfig(2, 4096, 4)
-    qkv, residual = rms_norm_gemv(x, residual, t["norm1"], 1e-6, t["w_qkv"], pdl=pdl)
+    # the same tiles with and without PDL (the dependent launches' defaults): the same sums
+    norm_tile = gemv_config(1, HIDDEN, NORM, pdl=True)
+    o_tile, down_tile = gemv_config(1, HEADS * DIM, PLAIN, pdl=True), gemv_config(1, INTER, SILU_MUL, pdl=True)
+    qkv, residual = rms_norm_gemv(x, residual, t["norm1"], 1e-6, t["w_qkv"], config=norm_tile, pdl=pdl)
     attn = small_decode_attention(qkv, t["positions"], spec, t["k_cache"], t["v_cache"], t["out_loc"], plan)
-    o = gemv(attn.reshape(1, -1), t["w_o"], config=plain, pdl=pdl)
-    gate_up, residual = rms_norm_gemv(o, residual, t["norm2"], 1e-6, t["w_gate_up"], pdl=pdl)
+    o = gemv(attn.reshape(1, -1), t["w_o"], config=o_tile, pdl=pdl)
+    gate_up, residual = rms_norm_gemv(o, residual, t["norm2"], 1e-6, t["w_gate_up"], config=norm_tile, pdl=pdl)
     return silu_mul_gemv(gate_up, t["w_down"], config=down_tile, pdl=pdl), residual
 
 
