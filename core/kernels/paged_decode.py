@@ -9,6 +9,14 @@ The page lists are flashinfer's CSR form (core/attention/paging.py).
 A request's cached tokens can be split over several programs (``DecodeTile.splits``): each writes a partial
 result and its log-sum-exp, and the last to finish merges them (a per-(request, KV head) counter that the
 merging program resets), so a batch of few rows still keeps every SM reading.
+
+On fp8 pages that per-head kernel is bound by work per cached token, not by bytes (measured on an H200 at 256
+rows: 2.2 TB/s against 4.1 for bf16 pages; ncu: the 2 real query rows of a group padded to the 16 rows a
+tensor-core product needs, so softmax and bookkeeping on 16 rows for 2, and 128-byte loads per head). Hence
+a second variant, ``DecodeTile.all_heads`` (core/kernels/paged_decode_rows_triton.py): one program per
+(request, split) loads whole token rows (a page's K for all heads is one contiguous block) and multiplies a
+block-diagonal query holding every head, so all 16 softmax rows are real and the loads are few and large; its
+splits count on one counter per request.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from core.kvcache.pool import KVPool
 class DecodeTile:
     """How the kernel walks the cached tokens: tokens per loop iteration, warps and pipeline stages per
     program, programs per (request, KV head), whether fp8 pages are multiplied in float16, and a cap on
-    registers per thread (None: the compiler's choice), which sets how many programs an SM holds at once."""
+    registers per thread (None: the compiler's choice), which sets how many programs an SM holds at once.
+    ``all_heads`` picks the variant with one program per (request, split) over whole token rows (the module's
+    docstring says why); its ``splits`` are then programs per request."""
 
     tokens: int
     warps: int
@@ -34,27 +44,41 @@ class DecodeTile:
     splits: int = 1
     f16: bool = False
     max_registers: int | None = None
+    all_heads: bool = False
 
 
 # fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
 # 266.7 us per layer against 81.2 and 281.7 for (128, 4, 2); the register cap lets an SM hold more programs
 TILES = {False: DecodeTile(64, 4, 2), True: DecodeTile(64, 4, 2, f16=True, max_registers=128)}
+# the all-heads variant on fp8 pages, one page of tokens per iteration; not timed on a GPU yet:
+# scripts/gpu_fp8_decode.py --all-heads sweeps it against TILES[True]. ``TILES[True] = ALL_HEADS_TILE`` (or the
+# best tile of that sweep) makes the engine's fp8 decode run it, under CUDA graphs too.
+ALL_HEADS_TILE = DecodeTile(16, 8, 2, f16=True, all_heads=True)
+
+
+def block_h(num_heads: int) -> int:
+    """The all-heads variant's query rows: every head, padded to a power of two of at least 16 (a tensor-core
+    product's rows)."""
+    return max(16, _pow2(num_heads))
 
 
 @dataclass
 class SplitBuffers:
     """Partial results of split programs, sized for up to ``rows`` requests of ``max_splits`` splits; the
-    counters are zero between launches (the merging program resets its own)."""
+    counters are zero between launches (the merging program resets its own). Either variant fits: the
+    per-head one takes kv_heads * block_g rows per (request, split) and a counter per (request, KV head), the
+    all-heads one block_h rows and a counter per request."""
 
-    part_o: torch.Tensor  # [rows * kv_heads * max_splits * block_g, head_dim] float32
-    part_lse: torch.Tensor  # [rows * kv_heads * max_splits * block_g] float32
+    part_o: torch.Tensor  # [rows * max_splits * rows_per_split, head_dim] float32
+    part_lse: torch.Tensor  # [rows * max_splits * rows_per_split] float32
     counters: torch.Tensor  # [rows * kv_heads] int32
     max_splits: int
 
     @classmethod
     def make(cls, rows: int, num_heads: int, num_kv_heads: int, head_dim: int, max_splits: int,
              device: torch.device) -> "SplitBuffers":
-        parts = rows * num_kv_heads * max_splits * block_g(num_heads, num_kv_heads)
+        rows_per_split = max(num_kv_heads * block_g(num_heads, num_kv_heads), block_h(num_heads))
+        parts = rows * max_splits * rows_per_split
         return cls(torch.empty(parts, head_dim, dtype=torch.float32, device=device),
                    torch.empty(parts, dtype=torch.float32, device=device),
                    torch.zeros(rows * num_kv_heads, dtype=torch.int32, device=device), max_splits)
@@ -77,7 +101,11 @@ class PagedDecodeArgs:
 
 
 @functools.cache
-def _kernel():
+def _kernel(all_heads: bool):
+    if all_heads:
+        from core.kernels.paged_decode_rows_triton import paged_decode_rows_kernel  # imports triton
+
+        return paged_decode_rows_kernel
     from core.kernels.paged_decode_triton import paged_decode_kernel  # imports triton
 
     return paged_decode_kernel
@@ -105,11 +133,21 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     else:
         parts = (out, out, kv_last)  # unused pointers
     f16 = tile.f16 and pool.fp8 and q.dtype != torch.float32
-    _kernel()[(batch, num_kv_heads, tile.splits)](
-        q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out, scale,
-        NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
-        GROUP=num_heads // num_kv_heads, BLOCK_G=block_g(num_heads, num_kv_heads), BLOCK_T=tile.tokens,
-        SPLITS=tile.splits, FP8=pool.fp8, F16=f16,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tile.warps, num_stages=tile.stages,
-        **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
+    common = dict(NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
+                  GROUP=num_heads // num_kv_heads, BLOCK_T=tile.tokens, SPLITS=tile.splits, FP8=pool.fp8, F16=f16,
+                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tile.warps,
+                  num_stages=tile.stages, **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
+    if tile.all_heads:
+        grid = (batch, tile.splits)  # a row of every KV head's values: head_dim a power of two, heads padded
+        shape = dict(BLOCK_H=block_h(num_heads), BLOCK_ROW=head_dim * _pow2(num_kv_heads))
+    else:
+        grid = (batch, num_kv_heads, tile.splits)
+        shape = dict(BLOCK_G=block_g(num_heads, num_kv_heads))
+    _kernel(tile.all_heads)[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices,
+                                  kv_last, *parts, out, scale, **common, **shape)
     return out
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two at least ``n``."""
+    return 1 << (n - 1).bit_length()

@@ -12,7 +12,7 @@ from core.kvcache.pool import KVPool
 pytestmark = pytest.mark.gpu
 
 
-def _reference(q, pool, layer, pages, lengths, scale):
+def float_attention(q, pool, layer, pages, lengths, scale):
     out = []
     for b, (own, length) in enumerate(zip(pages, lengths)):
         slots = (torch.tensor(own, device=q.device)[:, None] * pool.page_size
@@ -53,7 +53,7 @@ def test_paged_decode_matches_float_attention(fp8, page_size, tile):
     last = torch.tensor([n - (c - 1) * page_size for n, c in zip(lengths, pages_needed)], dtype=torch.int32,
                         device=device)
     got = paged_decode(q, pool, 1, indptr, indices, last, dim ** -0.5, tile=tile).float()
-    want = _reference(q, pool, 1, pages, lengths, dim ** -0.5)
+    want = float_attention(q, pool, 1, pages, lengths, dim ** -0.5)
     assert (got - want).abs().max().item() < 2e-2
 
 

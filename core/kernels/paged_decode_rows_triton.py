@@ -1,0 +1,90 @@
+"""The paged decode's all-heads variant (``DecodeTile.all_heads``, see core/kernels/paged_decode.py for why it
+exists): one program per (request, split) reads whole token rows, every KV head at once.
+
+A module of its own because it imports triton at the top; the rest of the engine imports without triton.
+"""
+
+import triton
+import triton.language as tl
+
+from core.kernels.split_merge_triton import finish_split
+
+
+@triton.jit
+def paged_decode_rows_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_ptr, kv_indptr_ptr,
+                             kv_indices_ptr, kv_last_ptr, part_o_ptr, part_lse_ptr, counter_ptr, out_ptr, sm_scale,
+                             NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                             PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_H: tl.constexpr,
+                             BLOCK_ROW: tl.constexpr, BLOCK_T: tl.constexpr, SPLITS: tl.constexpr,
+                             FP8: tl.constexpr, F16: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """One program per (request, split of the cached tokens): every query head against the split's tiles of
+    whole token rows ([BLOCK_T, kv_heads * head_dim], contiguous within a page), online softmax; with more
+    than one split the last one to finish merges.
+
+    The query is a block-diagonal matrix [BLOCK_H, BLOCK_ROW]: row r holds q_r in the columns of its KV head
+    (r // GROUP) and zeros elsewhere, so ``q_bd @ k^T`` gives every head's scores at once with every row real
+    (16 query heads: exactly a tensor-core product's 16 rows). ``p @ v`` yields each row against every KV
+    head's values; only the block diagonal (row r, its KV head's columns) is the output. With FP8 the scales
+    (one per slot and KV head) are gathered per row and multiplied into the scores and into p, as in the
+    per-head kernel. BLOCK_H pads the heads to a power of two of at least 16, BLOCK_ROW the row likewise."""
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    KV_ROW: tl.constexpr = NUM_KV_HEADS * HEAD_DIM
+    rows = tl.arange(0, BLOCK_H)
+    rows_valid = rows < NUM_HEADS
+    row_kv_head = rows // GROUP
+    cols = tl.arange(0, BLOCK_ROW)
+    cols_valid = cols < KV_ROW
+    own = (row_kv_head[:, None] == (cols // HEAD_DIM)[None, :]) & rows_valid[:, None]  # the block diagonal
+    q_rows = (b * NUM_HEADS + rows) * HEAD_DIM
+    q_bd = tl.load(q_ptr + q_rows[:, None] + (cols % HEAD_DIM)[None, :], mask=own, other=0.0)
+    out_dtype = q_bd.dtype
+    if F16:
+        q_bd = q_bd.to(tl.float16)
+
+    first_page = tl.load(kv_indptr_ptr + b)
+    pages = tl.load(kv_indptr_ptr + b + 1) - first_page
+    length = (pages - 1) * PAGE_SIZE + tl.load(kv_last_ptr + b)
+    share = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_T) * BLOCK_T
+    lo = split * share
+    hi = tl.minimum(lo + share, length)
+
+    m = tl.full((BLOCK_H,), float("-inf"), tl.float32)
+    denom = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, BLOCK_ROW), tl.float32)
+    for t0 in range(lo, hi, BLOCK_T):
+        t = t0 + tl.arange(0, BLOCK_T)
+        t_valid = t < hi
+        page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
+        slot = page * PAGE_SIZE + t % PAGE_SIZE
+        kv_offs = slot[:, None] * KV_ROW + cols[None, :]
+        kv_mask = t_valid[:, None] & cols_valid[None, :]
+        k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q_bd.dtype)
+        v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q_bd.dtype)
+        scores = tl.dot(q_bd, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, BLOCK_T]
+        if FP8:  # row r's scale of token t: scale[slot_t, r // GROUP]
+            scale_offs = slot[None, :] * NUM_KV_HEADS + row_kv_head[:, None]
+            scale_mask = rows_valid[:, None] & t_valid[None, :]
+            k_scale = tl.load(k_scale_ptr + scale_offs, mask=scale_mask, other=0.0)
+            v_scale = tl.load(v_scale_ptr + scale_offs, mask=scale_mask, other=0.0)
+            scores = scores * k_scale
+        scores = tl.where(t_valid[None, :], scores * sm_scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, axis=1))
+        p = tl.exp(scores - m_new[:, None])
+        alpha = tl.exp(m - m_new)
+        denom = denom * alpha + tl.sum(p, axis=1)
+        if FP8:
+            p = p * v_scale
+        acc = acc * alpha[:, None] + tl.dot(p.to(q_bd.dtype), v, input_precision=DOT_PRECISION)
+        m = m_new
+
+    # row r's own KV head's columns: [BLOCK_H, kv heads (padded), HEAD_DIM] summed over the zeroed others
+    diagonal = tl.where(own, acc, 0.0).reshape(BLOCK_H, BLOCK_ROW // HEAD_DIM, HEAD_DIM)
+    o = tl.sum(diagonal, axis=1)
+    d = tl.arange(0, HEAD_DIM)
+    out_ptrs = out_ptr + q_rows[:, None] + d[None, :]
+    if SPLITS == 1:
+        tl.store(out_ptrs, (o / denom[:, None]).to(out_dtype), mask=rows_valid[:, None])
+    else:
+        finish_split(o, m, denom, part_o_ptr, part_lse_ptr, counter_ptr + b, b * SPLITS, split, out_ptrs, rows,
+                     rows_valid, BLOCK_H, HEAD_DIM, SPLITS)
