@@ -82,9 +82,11 @@ def test_all_heads_plain_pages_match_float_attention(tokens):
 
 
 def test_all_heads_matches_the_per_head_kernel_on_the_engine_tile():
-    """The engine's all-heads tile against the per-head kernel's default fp8 tile on the same bf16 queries."""
-    pool, q, _, indptr, indices, last = scattered_case(4, 2, 32, 4, True, torch.bfloat16, seed=1)
+    """The engine's all-heads tile against the per-head kernel (which shares its page walk and softmax step)
+    on the same bf16 queries, both against float32 attention."""
+    pool, q, pages, indptr, indices, last = scattered_case(4, 2, 32, 4, True, torch.bfloat16, seed=1)
     got = paged_decode(q, pool, 0, indptr, indices, last, 32 ** -0.5, tile=ALL_HEADS_TILE)
     per_head = paged_decode(q, pool, 0, indptr, indices, last, 32 ** -0.5,
-                            tile=DecodeTile(16, 4, 2, f16=True))
+                            tile=DecodeTile(16, 4, 2, splits=2, f16=True))
     assert close(got, per_head.float())
+    assert close(per_head, float_attention(q, pool, 0, pages, LENGTHS, 32 ** -0.5))
