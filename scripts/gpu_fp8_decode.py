@@ -148,18 +148,23 @@ def sweep(context: int = 1100, batch: int = BATCH) -> list[dict]:
     return rows
 
 
-# the all-heads sweep: tiles per iteration, warps, pipeline stages; splits per request by rows
+# the all-heads sweep: tokens per iteration, warps, pipeline stages, splits per request by rows; the products
+# per KV head (head_dots) on fewer tiles: compiled for sm_90, 4 warps or 64 tokens spill registers there
 ALL_HEADS_SPLITS = {BATCH: (1, 2), 64: (1, 2, 4)}
+BLOCK_DIAGONAL_TILES = list(itertools.product((16, 32, 64), (4, 8), (2, 3)))
+HEAD_DOTS_TILES = list(itertools.product((16, 32), (8,), (2, 3)))
 MATCH_TOLERANCE = 2e-2  # bf16 outputs of float16 products, as tests/gpu/test_paged_decode.py bounds them
 
 
 def all_heads_tiles(splits: tuple[int, ...]) -> list[DecodeTile]:
-    return [DecodeTile(tokens, warps, stages, n, f16=True, all_heads=True)
-            for tokens, warps, stages, n in itertools.product((16, 32, 64), (4, 8), (2, 3), splits)]
+    return [DecodeTile(tokens, warps, stages, n, f16=True, all_heads=True, head_dots=head_dots)
+            for head_dots, shapes in ((False, BLOCK_DIAGONAL_TILES), (True, HEAD_DOTS_TILES))
+            for (tokens, warps, stages), n in itertools.product(shapes, splits)]
 
 
 def describe(tile: DecodeTile) -> str:
-    return f"tokens {tile.tokens} warps {tile.warps} stages {tile.stages} splits {tile.splits}"
+    products = "head dots" if tile.head_dots else "block-diagonal"
+    return f"{products} tokens {tile.tokens} warps {tile.warps} stages {tile.stages} splits {tile.splits}"
 
 
 def checked_tiles(q, pool, indptr, indices, last, buffers, tiles, batch, context) -> list[DecodeTile]:

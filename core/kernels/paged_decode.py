@@ -15,8 +15,8 @@ rows: 2.2 TB/s against 4.1 for bf16 pages; ncu: the 2 real query rows of a group
 tensor-core product needs, so softmax and bookkeeping on 16 rows for 2, and 128-byte loads per head). Hence
 a second variant, ``DecodeTile.all_heads`` (core/kernels/paged_decode_rows_triton.py): one program per
 (request, split) loads whole token rows (a page's K for all heads is one contiguous block) and multiplies a
-block-diagonal query holding every head, so all 16 softmax rows are real and the loads are few and large; its
-splits count on one counter per request.
+query holding every head (block-diagonal over whole rows, or slabs per KV head with ``head_dots``), so all 16
+softmax rows are real and the loads are few and large; its splits count on one counter per request.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class DecodeTile:
     program, programs per (request, KV head), whether fp8 pages are multiplied in float16, and a cap on
     registers per thread (None: the compiler's choice), which sets how many programs an SM holds at once.
     ``all_heads`` picks the variant with one program per (request, split) over whole token rows (the module's
-    docstring says why); its ``splits`` are then programs per request."""
+    docstring says why); its ``splits`` are then programs per request, and ``head_dots`` batches its products
+    per KV head (3-D dots) instead of one block-diagonal product over whole rows."""
 
     tokens: int
     warps: int
@@ -45,15 +46,18 @@ class DecodeTile:
     f16: bool = False
     max_registers: int | None = None
     all_heads: bool = False
+    head_dots: bool = False
 
 
 # fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
 # 266.7 us per layer against 81.2 and 281.7 for (128, 4, 2); the register cap lets an SM hold more programs
 TILES = {False: DecodeTile(64, 4, 2), True: DecodeTile(64, 4, 2, f16=True, max_registers=128)}
-# the all-heads variant on fp8 pages, one page of tokens per iteration; not timed on a GPU yet:
-# scripts/gpu_fp8_decode.py --all-heads sweeps it against TILES[True]. ``TILES[True] = ALL_HEADS_TILE`` (or the
-# best tile of that sweep) makes the engine's fp8 decode run it, under CUDA graphs too.
-ALL_HEADS_TILE = DecodeTile(16, 8, 2, f16=True, all_heads=True)
+# the all-heads variant on fp8 pages, one page of tokens per iteration, products per KV head: compiled for
+# sm_90 (ptxas, no GPU), 252 registers and no spills, ~212 warp instructions per KB of KV in its loop against
+# ~229 for TILES[True] and ~302 for the block-diagonal product at 16 tokens. Not timed on a GPU yet:
+# scripts/gpu_fp8_decode.py --all-heads sweeps both products against TILES[True]. ``TILES[True] =
+# ALL_HEADS_TILE`` (or the best tile of that sweep) makes the engine's fp8 decode run it, under CUDA graphs too.
+ALL_HEADS_TILE = DecodeTile(16, 8, 2, f16=True, all_heads=True, head_dots=True)
 
 
 def block_h(num_heads: int) -> int:
@@ -101,11 +105,11 @@ class PagedDecodeArgs:
 
 
 @functools.cache
-def _kernel(all_heads: bool):
-    if all_heads:
-        from core.kernels.paged_decode_rows_triton import paged_decode_rows_kernel  # imports triton
+def _kernel(all_heads: bool, head_dots: bool):
+    if all_heads:  # imports triton
+        from core.kernels.paged_decode_rows_triton import paged_decode_head_dots_kernel, paged_decode_rows_kernel
 
-        return paged_decode_rows_kernel
+        return paged_decode_head_dots_kernel if head_dots else paged_decode_rows_kernel
     from core.kernels.paged_decode_triton import paged_decode_kernel  # imports triton
 
     return paged_decode_kernel
@@ -139,11 +143,13 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
                   num_stages=tile.stages, **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
     if tile.all_heads:
         grid = (batch, tile.splits)  # a row of every KV head's values: head_dim a power of two, heads padded
-        shape = dict(BLOCK_H=block_h(num_heads), BLOCK_ROW=head_dim * _pow2(num_kv_heads))
+        block_kv = _pow2(num_kv_heads)
+        rows = dict(BLOCK_KV=block_kv) if tile.head_dots else dict(BLOCK_ROW=head_dim * block_kv)
+        shape = dict(BLOCK_H=block_h(num_heads), **rows)
     else:
         grid = (batch, num_kv_heads, tile.splits)
         shape = dict(BLOCK_G=block_g(num_heads, num_kv_heads))
-    _kernel(tile.all_heads)[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices,
+    _kernel(tile.all_heads, tile.head_dots)[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices,
                                   kv_last, *parts, out, scale, **common, **shape)
     return out
 

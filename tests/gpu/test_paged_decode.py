@@ -27,11 +27,12 @@ def float_attention(q, pool, layer, pages, lengths, scale):
 
 
 TILES = [None, DecodeTile(64, 4, 2, splits=2), DecodeTile(128, 4, 2, splits=4, f16=True), ALL_HEADS_TILE,
-         DecodeTile(16, 4, 2, splits=4, f16=True, all_heads=True)]
+         DecodeTile(16, 8, 2, splits=4, f16=True, all_heads=True, head_dots=True),
+         DecodeTile(16, 8, 2, f16=True, all_heads=True), DecodeTile(32, 8, 2, splits=4, f16=True, all_heads=True)]
 
 
 @pytest.mark.parametrize("tile", TILES, ids=["default", "2 splits", "4 splits f16", "all heads",
-                                             "all heads 4 splits"])
+                                             "all heads 4 splits", "block-diagonal", "block-diagonal 4 splits"])
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_paged_decode_matches_float_attention(fp8, page_size, tile):

@@ -56,14 +56,15 @@ def close(got: torch.Tensor, want: torch.Tensor) -> bool:
     return bool((error <= 2e-2 + 2 ** -7 * want.float().abs()).all())
 
 
+@pytest.mark.parametrize("head_dots", [False, True], ids=["block-diagonal", "head-dots"])
 @pytest.mark.parametrize("splits", [1, 2, 4])
 @pytest.mark.parametrize("q_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("shape", [(4, 2, 16, 4), (4, 2, 32, 4), (6, 3, 16, 2), (16, 8, 16, 4)],
                          ids=["4q2kv-d16-p4", "4q2kv-d32-p4", "6q3kv-d16-p2", "16q8kv-d16-p4"])
-def test_all_heads_fp8_matches_float_attention(shape, q_dtype, splits):
+def test_all_heads_fp8_matches_float_attention(shape, q_dtype, splits, head_dots):
     heads, kv_heads, dim, page_size = shape
     pool, q, pages, indptr, indices, last = scattered_case(heads, kv_heads, dim, page_size, True, q_dtype)
-    tile = DecodeTile(16, 4, 2, splits=splits, f16=True, all_heads=True)
+    tile = DecodeTile(16, 4, 2, splits=splits, f16=True, all_heads=True, head_dots=head_dots)
     buffers = SplitBuffers.make(len(LENGTHS), heads, kv_heads, dim, 4, q.device)
     got = paged_decode(q, pool, 0, indptr, indices, last, dim ** -0.5, tile=tile, split_buffers=buffers)
     want = float_attention(q, pool, 0, pages, LENGTHS, dim ** -0.5)
@@ -72,11 +73,12 @@ def test_all_heads_fp8_matches_float_attention(shape, q_dtype, splits):
     assert not buffers.counters.any()  # the merging programs reset their counters for the next layer
 
 
+@pytest.mark.parametrize("head_dots", [False, True], ids=["block-diagonal", "head-dots"])
 @pytest.mark.parametrize("tokens", [16, 32])
-def test_all_heads_plain_pages_match_float_attention(tokens):
+def test_all_heads_plain_pages_match_float_attention(tokens, head_dots):
     """Without fp8 the variant reads the pool's own dtype (no scales)."""
     pool, q, pages, indptr, indices, last = scattered_case(4, 2, 16, 4, False, torch.float32)
-    tile = DecodeTile(tokens, 4, 2, splits=2, all_heads=True)
+    tile = DecodeTile(tokens, 4, 2, splits=2, all_heads=True, head_dots=head_dots)
     got = paged_decode(q, pool, 0, indptr, indices, last, 16 ** -0.5, tile=tile)
     assert close(got, float_attention(q, pool, 0, pages, LENGTHS, 16 ** -0.5))
 
