@@ -57,16 +57,9 @@ def paged_decode_rows_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_sca
         k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q_bd.dtype)
         v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q_bd.dtype)
         scores = tl.dot(q_bd, tl.trans(k), input_precision=DOT_PRECISION)  # [BLOCK_H, BLOCK_T]
-        if FP8:
-            k_scale, v_scale = row_scales(k_scale_ptr, v_scale_ptr, slot, t_valid, row_kv_head, rows_valid,
-                                          NUM_KV_HEADS)
-            scores = scores * k_scale
-        scores = tl.where(t_valid[None, :], scores * sm_scale, float("-inf"))
-        p, alpha, m_new, denom = softmax_step(scores, m, denom)
-        if FP8:
-            p = p * v_scale
+        p, alpha, m, denom = rows_softmax_step(scores, m, denom, sm_scale, k_scale_ptr, v_scale_ptr, slot, t_valid,
+                                               row_kv_head, rows_valid, NUM_KV_HEADS, FP8)
         acc = acc * alpha[:, None] + tl.dot(p.to(q_bd.dtype), v, input_precision=DOT_PRECISION)
-        m = m_new
 
     # row r's own KV head's columns: [BLOCK_H, kv heads (padded), HEAD_DIM] summed over the zeroed others
     diagonal = tl.where(own, acc, 0.0).reshape(BLOCK_H, BLOCK_ROW // HEAD_DIM, HEAD_DIM)
@@ -119,17 +112,10 @@ def paged_decode_head_dots_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, 
         v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q_slabs.dtype)
         slab_scores = tl.dot(q_slabs, tl.trans(k, 0, 2, 1), input_precision=DOT_PRECISION)  # [KV, H, BLOCK_T]
         scores = tl.sum(slab_scores, axis=0)
-        if FP8:
-            k_scale, v_scale = row_scales(k_scale_ptr, v_scale_ptr, slot, t_valid, row_kv_head, rows_valid,
-                                          NUM_KV_HEADS)
-            scores = scores * k_scale
-        scores = tl.where(t_valid[None, :], scores * sm_scale, float("-inf"))
-        p, alpha, m_new, denom = softmax_step(scores, m, denom)
-        if FP8:
-            p = p * v_scale
+        p, alpha, m, denom = rows_softmax_step(scores, m, denom, sm_scale, k_scale_ptr, v_scale_ptr, slot, t_valid,
+                                               row_kv_head, rows_valid, NUM_KV_HEADS, FP8)
         p_slabs = tl.broadcast_to(p.to(q_slabs.dtype)[None, :, :], (BLOCK_KV, BLOCK_H, BLOCK_T))
         acc = acc * alpha[None, :, None] + tl.dot(p_slabs, v, input_precision=DOT_PRECISION)
-        m = m_new
 
     o = tl.sum(tl.where(own, acc, 0.0), axis=0)
     finish_rows(o, m, denom, part_o_ptr, part_lse_ptr, counter_ptr, out_ptr, b, split, q_rows, rows, rows_valid,
@@ -137,11 +123,20 @@ def paged_decode_head_dots_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, 
 
 
 @triton.jit
-def row_scales(k_scale_ptr, v_scale_ptr, slot, t_valid, row_kv_head, rows_valid, NUM_KV_HEADS: tl.constexpr):
-    """The fp8 scales as [rows, tokens]: row r's scale of token t is its KV head's, scale[slot_t, r // GROUP]."""
-    offs = slot[None, :] * NUM_KV_HEADS + row_kv_head[:, None]
-    mask = rows_valid[:, None] & t_valid[None, :]
-    return tl.load(k_scale_ptr + offs, mask=mask, other=0.0), tl.load(v_scale_ptr + offs, mask=mask, other=0.0)
+def rows_softmax_step(scores, m, denom, sm_scale, k_scale_ptr, v_scale_ptr, slot, t_valid, row_kv_head, rows_valid,
+                      NUM_KV_HEADS: tl.constexpr, FP8: tl.constexpr):
+    """One tile's online-softmax step on every head's raw scores [rows, tokens]; with FP8 the k scales go into
+    the scores and the v scales into p (row r's scale of token t is its KV head's, scale[slot_t, r // GROUP]).
+    Returns (p, the factor for what came before, the new maximum, the new denominator)."""
+    if FP8:
+        offs = slot[None, :] * NUM_KV_HEADS + row_kv_head[:, None]
+        mask = rows_valid[:, None] & t_valid[None, :]
+        scores = scores * tl.load(k_scale_ptr + offs, mask=mask, other=0.0)
+    scores = tl.where(t_valid[None, :], scores * sm_scale, float("-inf"))
+    p, alpha, m, denom = softmax_step(scores, m, denom)
+    if FP8:
+        p = p * tl.load(v_scale_ptr + offs, mask=mask, other=0.0)
+    return p, alpha, m, denom
 
 
 @triton.jit
