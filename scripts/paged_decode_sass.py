@@ -34,7 +34,8 @@ TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 POINTERS = {"q_ptr": "*bf16", "k_cache_ptr": "*fp8e4nv", "v_cache_ptr": "*fp8e4nv", "k_scale_ptr": "*fp32",
             "v_scale_ptr": "*fp32", "kv_indptr_ptr": "*i32", "kv_indices_ptr": "*i32", "kv_last_ptr": "*i32",
             "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "counter_ptr": "*i32", "out_ptr": "*bf16"}
-DEFAULT = ["64,4,2,head", "16,8,2,dots", "16,8,3,dots", "32,8,2,dots", "16,8,2,diag", "32,8,2,diag"]
+DEFAULT = ["64,4,2,head", "16,8,2,dots", "16,8,3,dots", "32,8,2,dots", "32,8,3,dots", "16,8,2,diag",
+           "32,8,2,diag"]
 
 
 def compile_ptx(kind: str, tokens: int, warps: int, stages: int) -> tuple[str, int]:
@@ -48,7 +49,7 @@ def compile_ptx(kind: str, tokens: int, warps: int, stages: int) -> tuple[str, i
     elif kind == "diag":
         fn, constants = paged_decode_rows_kernel, dict(common, BLOCK_H=16, BLOCK_ROW=KV_HEADS * DIM)
     else:
-        fn, constants = paged_decode_head_dots_kernel, dict(common, BLOCK_H=16, BLOCK_KV=KV_HEADS)
+        fn, constants = paged_decode_head_dots_kernel, dict(common, BLOCK_KV=KV_HEADS, BLOCK_G=HEADS // KV_HEADS)
     signature = dict(POINTERS, sm_scale="fp32", **{name: "constexpr" for name in constants})
     aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in POINTERS}
     kernel = triton.compile(ASTSource(fn, signature, constants, aligned), target=GPUTarget("cuda", 90, 32),

@@ -15,8 +15,9 @@ rows: 2.2 TB/s against 4.1 for bf16 pages; ncu: the 2 real query rows of a group
 tensor-core product needs, so softmax and bookkeeping on 16 rows for 2, and 128-byte loads per head). Hence
 a second variant, ``DecodeTile.all_heads`` (core/kernels/paged_decode_rows_triton.py): one program per
 (request, split) loads whole token rows (a page's K for all heads is one contiguous block) and multiplies a
-query holding every head (block-diagonal over whole rows, or slabs per KV head with ``head_dots``), so all 16
-softmax rows are real and the loads are few and large; its splits count on one counter per request.
+query holding every head (block-diagonal over whole rows, or with ``head_dots`` a product per KV head with its
+query group on the product's narrow side), so the softmax runs on real rows only and the loads are few and
+large; its splits count on one counter per request.
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ class DecodeTile:
 # fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
 # 266.7 us per layer against 81.2 and 281.7 for (128, 4, 2); the register cap lets an SM hold more programs
 TILES = {False: DecodeTile(64, 4, 2), True: DecodeTile(64, 4, 2, f16=True, max_registers=128)}
-# the all-heads variant on fp8 pages, one page of tokens per iteration, products per KV head: compiled for
-# sm_90 (ptxas, no GPU), 252 registers and no spills, ~212 warp instructions per KB of KV in its loop against
-# ~229 for TILES[True] and ~302 for the block-diagonal product at 16 tokens. Not timed on a GPU yet:
-# scripts/gpu_fp8_decode.py --all-heads sweeps both products against TILES[True]. ``TILES[True] =
+# the all-heads variant on fp8 pages, two pages of tokens per iteration, products per KV head: compiled for
+# sm_90 (scripts/paged_decode_sass.py, no GPU), 225 registers and no spills, ~128 warp instructions per KB of
+# KV in its loop against ~229 for TILES[True] and 200-300 for the block-diagonal product. Not timed on a GPU
+# yet: scripts/gpu_fp8_decode.py --all-heads sweeps both products against TILES[True]. ``TILES[True] =
 # ALL_HEADS_TILE`` (or the best tile of that sweep) makes the engine's fp8 decode run it, under CUDA graphs too.
-ALL_HEADS_TILE = DecodeTile(16, 8, 2, f16=True, all_heads=True, head_dots=True)
+ALL_HEADS_TILE = DecodeTile(32, 8, 2, f16=True, all_heads=True, head_dots=True)
 
 
 def block_h(num_heads: int) -> int:
@@ -71,7 +72,7 @@ class SplitBuffers:
     """Partial results of split programs, sized for up to ``rows`` requests of ``max_splits`` splits; the
     counters are zero between launches (the merging program resets its own). Either variant fits: the
     per-head one takes kv_heads * block_g rows per (request, split) and a counter per (request, KV head), the
-    all-heads one block_h rows and a counter per request."""
+    all-heads one block_h rows (head dots: a row per padded KV head and group slot) and a counter per request."""
 
     part_o: torch.Tensor  # [rows * max_splits * rows_per_split, head_dim] float32
     part_lse: torch.Tensor  # [rows * max_splits * rows_per_split] float32
@@ -81,7 +82,8 @@ class SplitBuffers:
     @classmethod
     def make(cls, rows: int, num_heads: int, num_kv_heads: int, head_dim: int, max_splits: int,
              device: torch.device) -> "SplitBuffers":
-        rows_per_split = max(num_kv_heads * block_g(num_heads, num_kv_heads), block_h(num_heads))
+        group_slots = _pow2(num_kv_heads) * _pow2(num_heads // num_kv_heads)  # the all-heads head-dots rows
+        rows_per_split = max(num_kv_heads * block_g(num_heads, num_kv_heads), block_h(num_heads), group_slots)
         parts = rows * max_splits * rows_per_split
         return cls(torch.empty(parts, head_dim, dtype=torch.float32, device=device),
                    torch.empty(parts, dtype=torch.float32, device=device),
@@ -144,8 +146,10 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     if tile.all_heads:
         grid = (batch, tile.splits)  # a row of every KV head's values: head_dim a power of two, heads padded
         block_kv = _pow2(num_kv_heads)
-        rows = dict(BLOCK_KV=block_kv) if tile.head_dots else dict(BLOCK_ROW=head_dim * block_kv)
-        shape = dict(BLOCK_H=block_h(num_heads), **rows)
+        if tile.head_dots:
+            shape = dict(BLOCK_KV=block_kv, BLOCK_G=_pow2(num_heads // num_kv_heads))
+        else:
+            shape = dict(BLOCK_H=block_h(num_heads), BLOCK_ROW=head_dim * block_kv)
     else:
         grid = (batch, num_kv_heads, tile.splits)
         shape = dict(BLOCK_G=block_g(num_heads, num_kv_heads))

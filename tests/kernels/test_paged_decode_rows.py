@@ -59,8 +59,8 @@ def close(got: torch.Tensor, want: torch.Tensor) -> bool:
 @pytest.mark.parametrize("head_dots", [False, True], ids=["block-diagonal", "head-dots"])
 @pytest.mark.parametrize("splits", [1, 2, 4])
 @pytest.mark.parametrize("q_dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("shape", [(4, 2, 16, 4), (4, 2, 32, 4), (6, 3, 16, 2), (16, 8, 16, 4)],
-                         ids=["4q2kv-d16-p4", "4q2kv-d32-p4", "6q3kv-d16-p2", "16q8kv-d16-p4"])
+@pytest.mark.parametrize("shape", [(4, 2, 16, 4), (4, 2, 32, 4), (6, 3, 16, 2), (6, 2, 16, 4), (16, 8, 16, 4)],
+                         ids=["4q2kv-d16-p4", "4q2kv-d32-p4", "6q3kv-d16-p2", "6q2kv-d16-p4", "16q8kv-d16-p4"])
 def test_all_heads_fp8_matches_float_attention(shape, q_dtype, splits, head_dots):
     heads, kv_heads, dim, page_size = shape
     pool, q, pages, indptr, indices, last = scattered_case(heads, kv_heads, dim, page_size, True, q_dtype)
