@@ -123,7 +123,8 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     """q: [batch, heads, head_dim], one query per request; the pages of request i are
     ``kv_indices[kv_indptr[i]:kv_indptr[i + 1]]`` (int32, on the device), its last holding ``kv_last[i]``
     tokens. Returns [batch, heads, head_dim] in q's dtype. ``tile`` defaults to TILES' entry for the pool's
-    dtype; a tile of several splits takes ``split_buffers`` (made here when not given: not under a graph)."""
+    dtype (``tile.all_heads``: the variant of one program per request and split); a tile of several splits
+    takes ``split_buffers`` (made here when not given: not under a graph)."""
     tile = tile or TILES[pool.fp8]
     batch, num_heads, head_dim = q.shape
     k_cache, v_cache = pool.k[layer], pool.v[layer]
@@ -153,8 +154,9 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     else:
         grid = (batch, num_kv_heads, tile.splits)
         shape = dict(BLOCK_G=block_g(num_heads, num_kv_heads))
-    _kernel(tile.all_heads, tile.head_dots)[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices,
-                                  kv_last, *parts, out, scale, **common, **shape)
+    kernel = _kernel(tile.all_heads, tile.head_dots)
+    kernel[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out,
+                 scale, **common, **shape)
     return out
 
 
