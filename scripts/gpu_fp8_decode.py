@@ -17,6 +17,7 @@ import argparse
 import itertools
 import json
 import sys
+import time
 
 import torch
 
@@ -254,7 +255,10 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("gpu_fp8_decode.py: needs a CUDA device (none found)")
     if args.all_heads:
+        start = time.perf_counter()
         rows = [r for b in (BATCH, 64) for c in contexts for r in all_heads_case(b, c)]
+        print(f"gpu_fp8_decode.py --all-heads: {len(rows)} timings in {time.perf_counter() - start:.0f} s "
+              f"(compiles included)", file=sys.stderr, flush=True)
         print("\n".join(["SUMMARY"] + [best_line([r for r in rows if (r["batch"], r["context"]) == key])
                                         for key in dict.fromkeys((r["batch"], r["context"]) for r in rows)]))
         if args.json:
