@@ -4,19 +4,29 @@ against flashinfer's bf16 decode. Batch 256, 16 query / 8 KV heads, head dim 128
 over that time. Prints one line per case; ``--json PATH`` writes them too.
 
     python3 scripts/gpu_fp8_decode.py [--sweep] [--contexts 600,1100,1600] [--json out.json]
+    python3 scripts/gpu_fp8_decode.py --all-heads [--contexts 600,1100] [--json out.json]
+
+``--all-heads`` times the paged kernel's all-heads variant on fp8 pages (``DecodeTile.all_heads``) against
+the default fp8 tile and flashinfer's bf16 decode, at 256 and 64 rows: a sweep of its tiles, each checked
+against the default tile's output first (the run stops if one is off), and the best tile per case.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import sys
+import time
 
 import torch
 
-from core.kernels.paged_decode import DecodeTile, SplitBuffers, paged_decode
+from core.attention.flashinfer_backend import paged_splits
+from core.kernels.paged_decode import TILES, DecodeTile, SplitBuffers, paged_decode
 from core.kvcache.pool import KVPool
 
 BATCH, HEADS, KV_HEADS, DIM, PAGE = 256, 16, 8, 128, 16
+DEVICE = "cuda"
 
 
 def timed(fn, repeats: int = 20) -> float:
@@ -41,7 +51,7 @@ def timed(fn, repeats: int = 20) -> float:
 def layout(batch: int, context: int) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``batch`` requests of ``context`` tokens on pages scattered over the pool: (pages in the pool, the page
     lists' indptr, indices and last-page lengths, a random bf16 query)."""
-    device = torch.device("cuda")
+    device = torch.device(DEVICE)
     pages_per = -(-context // PAGE)
     order = torch.randperm(batch * pages_per, device=device).to(torch.int32)
     indptr = torch.arange(0, batch + 1, dtype=torch.int32, device=device) * pages_per
@@ -50,16 +60,22 @@ def layout(batch: int, context: int) -> tuple[int, torch.Tensor, torch.Tensor, t
     return batch * pages_per + 1, indptr, order, last, q
 
 
+def filled_pool(num_pages: int, fp8: bool) -> KVPool:
+    """A one-layer pool of random bf16 keys and values (stored as fp8 with ``fp8``)."""
+    device = torch.device(DEVICE)
+    pool = KVPool(1, num_pages, PAGE, KV_HEADS, DIM, torch.bfloat16, device, fp8=fp8)
+    slots = torch.arange(pool.num_slots, device=device)
+    for chunk in slots.split(1 << 20):
+        pool.store(0, chunk, torch.randn(len(chunk), KV_HEADS, DIM, device=device, dtype=torch.bfloat16),
+                   torch.randn(len(chunk), KV_HEADS, DIM, device=device, dtype=torch.bfloat16))
+    return pool
+
+
 def case(context: int) -> list[dict]:
-    device = torch.device("cuda")
     num_pages, indptr, order, last, q = layout(BATCH, context)
     rows = []
     for fp8 in (True, False):
-        pool = KVPool(1, num_pages, PAGE, KV_HEADS, DIM, torch.bfloat16, device, fp8=fp8)
-        slots = torch.arange(pool.num_slots, device=device)
-        for chunk in slots.split(1 << 20):
-            pool.store(0, chunk, torch.randn(len(chunk), KV_HEADS, DIM, device=device, dtype=torch.bfloat16),
-                       torch.randn(len(chunk), KV_HEADS, DIM, device=device, dtype=torch.bfloat16))
+        pool = filled_pool(num_pages, fp8)
         out = torch.empty_like(q)
         seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out))
         kv_bytes = BATCH * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8)
@@ -81,7 +97,7 @@ def _flashinfer(q, pool, indptr, indices, last, context) -> list[dict]:
     workspace = torch.zeros(128 << 20, dtype=torch.uint8, device=q.device)
     shape = (-1, PAGE, KV_HEADS, DIM)
     kv = (pool.k[0].view(shape), pool.v[0].view(shape))
-    kv_bytes = BATCH * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, pool.fp8)
+    kv_bytes = q.shape[0] * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, pool.fp8)
     rows = []
     for tensor_cores in (True, False):
         try:
@@ -94,14 +110,15 @@ def _flashinfer(q, pool, indptr, indices, last, context) -> list[dict]:
             print(f"flashinfer {pool.k.dtype} tensor cores {tensor_cores}: {type(exc).__name__}: {exc}"[:300])
             continue
         name = f"flashinfer {'fp8' if pool.fp8 else 'bf16'}{' tc' if tensor_cores else ''}"
-        rows.append({"kernel": name, "context": context, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12})
+        rows.append({"kernel": name, "batch": q.shape[0], "context": context, "us": seconds * 1e6,
+                     "tb_s": kv_bytes / seconds / 1e12})
     return rows
 
 
 def sweep(context: int = 1100, batch: int = BATCH) -> list[dict]:
     """The paged kernel's tile choices at one context, fp8 and bf16 pages: tokens per iteration, warps,
     pipeline stages, splits, float16 products for fp8."""
-    device = torch.device("cuda")
+    device = torch.device(DEVICE)
     num_pages, indptr, order, last, q = layout(batch, context)
     rows = []
     for fp8 in (True, False):
@@ -132,15 +149,123 @@ def sweep(context: int = 1100, batch: int = BATCH) -> list[dict]:
     return rows
 
 
+# the all-heads sweep: tokens per iteration, warps, pipeline stages, splits per request by rows; the products
+# per KV head (head_dots) without the tiles that spill registers compiled for sm_90 (64 tokens; 32 on 4 warps)
+ALL_HEADS_SPLITS = {BATCH: (1, 2), 64: (1, 2, 4)}
+BLOCK_DIAGONAL_TILES = list(itertools.product((16, 32, 64), (4, 8), (2, 3)))
+HEAD_DOTS_TILES = [(16, 4, 2), (16, 4, 3), (16, 8, 2), (16, 8, 3), (32, 8, 2), (32, 8, 3)]
+MATCH_TOLERANCE = 2e-2  # bf16 outputs of float16 products, as tests/gpu/test_paged_decode.py bounds them
+
+
+def all_heads_tiles(splits: tuple[int, ...]) -> list[DecodeTile]:
+    return [DecodeTile(tokens, warps, stages, n, f16=True, all_heads=True, head_dots=head_dots)
+            for head_dots, shapes in ((False, BLOCK_DIAGONAL_TILES), (True, HEAD_DOTS_TILES))
+            for (tokens, warps, stages), n in itertools.product(shapes, splits)]
+
+
+def describe(tile: DecodeTile) -> str:
+    products = "head dots" if tile.head_dots else "block-diagonal"
+    return f"{products} tokens {tile.tokens} warps {tile.warps} stages {tile.stages} splits {tile.splits}"
+
+
+def checked_tiles(q, pool, indptr, indices, last, buffers, tiles, batch, context) -> list[DecodeTile]:
+    """The tiles that compile, each of whose output matches the default fp8 tile's (the per-head kernel):
+    prints the largest difference, and stops the run if any tile is off."""
+    want = paged_decode(q, pool, 0, indptr, indices, last, DIM ** -0.5, tile=TILES[True]).float()
+    kept, worst, off = [], (-1.0, None), []
+    for tile in tiles:
+        try:
+            got = paged_decode(q, pool, 0, indptr, indices, last, DIM ** -0.5, tile=tile, split_buffers=buffers)
+            torch.cuda.synchronize()
+        except Exception as exc:  # a tile that does not fit in shared memory or registers
+            print(f"  rows {batch} {describe(tile)}: not run ({type(exc).__name__}: {str(exc)[:120]})", flush=True)
+            continue
+        diff = (got.float() - want).abs().max().item()
+        if not diff <= MATCH_TOLERANCE:  # NaN too
+            off.append((describe(tile), diff))
+        worst = max(worst, (diff, describe(tile)), key=lambda w: w[0])
+        kept.append(tile)
+    print(f"CHECK rows {batch} context {context}: {len(kept)} all-heads tiles against the default fp8 tile, "
+          f"max abs diff {worst[0]:.3e} ({worst[1]})", flush=True)
+    if off or not kept:
+        print(f"FAIL: all-heads output differs from the default fp8 tile's by more than {MATCH_TOLERANCE}: {off}"
+              if off else "FAIL: no all-heads tile ran", flush=True)
+        sys.exit(1)
+    return kept
+
+
+def all_heads_case(batch: int, context: int) -> list[dict]:
+    """At ``batch`` rows of ``context`` tokens: the default fp8 tile, flashinfer's bf16 decode and every
+    all-heads tile that matches the default's output, each timed; prints the best all-heads tile."""
+    device = torch.device(DEVICE)
+    num_pages, indptr, order, last, q = layout(batch, context)
+    pool = filled_pool(num_pages, fp8=True)
+    buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, max(ALL_HEADS_SPLITS[batch]), device)
+    tiles = checked_tiles(q, pool, indptr, order, last, buffers, all_heads_tiles(ALL_HEADS_SPLITS[batch]), batch,
+                          context)
+    kv_bytes = batch * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8=True)
+    out = torch.empty_like(q)
+    rows = []
+    for name, tile in [("triton fp8 default tile (per head)", TILES[True])] + [(f"all-heads {describe(t)}", t)
+                                                                            for t in tiles]:
+        seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out, tile, buffers))
+        rows.append({"kernel": name, "batch": batch, "context": context, "us": seconds * 1e6,
+                     "tb_s": kv_bytes / seconds / 1e12})
+        print(f"  rows {batch} context {context} {name}: {rows[-1]['us']:.1f} us, {rows[-1]['tb_s']:.2f} TB/s",
+              flush=True)
+    del pool
+    torch.cuda.empty_cache()
+    bf16 = filled_pool(num_pages, fp8=False)
+    for row in _flashinfer(q, bf16, indptr, order, last, context):
+        rows.append(row)
+        print(f"  rows {batch} context {context} {row['kernel']}: {row['us']:.1f} us, {row['tb_s']:.2f} TB/s "
+              f"(bf16 bytes)", flush=True)
+    del bf16
+    torch.cuda.empty_cache()
+    print(best_line(rows), flush=True)
+    return rows
+
+
+def best_line(rows: list[dict]) -> str:
+    """The best all-heads tile of one case against the default fp8 tile and the best flashinfer bf16."""
+    best = min((r for r in rows if r["kernel"].startswith("all-heads")), key=lambda r: r["us"])
+    default = next(r for r in rows if r["kernel"].startswith("triton fp8 default"))
+    line = (f"BEST all-heads rows {best['batch']} context {best['context']}: {best['kernel'][10:]}: "
+            f"{best['us']:.1f} us, {best['tb_s']:.2f} TB/s; default fp8 tile {default['us']:.1f} us "
+            f"({default['us'] / best['us']:.2f}x)")
+    flashinfer = [r for r in rows if r["kernel"].startswith("flashinfer bf16")]
+    if flashinfer:
+        fastest = min(flashinfer, key=lambda r: r["us"])
+        line += f"; {fastest['kernel']} {fastest['us']:.1f} us ({fastest['us'] / best['us']:.2f}x)"
+    return line + f"; the engine's rule would take splits {paged_splits(best['batch'], KV_HEADS, all_heads=True)}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--sweep", action="store_true", help="time the kernel's tile choices first")
-    parser.add_argument("--contexts", default="600,1100,1600",
-                        help="contexts of the kernel-against-flashinfer cases, comma-separated ('' for none)")
+    parser.add_argument("--all-heads", action="store_true",
+                        help="the all-heads variant's sweep against the default fp8 tile and flashinfer bf16 only")
+    parser.add_argument("--contexts", default=None,
+                        help="contexts of the kernel-against-flashinfer cases, comma-separated ('' for none; "
+                             "default 600,1100,1600, with --all-heads 600,1100)")
     args = parser.parse_args()
+    default_contexts = "600,1100" if args.all_heads else "600,1100,1600"
+    contexts = [int(c) for c in (default_contexts if args.contexts is None else args.contexts).split(",") if c]
+    if not torch.cuda.is_available():
+        sys.exit("gpu_fp8_decode.py: needs a CUDA device (none found)")
+    if args.all_heads:
+        start = time.perf_counter()
+        rows = [r for b in (BATCH, 64) for c in contexts for r in all_heads_case(b, c)]
+        print(f"gpu_fp8_decode.py --all-heads: {len(rows)} timings in {time.perf_counter() - start:.0f} s "
+              f"(compiles included)", file=sys.stderr, flush=True)
+        print("\n".join(["SUMMARY"] + [best_line([r for r in rows if (r["batch"], r["context"]) == key])
+                                        for key in dict.fromkeys((r["batch"], r["context"]) for r in rows)]))
+        if args.json:
+            json.dump(rows, open(args.json, "w"), indent=1)
+        return
     rows = [r for b in (BATCH, 64) for r in sweep(1100, b)] if args.sweep else []
-    for context in [int(c) for c in args.contexts.split(",") if c]:
+    for context in contexts:
         for row in case(context):
             print(f"{row['kernel']:<16} context {row['context']:>5}: {row['us']:8.1f} us per layer, "
                   f"{row['tb_s']:.2f} TB/s of KV", flush=True)

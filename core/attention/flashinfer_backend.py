@@ -45,6 +45,9 @@ from core.request import Batch
 from core.transfer import pinned, upload
 
 PAGED_TARGET_PROGRAMS = 512  # fp8 decode: split a request's tokens until about this many programs read
+# the all-heads variant's programs each read every KV head: about two per SM of an H200 (a guess until
+# scripts/gpu_fp8_decode.py --all-heads has timed 1, 2 and 4 splits at 64 rows)
+ALL_HEADS_TARGET_PROGRAMS = 256
 PAGED_MAX_SPLITS = 4
 
 WORKSPACE_BYTES = 128 << 20  # flashinfer's recommended float workspace for split-k partial results
@@ -64,10 +67,15 @@ def use_tensor_core_decode(num_heads: int, num_kv_heads: int) -> bool:
     return num_heads // num_kv_heads >= 4
 
 
-def paged_splits(batch_size: int, num_kv_heads: int) -> int:
-    """Programs per (request, KV head) for the fp8 decode: one at large batches (measured on an H200 at 256
-    rows: splitting only slowed it), a few for small ones, a power of two."""
-    splits = max(1, min(PAGED_MAX_SPLITS, PAGED_TARGET_PROGRAMS // (batch_size * num_kv_heads)))
+def paged_splits(batch_size: int, num_kv_heads: int, all_heads: bool = False) -> int:
+    """Programs per (request, KV head) for the fp8 decode, or per request for the all-heads variant: one at
+    large batches (measured on an H200 at 256 rows: splitting only slowed the per-head kernel), a few for small
+    ones, a power of two."""
+    if all_heads:
+        splits = ALL_HEADS_TARGET_PROGRAMS // batch_size
+    else:
+        splits = PAGED_TARGET_PROGRAMS // (batch_size * num_kv_heads)
+    splits = max(1, min(PAGED_MAX_SPLITS, splits))
     return 1 << (splits.bit_length() - 1)
 
 
@@ -181,7 +189,7 @@ class FlashInferBackend(AttentionBackend):
 
     def _paged_args(self, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
                     size: int) -> PagedDecodeArgs:
-        splits = paged_splits(size, self.num_kv_heads)
+        splits = paged_splits(size, self.num_kv_heads, TILES[True].all_heads)
         tile = replace(TILES[True], splits=splits)
         buffers = self._split_buffers
         if splits == 1 or buffers is None or len(buffers.counters) < size * self.num_kv_heads:
@@ -242,6 +250,7 @@ class FlashInferBackend(AttentionBackend):
         self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
         self._dummy_page = dummy_page
         if self.fp8:  # the paged kernel reads the fixed page lists as they are: no flashinfer wrappers
+            # (the buffers fit either variant of the kernel: SplitBuffers.make sizes for both)
             self._split_buffers = SplitBuffers.make(max_bs, self.num_heads, self.num_kv_heads, self.head_dim,
                                                     PAGED_MAX_SPLITS, self.device)
             return

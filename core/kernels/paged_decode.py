@@ -9,6 +9,15 @@ The page lists are flashinfer's CSR form (core/attention/paging.py).
 A request's cached tokens can be split over several programs (``DecodeTile.splits``): each writes a partial
 result and its log-sum-exp, and the last to finish merges them (a per-(request, KV head) counter that the
 merging program resets), so a batch of few rows still keeps every SM reading.
+
+On fp8 pages that per-head kernel is bound by work per cached token, not by bytes (measured on an H200 at 256
+rows: 2.2 TB/s against 4.1 for bf16 pages; ncu: the 2 real query rows of a group padded to the 16 rows a
+tensor-core product needs, so softmax and bookkeeping on 16 rows for 2, and 128-byte loads per head). Hence
+a second variant, ``DecodeTile.all_heads`` (core/kernels/paged_decode_rows_triton.py): one program per
+(request, split) loads whole token rows (a page's K for all heads is one contiguous block) and multiplies a
+query holding every head (block-diagonal over whole rows, or with ``head_dots`` a product per KV head with its
+query group on the product's narrow side), so the softmax runs on real rows only and the loads are few and
+large; its splits count on one counter per request.
 """
 
 from __future__ import annotations
@@ -26,7 +35,10 @@ from core.kvcache.pool import KVPool
 class DecodeTile:
     """How the kernel walks the cached tokens: tokens per loop iteration, warps and pipeline stages per
     program, programs per (request, KV head), whether fp8 pages are multiplied in float16, and a cap on
-    registers per thread (None: the compiler's choice), which sets how many programs an SM holds at once."""
+    registers per thread (None: the compiler's choice), which sets how many programs an SM holds at once.
+    ``all_heads`` picks the variant with one program per (request, split) over whole token rows (the module's
+    docstring says why); its ``splits`` are then programs per request, and ``head_dots`` batches its products
+    per KV head (3-D dots) instead of one block-diagonal product over whole rows."""
 
     tokens: int
     warps: int
@@ -34,27 +46,46 @@ class DecodeTile:
     splits: int = 1
     f16: bool = False
     max_registers: int | None = None
+    all_heads: bool = False
+    head_dots: bool = False
 
 
 # fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
 # 266.7 us per layer against 81.2 and 281.7 for (128, 4, 2); the register cap lets an SM hold more programs
 TILES = {False: DecodeTile(64, 4, 2), True: DecodeTile(64, 4, 2, f16=True, max_registers=128)}
+# the all-heads variant on fp8 pages, a page of tokens per iteration, products per KV head. Timed on an H200
+# against TILES[True] in one call (context 1100 unless said): 241.4 against 267.7 us per layer at 256 rows (1.11x),
+# 136.1 against 153.1 at 256 rows and context 600 (1.13x), 69.9 against 70.2 at 64 rows with 4 splits (what the
+# backend's rule picks there); (32, 8, 2) 0.95x and (16, 8, 2) 0.83x at 256 rows; the block-diagonal product
+# 0.80-0.88x. Not yet the default: the engine's fp8 run with it has not been timed (nor its batch-1 splits).
+# ``TILES[True] = ALL_HEADS_TILE`` makes the engine's fp8 decode run it, under CUDA graphs too.
+ALL_HEADS_TILE = DecodeTile(16, 4, 2, f16=True, all_heads=True, head_dots=True)
+
+
+def block_h(num_heads: int) -> int:
+    """The all-heads variant's query rows: every head, padded to a power of two of at least 16 (a tensor-core
+    product's rows)."""
+    return max(16, _pow2(num_heads))
 
 
 @dataclass
 class SplitBuffers:
     """Partial results of split programs, sized for up to ``rows`` requests of ``max_splits`` splits; the
-    counters are zero between launches (the merging program resets its own)."""
+    counters are zero between launches (the merging program resets its own). Either variant fits: the
+    per-head one takes kv_heads * block_g rows per (request, split) and a counter per (request, KV head), the
+    all-heads one block_h rows (head dots: a row per padded KV head and group slot) and a counter per request."""
 
-    part_o: torch.Tensor  # [rows * kv_heads * max_splits * block_g, head_dim] float32
-    part_lse: torch.Tensor  # [rows * kv_heads * max_splits * block_g] float32
+    part_o: torch.Tensor  # [rows * max_splits * rows_per_split, head_dim] float32
+    part_lse: torch.Tensor  # [rows * max_splits * rows_per_split] float32
     counters: torch.Tensor  # [rows * kv_heads] int32
     max_splits: int
 
     @classmethod
     def make(cls, rows: int, num_heads: int, num_kv_heads: int, head_dim: int, max_splits: int,
              device: torch.device) -> "SplitBuffers":
-        parts = rows * num_kv_heads * max_splits * block_g(num_heads, num_kv_heads)
+        group_slots = _pow2(num_kv_heads) * _pow2(num_heads // num_kv_heads)  # the all-heads head-dots rows
+        rows_per_split = max(num_kv_heads * block_g(num_heads, num_kv_heads), block_h(num_heads), group_slots)
+        parts = rows * max_splits * rows_per_split
         return cls(torch.empty(parts, head_dim, dtype=torch.float32, device=device),
                    torch.empty(parts, dtype=torch.float32, device=device),
                    torch.zeros(rows * num_kv_heads, dtype=torch.int32, device=device), max_splits)
@@ -77,7 +108,11 @@ class PagedDecodeArgs:
 
 
 @functools.cache
-def _kernel():
+def _kernel(all_heads: bool, head_dots: bool):
+    if all_heads:  # imports triton
+        from core.kernels.paged_decode_rows_triton import paged_decode_head_dots_kernel, paged_decode_rows_kernel
+
+        return paged_decode_head_dots_kernel if head_dots else paged_decode_rows_kernel
     from core.kernels.paged_decode_triton import paged_decode_kernel  # imports triton
 
     return paged_decode_kernel
@@ -89,7 +124,8 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     """q: [batch, heads, head_dim], one query per request; the pages of request i are
     ``kv_indices[kv_indptr[i]:kv_indptr[i + 1]]`` (int32, on the device), its last holding ``kv_last[i]``
     tokens. Returns [batch, heads, head_dim] in q's dtype. ``tile`` defaults to TILES' entry for the pool's
-    dtype; a tile of several splits takes ``split_buffers`` (made here when not given: not under a graph)."""
+    dtype (``tile.all_heads``: the variant of one program per request and split); a tile of several splits
+    takes ``split_buffers`` (made here when not given: not under a graph)."""
     tile = tile or TILES[pool.fp8]
     batch, num_heads, head_dim = q.shape
     k_cache, v_cache = pool.k[layer], pool.v[layer]
@@ -105,11 +141,26 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     else:
         parts = (out, out, kv_last)  # unused pointers
     f16 = tile.f16 and pool.fp8 and q.dtype != torch.float32
-    _kernel()[(batch, num_kv_heads, tile.splits)](
-        q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out, scale,
-        NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
-        GROUP=num_heads // num_kv_heads, BLOCK_G=block_g(num_heads, num_kv_heads), BLOCK_T=tile.tokens,
-        SPLITS=tile.splits, FP8=pool.fp8, F16=f16,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tile.warps, num_stages=tile.stages,
-        **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
+    common = dict(NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
+                  GROUP=num_heads // num_kv_heads, BLOCK_T=tile.tokens, SPLITS=tile.splits, FP8=pool.fp8, F16=f16,
+                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tile.warps,
+                  num_stages=tile.stages, **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
+    if tile.all_heads:
+        grid = (batch, tile.splits)  # a row of every KV head's values: head_dim a power of two, heads padded
+        block_kv = _pow2(num_kv_heads)
+        if tile.head_dots:
+            shape = dict(BLOCK_KV=block_kv, BLOCK_G=_pow2(num_heads // num_kv_heads))
+        else:
+            shape = dict(BLOCK_H=block_h(num_heads), BLOCK_ROW=head_dim * block_kv)
+    else:
+        grid = (batch, num_kv_heads, tile.splits)
+        shape = dict(BLOCK_G=block_g(num_heads, num_kv_heads))
+    kernel = _kernel(tile.all_heads, tile.head_dots)
+    kernel[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out,
+                 scale, **common, **shape)
     return out
+
+
+def _pow2(n: int) -> int:
+    """The smallest power of two at least ``n``."""
+    return 1 << (n - 1).bit_length()

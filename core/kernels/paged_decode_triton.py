@@ -6,7 +6,7 @@ A module of its own because it imports triton at the top; the rest of the engine
 import triton
 import triton.language as tl
 
-from core.kernels.split_merge_triton import finish_split
+from core.kernels.split_merge_triton import finish_split, softmax_step, split_range, token_slots
 
 
 @triton.jit
@@ -37,12 +37,7 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
     if F16:
         q = q.to(tl.float16)
 
-    first_page = tl.load(kv_indptr_ptr + b)
-    pages = tl.load(kv_indptr_ptr + b + 1) - first_page
-    length = (pages - 1) * PAGE_SIZE + tl.load(kv_last_ptr + b)
-    share = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_T) * BLOCK_T
-    lo = split * share
-    hi = tl.minimum(lo + share, length)
+    first_page, lo, hi = split_range(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE, BLOCK_T, SPLITS)
 
     m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
     denom = tl.zeros((BLOCK_G,), tl.float32)
@@ -50,8 +45,7 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
     for t0 in range(lo, hi, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         t_valid = t < hi
-        page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
-        slot = page * PAGE_SIZE + t % PAGE_SIZE
+        slot = token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE)
         kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
         k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)
         v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)
@@ -61,10 +55,7 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
             v_scale = tl.load(v_scale_ptr + slot * NUM_KV_HEADS + kv_head, mask=t_valid, other=0.0)
             scores = scores * k_scale[None, :]
         scores = tl.where(t_valid[None, :], scores * sm_scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=1))
-        p = tl.exp(scores - m_new[:, None])
-        alpha = tl.exp(m - m_new)
-        denom = denom * alpha + tl.sum(p, axis=1)
+        p, alpha, m_new, denom = softmax_step(scores, m, denom)
         if FP8:
             p = p * v_scale[None, :]
         acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v, input_precision=DOT_PRECISION)

@@ -1,6 +1,7 @@
 """The end of a decode-attention program whose request's cached tokens were split over several programs: a
-Triton helper shared by the small-batch decode (small_decode_triton.py) and the paged decode
-(paged_decode_triton.py).
+Triton helper shared by the small-batch decode (small_decode_triton.py) and the paged decode's two variants
+(paged_decode_triton.py, paged_decode_rows_triton.py); and the paged decode's split share, page walk and
+online-softmax step, which its two variants share.
 
 Each split stores its partial output and log-sum-exp and counts itself done on a per-(request, KV head)
 counter; the last one to arrive merges every split (weights from the log-sum-exps) and resets the counter, so
@@ -37,3 +38,34 @@ def finish_split(acc, m, denom, part_o_ptr, part_lse_ptr, counter, first, split,
         total = tl.sum(weights, axis=0)
         tl.store(out_ptrs, (merged / total[:, None]).to(out_ptrs.dtype.element_ty), mask=g_valid[:, None])
         tl.store(counter, 0)  # ready for the next layer
+
+
+@triton.jit
+def split_range(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr,
+                SPLITS: tl.constexpr):
+    """Request ``b``'s first page in the page list and this split's share of its cached tokens, [lo, hi), in
+    whole blocks of BLOCK_T."""
+    first_page = tl.load(kv_indptr_ptr + b)
+    pages = tl.load(kv_indptr_ptr + b + 1) - first_page
+    length = (pages - 1) * PAGE_SIZE + tl.load(kv_last_ptr + b)
+    share = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_T) * BLOCK_T
+    lo = split * share
+    return first_page, lo, tl.minimum(lo + share, length)
+
+
+@triton.jit
+def token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE: tl.constexpr):
+    """The pool slots (int64) of a request's tokens ``t``, through its page list."""
+    page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
+    return page * PAGE_SIZE + t % PAGE_SIZE
+
+
+@triton.jit
+def softmax_step(scores, m, denom):
+    """One tile's step of the online softmax: ``scores`` [rows, tokens] (masked ones -inf) against the running
+    maximum ``m`` and denominator ``denom`` [rows]; returns (p, the factor for what came before, the new
+    maximum, the new denominator)."""
+    m_new = tl.maximum(m, tl.max(scores, axis=1))
+    p = tl.exp(scores - m_new[:, None])
+    alpha = tl.exp(m - m_new)
+    return p, alpha, m_new, denom * alpha + tl.sum(p, axis=1)

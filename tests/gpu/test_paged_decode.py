@@ -1,18 +1,19 @@
-"""On CUDA: the Triton paged decode kernel (core/kernels/paged_decode.py) against float32 attention over the
-same pages, bf16 and fp8; and an fp8 engine's greedy tokens against the bf16 engine's. Skipped without CUDA."""
+"""On CUDA: the Triton paged decode kernel (core/kernels/paged_decode.py), both variants, against float32
+attention over the same pages, bf16 and fp8; and an fp8 engine's greedy tokens against the bf16 engine's.
+Skipped without CUDA."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from core.kernels.paged_decode import DecodeTile, paged_decode
+from core.kernels.paged_decode import ALL_HEADS_TILE, DecodeTile, paged_decode
 from core.kvcache.pool import KVPool
 
 pytestmark = pytest.mark.gpu
 
 
-def _reference(q, pool, layer, pages, lengths, scale):
+def float_attention(q, pool, layer, pages, lengths, scale):
     out = []
     for b, (own, length) in enumerate(zip(pages, lengths)):
         slots = (torch.tensor(own, device=q.device)[:, None] * pool.page_size
@@ -25,10 +26,13 @@ def _reference(q, pool, layer, pages, lengths, scale):
     return torch.stack(out)
 
 
-TILES = [None, DecodeTile(64, 4, 2, splits=2), DecodeTile(128, 4, 2, splits=4, f16=True)]
+TILES = [None, DecodeTile(64, 4, 2, splits=2), DecodeTile(128, 4, 2, splits=4, f16=True), ALL_HEADS_TILE,
+         DecodeTile(16, 8, 2, splits=4, f16=True, all_heads=True, head_dots=True),
+         DecodeTile(16, 8, 2, f16=True, all_heads=True), DecodeTile(32, 8, 2, splits=4, f16=True, all_heads=True)]
 
 
-@pytest.mark.parametrize("tile", TILES, ids=["default", "2 splits", "4 splits f16"])
+@pytest.mark.parametrize("tile", TILES, ids=["default", "2 splits", "4 splits f16", "all heads",
+                                             "all heads 4 splits", "block-diagonal", "block-diagonal 4 splits"])
 @pytest.mark.parametrize("fp8", [False, True])
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_paged_decode_matches_float_attention(fp8, page_size, tile):
@@ -53,7 +57,7 @@ def test_paged_decode_matches_float_attention(fp8, page_size, tile):
     last = torch.tensor([n - (c - 1) * page_size for n, c in zip(lengths, pages_needed)], dtype=torch.int32,
                         device=device)
     got = paged_decode(q, pool, 1, indptr, indices, last, dim ** -0.5, tile=tile).float()
-    want = _reference(q, pool, 1, pages, lengths, dim ** -0.5)
+    want = float_attention(q, pool, 1, pages, lengths, dim ** -0.5)
     assert (got - want).abs().max().item() < 2e-2
 
 
@@ -78,6 +82,27 @@ def test_fp8_engine_greedy_tokens_stay_near_the_bf16_engines():
         verdict = near_tie_compare(ref, llm, prompts, bf16, fp8)
         assert verdict.ok, (backend, verdict.details)
         llm.close()
+
+
+def test_fp8_engine_on_the_all_heads_tile_stays_near_the_default_tiles(monkeypatch):
+    """``TILES[True] = ALL_HEADS_TILE`` (the one entry that makes the fp8 decode take the all-heads variant)
+    gives an engine under CUDA graphs whose greedy tokens part from the default tile's only at near-ties."""
+    from core import LLM, SamplingParams
+    from core.kernels.paged_decode import TILES
+    from tests.gpu.compare import near_tie_compare
+
+    prompts = [list(range(10 + i, 200 + 3 * i)) for i in range(6)]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    kw = dict(max_running_req=8, max_seq_len=512, kv_cache_gb=1.0, page_size=16, kv_dtype="fp8")
+    default = LLM("random:small-qwen3", **kw)
+    want = [o["token_ids"] for o in default.generate(prompts, params)]
+    monkeypatch.setitem(TILES, True, ALL_HEADS_TILE)
+    all_heads = LLM("random:small-qwen3", **kw)
+    assert all_heads.engine.graph_runner is not None
+    got = [o["token_ids"] for o in all_heads.generate(prompts, params)]
+    verdict = near_tie_compare(default, all_heads, prompts, want, got)
+    assert verdict.ok, verdict.details
+    all_heads.close()
 
 
 def test_fp8_prefill_over_a_cached_prefix_matches_a_cold_one():

@@ -102,3 +102,12 @@ def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_fl
     assert fi_llm.engine.model.model.norm.kernels.name == "flashinfer"
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
+
+
+def test_fp8_decode_splits_count_programs_per_request_for_the_all_heads_variant():
+    """The per-head kernel runs a program per (request, KV head, split), the all-heads one per (request,
+    split): at 64 rows and 8 KV heads that is 512 programs unsplit against 64, which 4 splits bring to 256."""
+    from core.attention.flashinfer_backend import paged_splits
+
+    assert [paged_splits(rows, 8) for rows in (1, 16, 64, 256)] == [4, 4, 1, 1]
+    assert [paged_splits(rows, 8, all_heads=True) for rows in (1, 64, 128, 256)] == [4, 4, 2, 1]
