@@ -103,7 +103,8 @@ class Engine:
         kernels = self.plan.kernels
         self.packed_linears = pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0
         # precision fast on an AVX2 CPU: a single request's decode step as one C call (core/kernels/cpu_decode.py)
-        self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads())
+        self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
+                                            int8=self.plan.precision.int8_weights)
                            if self.plan.precision.c_decode else None)
         self.sampler = Sampler(self.device)
         if self.device.type == "cuda":

@@ -9,7 +9,8 @@
  *
  * A decoder linear's weight is float32, or int8 with a float32 scale per output row (--precision int8: a quarter
  * of the bytes to stream; each row's sum runs over the int8 values widened to float32 and is scaled once at the
- * end). The LM head is always float32.
+ * end). Under int8 the LM head is int8 the same way (an int8 copy of the tied embedding table: the row lookup
+ * keeps reading the float32 table).
  *
  * Layouts are the engine's own: a weight is [out, in] row-major (torch's Linear), the fused QKV projection's
  * rows are q then k then v, gate_up's are gate then up, the KV pool of a layer is [slots, kv_heads, head_dim],
@@ -47,7 +48,7 @@ typedef struct {
     int64_t len;              /* tokens attended over, the new one included (its slot is slots[len - 1]) */
     const float *embedding;   /* [vocab, hidden] */
     const float *final_norm;  /* [hidden] */
-    const float *lm_head;     /* [vocab, hidden] */
+    Weight lm_head;           /* [vocab, hidden], float32 or int8 */
     const float *rope;        /* [positions, head_dim]: cos then sin */
     float *logits;            /* [vocab] out */
     float *scratch;           /* scratch_floats(shape, max_len) floats, len <= max_len */
@@ -359,7 +360,7 @@ void decode_step(const Shape *s, const Layer *layers, const Step *st) {
             mlp_block(s, &layers[layer], &b);
         }
         rms_norm(b.x, st->final_norm, s->hidden, s->eps, b.h);
-        gemv_rows((Weight){st->lm_head, 0}, b.h, s->vocab, s->hidden, 0, st->logits);
+        gemv_rows(st->lm_head, b.h, s->vocab, s->hidden, 0, st->logits);
     }
 }
 

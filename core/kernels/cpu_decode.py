@@ -8,7 +8,8 @@ runs the small work between barriers of one parallel region (on a 2-thread AVX2 
 27 ms against 39 ms for oneDNN's packed path, for SmolLM2-135M's 538 MB).
 
 Under ``--precision int8`` the decoder's linears are the int8 weights and per-row scales that
-core/kernels/int8_weights.py made (a quarter of the bytes to stream); the LM head and the embedding stay float32.
+core/kernels/int8_weights.py made (a quarter of the bytes to stream), and the LM head is an int8 copy quantised
+the same way (with tied embeddings the float32 table stays for the row lookup of the input token).
 
 Its sums run in another order than torch's, so it is close to the torch path (logits within about 1e-5), not
 bit-identical: the engine uses it only under ``--precision fast`` or ``int8``, only for decode steps of one
@@ -61,8 +62,8 @@ class _Shape(ctypes.Structure):
 
 
 class _Step(ctypes.Structure):
-    _fields_ = [("token", _P), ("position", _P), ("slots", _P), ("len", ctypes.c_int64)] + \
-               [(name, _P) for name in ("embedding", "final_norm", "lm_head", "rope", "logits", "scratch")]
+    _fields_ = [("token", _P), ("position", _P), ("slots", _P), ("len", ctypes.c_int64), ("embedding", _P),
+                ("final_norm", _P), ("lm_head", _Weight)] + [(name, _P) for name in ("rope", "logits", "scratch")]
 
 
 def unsupported_reason(flags: frozenset[str], machine: str | None = None) -> str:
@@ -144,20 +145,21 @@ class CpuDecodeStep:
     """Callable on one request's decode inputs; returns the logits [1, vocab]. Holds the tensors it points at."""
 
     def __init__(self, shape: DecodeShape, layers: list[LayerWeights], embedding: torch.Tensor,
-                 final_norm: torch.Tensor, lm_head: torch.Tensor, rope_cos_sin: torch.Tensor, max_len: int,
-                 threads: int) -> None:
+                 final_norm: torch.Tensor, lm_head: torch.Tensor | Int8Weight, rope_cos_sin: torch.Tensor,
+                 max_len: int, threads: int) -> None:
         lib = load_library().library
         if lib is None:
             raise RuntimeError("the C decode step is not built")
         self._lib = lib
-        self._keep = (layers, embedding, final_norm, lm_head, rope_cos_sin)
+        self._keep = (layers, embedding, final_norm, rope_cos_sin)
+        self.lm_head = lm_head  # what the step multiplies the final hidden state by (an int8 copy under int8)
         self.shape = _Shape(shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.head_dim,
                             len(layers), shape.vocab, threads, shape.eps, shape.qk_eps, shape.head_dim ** -0.5)
         self.layers = (_Layer * len(layers))(*(_layer(w) for w in layers))
         self.max_len = max_len
         self.scratch = torch.empty(lib.scratch_floats(ctypes.byref(self.shape), max_len), dtype=torch.float32)
         self.vocab = shape.vocab
-        self.step = _Step(None, None, None, 0, _ptr(embedding), _ptr(final_norm), _ptr(lm_head),
+        self.step = _Step(None, None, None, 0, _ptr(embedding), _ptr(final_norm), _weight(lm_head),
                           _ptr(rope_cos_sin), None, _ptr(self.scratch))
 
     def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@ Every single-request decode step of a run is checked: the C step runs first, the
 batch, and their logits and the KV written for the new token must agree to float32 rounding. The runs use
 4-token pages and a second request that finishes early, so the long request's context spans many pages that
 are not contiguous in the pool (pages are handed out in turn while both decode). Under ``--precision int8`` the
-C step reads the same int8 weights and scales as the torch layers' int8 kernel, so the two agree as closely.
+C step reads the same int8 weights and scales as the torch layers' int8 kernel, and an int8 copy of the LM head
+(which the torch side then multiplies by too), so the two agree as closely.
 Skipped, with the reason, where the step cannot be built.
 """
 
@@ -63,7 +64,11 @@ def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], pre
         engine = llm.engine
         assert engine.cpu_decode is not None and "decode steps in C" in llm.precision_note
         assert engine.int8_linears > 0 if precision == "int8" else engine.int8_linears == 0
-        checked = engine.cpu_decode = Checked(engine.cpu_decode, engine)
+        step = engine.cpu_decode
+        if precision == "int8":  # the C step's LM head is an int8 copy: the torch side multiplies by the same one
+            assert isinstance(step.lm_head, Int8Weight)
+            engine.model.lm_head.forward = lambda hidden: int8_linear(hidden, step.lm_head)
+        checked = engine.cpu_decode = Checked(step, engine)
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
         llm.generate(prompts, params)
     return checked
@@ -104,6 +109,21 @@ def test_the_int8_gemv_is_the_dequantised_product(rows, cols):
     # the outputs are about sqrt(cols) in size: float32 sums over them are good to about 1e-5 of that
     torch.testing.assert_close(y.double(), exact, rtol=0, atol=1e-6 * cols ** 0.5 * 4)
     torch.testing.assert_close(y, int8_linear(x[None], weight)[0], rtol=0, atol=2e-4)
+
+
+def test_an_int8_lm_head_is_within_half_a_scale_per_weight_of_the_float64_logits():
+    gen = torch.Generator().manual_seed(5)
+    head = torch.randn(4099, 576, generator=gen) * torch.rand(4099, 1, generator=gen)  # rows of varied range
+    hidden, logits = torch.randn(576, generator=gen), torch.empty(4099)
+    q = Int8Weight.quantize(head)
+    cpu_decode.load_library().library.gemv_int8(q.values.data_ptr(), q.scales.data_ptr(), hidden.data_ptr(),
+                                                4099, 576, logits.data_ptr(), 2)
+    exact = head.double() @ hidden.double()
+    # each weight is within half its row's scale, so each logit within sum|h| * scale / 2 (float32 sums aside) ...
+    bound = hidden.double().abs().sum() * q.scales.double() / 2
+    assert bool(((logits.double() - exact).abs() <= bound + 1e-4).all())
+    # ... and rounding errors of both signs cancel: the typical one is far inside that bound
+    assert float((logits.double() - exact).abs().median() / bound.median()) < 0.05
 
 
 def test_a_random_shape_with_head_dim_128_matches_too():
