@@ -26,9 +26,10 @@ def _linear_weight(module: torch.nn.Module, int8: bool) -> torch.Tensor | Int8We
 
 
 def build_cpu_decode(model: CausalLM, cfg: ModelConfig, pool: KVPool, max_len: int, threads: int,
-                     int8: bool = False) -> CpuDecodeStep:
+                     int8: bool = False, int8_dots: bool = False) -> CpuDecodeStep:
     """The step over ``model``'s own weights and ``pool``'s buffers (nothing is copied but the int8 copies that
-    ``int8`` asks for); ``max_len``: the most tokens a request can hold (the page table's width)."""
+    ``int8`` asks for); ``max_len``: the most tokens a request can hold (the page table's width); ``int8_dots``:
+    integer dot products on int8 inputs (core/kernels/cpu_decode.c)."""
     layers = []
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
@@ -45,4 +46,5 @@ def build_cpu_decode(model: CausalLM, cfg: ModelConfig, pool: KVPool, max_len: i
                         eps=cfg.rms_norm_eps, qk_eps=cfg.rms_norm_eps)
     inner, head = model.model, model.lm_head.weight.detach()
     return CpuDecodeStep(shape, layers, inner.embed_tokens.weight.detach(), inner.norm.weight.detach(),
-                         Int8Weight.quantize(head) if int8 else head, inner.rope.cos_sin, max_len, threads)
+                         Int8Weight.quantize(head) if int8 else head, inner.rope.cos_sin, max_len, threads,
+                         int_dots=int8 and int8_dots)
