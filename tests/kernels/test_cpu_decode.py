@@ -5,9 +5,10 @@ batch, and their logits and the KV written for the new token must agree to float
 4-token pages and a second request that finishes early, so the long request's context spans many pages that
 are not contiguous in the pool (pages are handed out in turn while both decode). Under ``--precision int8`` the
 C step reads the same int8 weights and scales as the torch layers, and an int8 copy of the LM head, and quantises
-each product's input to int8 (by blocks of 32) for integer dot products; the torch side is made to compute the same (its int8
-linears and head replaced by that product in torch), so the two agree as closely.
-Skipped, with the reason, where the step cannot be built.
+each product's input to int8 (by blocks of 32) for integer dot products; the torch side is made to compute the
+same (its int8 linears and head replaced by that product in torch), so the two agree as closely, but for a step
+where an input value rounds to the other int8 level on one side. Skipped, with the reason, where the step cannot
+be built.
 """
 
 from __future__ import annotations
