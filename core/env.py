@@ -73,3 +73,9 @@ def cpu_decode_disabled() -> bool:
     """MINISGL_DISABLE_CPU_DECODE=1 keeps ``--precision fast`` single-request decode steps on torch instead of
     the C step (see core/kernels/cpu_decode.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_CPU_DECODE")
+
+
+def int8_dots_disabled() -> bool:
+    """MINISGL_DISABLE_INT8_DOTS=1 keeps the int8 C decode step's inputs in float32 (each int8 weight widened to
+    float32 for an FMA) instead of quantising them for integer dot products (for comparisons)."""
+    return _flag("MINISGL_DISABLE_INT8_DOTS")

@@ -10,8 +10,9 @@ copy bandwidth) is printed next to it. ``--profile`` adds a torch.profiler table
 weight once in a loop (30 layers' four projections and the LM head, on the path the plan chose, and on plain
 ``torch.mm``, and through the C decode step's GEMV): what streaming the weights costs here, the floor a
 decode step could reach. ``--precision fast`` runs the fast engine (on an AVX2 CPU: decode steps in C);
-``--precision int8`` the int8 weight-only one (on an AVX2 CPU: decode steps in C on the int8 weights), whose floor
-counts the int8 values and scales it reads instead of float32 weights (``--stream`` is for float32 only).
+``--precision int8`` the int8 one (on an AVX2 CPU: decode steps in C on int8 copies of the linears and the LM head,
+with integer dot products), whose floor counts the int8 values and scales it reads (``--stream`` is for float32
+only).
 """
 
 from __future__ import annotations
@@ -119,8 +120,14 @@ def stream_c_ms(llm: LLM, repeats: int = 7) -> float | None:
 
 
 def weight_bytes(llm: LLM) -> int:
-    """Bytes of the weights a decode step reads: the parameters (a quantised linear's float32 one is freed),
-    plus the int8 values and scales of the quantised linears."""
+    """Bytes of the weights a decode step reads: under int8 in C, the step's int8 values and scales (decoder
+    linears and LM head; the norms are a few KB); else the parameters (a quantised linear's float32 one is
+    freed), plus the int8 values and scales of the quantised linears."""
+    step = llm.engine.cpu_decode
+    if step is not None and isinstance(step.lm_head, Int8Weight):
+        weights = [step.lm_head] + [getattr(layer, name) for layer in step.layers_kept
+                                    for name in ("qkv", "o_proj", "gate_up", "down")]
+        return sum(t.numel() * t.element_size() for w in weights for t in (w.values, w.scales))
     total = sum(p.numel() * p.element_size() for p in llm.engine.model.parameters())
     for module in llm.engine.model.modules():
         if isinstance(getattr(module, "packed", None), Int8Weight):

@@ -102,8 +102,11 @@ class Engine:
         # float32 on a CPU: weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
         kernels = self.plan.kernels
         self.packed_linears = pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0
-        # precision fast on an AVX2 CPU: a single request's decode step as one C call (core/kernels/cpu_decode.py)
-        self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads())
+        # precision fast or int8 on an AVX2 CPU: a single request's decode step as one C call
+        # (core/kernels/cpu_decode.py), under int8 on int8 weights (the torch layers' own, or copies)
+        self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
+                                            int8=self.plan.precision.c_int8,
+                                            int8_dots=self.plan.precision.int8_dots)
                            if self.plan.precision.c_decode else None)
         self.sampler = Sampler(self.device)
         if self.device.type == "cuda":

@@ -41,21 +41,25 @@ class EnginePlan:
 
 @dataclass(frozen=True)
 class PrecisionChoice:
-    """What ``precision`` came to on this machine: the model's dtype, whether the decoder's linears are int8,
-    whether a single request's decode steps run the C step (core/kernels/cpu_decode.py), and, for 'fast', one
-    line saying what was picked and why (empty for 'exact')."""
+    """What ``precision`` came to on this machine: the model's dtype, whether the torch layers' decoder linears
+    are int8, whether a single request's decode steps run the C step (core/kernels/cpu_decode.py), whether that
+    step reads int8 copies of the linears and the LM head and with integer dot products, and one line saying
+    what was picked and why (empty for 'exact')."""
 
     dtype: torch.dtype
     int8_weights: bool = False
     note: str = ""
     c_decode: bool = False
+    c_int8: bool = False  # the C step on int8 weights: the torch layers' own, else int8 copies beside float32
+    int8_dots: bool = False  # the int8 C step quantises each product's input for integer dot products
 
     @property
     def words(self) -> str:
         """How the engine's description names it (bf16 shows in the dtype it names already)."""
         words = ["int8 weight-only linears"] if self.int8_weights else []
         if self.c_decode:
-            words.append("single-request decode steps in C")
+            on_int8 = " on int8 weights" if self.c_int8 and not self.int8_weights else ""
+            words.append(f"single-request decode steps in C{on_int8}")
         return ", ".join(words)
 
 
@@ -64,9 +68,11 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     """'exact' keeps ``dtype``. 'fast' on a CPU running float32: bf16 where AMX or AVX512-BF16 make it fast
     (only when no dtype was given), else int8 weight-only where torch's int8 kernel is vectorised (AVX-512),
     else float32 with a single request's decode steps in C where the CPU has AVX2 and FMA and the C builds
-    (core/kernels/cpu_decode.py), else float32 as it is; the note names what the CPU lacks. 'int8' asks for
-    int8 weight-only linears anyway (a CPU in float32 only), with a single request's decode steps in C on the int8
-    weights where the C step runs. ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
+    (core/kernels/cpu_decode.py), else float32 as it is; the note names what the CPU lacks. 'int8' (a CPU in float32
+    only) runs a single request's decode steps in C on int8 weights where the C step runs; prefill and batches
+    run torch's int8 kernel where it is vectorised (AVX-512), else the float32 weights, kept beside the C step's
+    int8 copies (torch's kernel there runs a batch at a fifth of float32's speed). ``features`` defaults to this
+    machine's (core/kernels/cpu_features.py)."""
     if config.precision == "exact":
         return PrecisionChoice(dtype)
     cpu_float32 = device.type == "cpu" and dtype == torch.float32
@@ -74,11 +80,7 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
         if not cpu_float32:
             raise InvalidParamsError("precision 'int8' runs float32 activations on a CPU; use it with --device cpu "
                                      "and no --dtype (or --dtype float32)")
-        why_not_c = c_decode_unavailable(config, features or cpu_features())
-        c_words = f"not in C: {why_not_c}" if why_not_c else "in C (AVX2 and FMA)"
-        return PrecisionChoice(dtype, int8_weights=True, c_decode=not why_not_c,
-                               note=f"precision int8: decoder linears as int8 weights with a scale per row, "
-                                    f"activations and KV cache in float32; one request's decode steps {c_words}")
+        return int8_choice(config, dtype, features or cpu_features())
     if not cpu_float32:
         name = str(dtype).removeprefix("torch.")
         return PrecisionChoice(dtype, note=f"precision fast: {name} on {device.type} as it is; the reduced-precision "
@@ -105,6 +107,26 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
                                     f"{no_int8}")
     return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: {missing}, {no_int8}, and "
                                        f"{why_not_c}; --precision int8 forces int8")
+
+
+def int8_choice(config: EngineConfig, dtype: torch.dtype, features: CpuFeatures) -> PrecisionChoice:
+    """'int8' on a CPU running float32: where the C step runs and torch's int8 kernel is not vectorised, the torch
+    layers stay float32 (packed) for prefill and batches and only the C step reads int8; else the torch layers'
+    linears are int8 and the C step, where it runs, reads the same int8 weights."""
+    why_not_c = c_decode_unavailable(config, features)
+    dots = not why_not_c and not env.int8_dots_disabled()
+    inputs = "int8 inputs (integer dot products)" if dots else "float32 inputs"
+    if not why_not_c and not features.int8_kernel_vectorised:
+        return PrecisionChoice(dtype, c_decode=True, c_int8=True, int8_dots=dots,
+                               note=f"precision int8: one request's decode steps in C (AVX2 and FMA) on int8 "
+                                    f"weights with a scale per row (decoder linears and LM head) and {inputs}; "
+                                    f"prefill and batches of more requests on the float32 weights, kept beside "
+                                    f"them (torch's int8 weight-only kernel is vectorised only for AVX-512, torch "
+                                    f"reports {features.capability})")
+    c_words = f"not in C: {why_not_c}" if why_not_c else f"in C (AVX2 and FMA) on them and {inputs}"
+    return PrecisionChoice(dtype, int8_weights=True, c_decode=not why_not_c, c_int8=not why_not_c, int8_dots=dots,
+                           note=f"precision int8: decoder linears as int8 weights with a scale per row, "
+                                f"activations and KV cache in float32; one request's decode steps {c_words}")
 
 
 def c_decode_unavailable(config: EngineConfig, features: CpuFeatures) -> str:

@@ -9,7 +9,10 @@
  *
  * A decoder linear's weight is float32, or int8 with a float32 scale per output row (--precision int8: a quarter
  * of the bytes to stream; each row's sum runs over the int8 values widened to float32 and is scaled once at the
- * end). The LM head is always float32.
+ * end), or with integer dot products (the Shape's int_dots): each product's input quantised to int8 with a
+ * float32 scale per block of 32 values, int8 x int8 products summed exactly in int32 per block, scaled by the
+ * block's scale, and the row's sum scaled once at the end. Under int8 the LM head is int8 the same way (an int8
+ * copy of the tied embedding table: the row lookup keeps reading the float32 table).
  *
  * Layouts are the engine's own: a weight is [out, in] row-major (torch's Linear), the fused QKV projection's
  * rows are q then k then v, gate_up's are gate then up, the KV pool of a layer is [slots, kv_heads, head_dim],
@@ -37,6 +40,7 @@ typedef struct {
 
 typedef struct {
     int32_t hidden, intermediate, heads, kv_heads, head_dim, layers, vocab, threads;
+    int32_t int_dots; /* int8 weights: quantise each product's input to int8, integer dot products */
     float eps, qk_eps, scale;
 } Shape;
 
@@ -47,7 +51,7 @@ typedef struct {
     int64_t len;              /* tokens attended over, the new one included (its slot is slots[len - 1]) */
     const float *embedding;   /* [vocab, hidden] */
     const float *final_norm;  /* [hidden] */
-    const float *lm_head;     /* [vocab, hidden] */
+    Weight lm_head;           /* [vocab, hidden], float32 or int8 */
     const float *rope;        /* [positions, head_dim]: cos then sin */
     float *logits;            /* [vocab] out */
     float *scratch;           /* scratch_floats(shape, max_len) floats, len <= max_len */
@@ -114,22 +118,117 @@ static inline void dot4_int8(const int8_t *w, int64_t stride, const float *x, in
     }
 }
 
-/* Rows [row, row + 4) of either weight type against x, scaled where the weight is int8. */
-static inline void rows4(Weight w, int64_t row, const float *x, int n, float out[4]) {
+#define QBLOCK 32 /* integer dot products: a product's input is quantised in blocks of 32, a scale for each */
+
+/* A product's input: float32, and under integer dot products also its int8 copy with a float32 scale per block
+ * of QBLOCK values (x ~ q * scales[k / QBLOCK]); q is NULL where the products run on float32 inputs. */
+typedef struct {
+    const float *x;
+    const int8_t *q;
+    const float *scales;
+} Input;
+
+static inline float hmax(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+/* Block by block: q = round(x / scale) with scale = max|x| / 127 over the block (symmetric); so each value is
+ * within half its block's scale, and an outlier costs only its own block's precision. */
+void quantize_input(const float *x, int n, int8_t *q, float *scales) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    /* packs interleave the 128-bit lanes; this puts the 4-value groups back in order */
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    int k = 0;
+    for (; k + QBLOCK <= n; k += QBLOCK) {
+        __m256 v0 = _mm256_loadu_ps(x + k), v1 = _mm256_loadu_ps(x + k + 8);
+        __m256 v2 = _mm256_loadu_ps(x + k + 16), v3 = _mm256_loadu_ps(x + k + 24);
+        __m256 top = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                   _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        float amax = hmax(top);
+        scales[k / QBLOCK] = amax / 127.0f;
+        __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(v0, inv)), b = _mm256_cvtps_epi32(_mm256_mul_ps(v1, inv));
+        __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(v2, inv)), d = _mm256_cvtps_epi32(_mm256_mul_ps(v3, inv));
+        __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+        _mm256_storeu_si256((__m256i *)(q + k), _mm256_permutevar8x32_epi32(packed, order));
+    }
+    if (k < n) { /* a last, shorter block */
+        float amax = 0.0f;
+        for (int j = k; j < n; j++) amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        scales[k / QBLOCK] = amax / 127.0f;
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int j = k; j < n; j++) q[j] = (int8_t)nearbyintf(x[j] * inv);
+    }
+}
+
+/* 32 products of int8 row values and int8 inputs, summed in pairs into 16 int16 and those in pairs into 8 int32.
+ * maddubs multiplies unsigned by signed bytes: |x| against w with x's sign moved onto it. Each int16 is two
+ * products of at most 127 * 127, 32,258 < 32,767: no saturation (quantize_input never makes -128). */
+static inline __m256i dot32_q8(__m256i abs_x, __m256i x, const int8_t *w) {
+    __m256i w_signed = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)w), x);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_x, w_signed), _mm256_set1_epi16(1));
+}
+
+/* Four int8 rows against the int8 input: each block's int32 sums (exact) times the block's scale, added up in
+ * float32; the caller applies the rows' scales. */
+static inline void dot4_q8(const int8_t *w, int64_t stride, Input in, int n, float out[4]) {
+    const int8_t *r0 = w, *r1 = w + stride, *r2 = w + 2 * stride, *r3 = w + 3 * stride, *x = in.q;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int k = 0;
+    for (; k + QBLOCK <= n; k += QBLOCK) {
+        __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k)), ax = _mm256_abs_epi8(xv);
+        __m256 scale = _mm256_set1_ps(in.scales[k / QBLOCK]);
+        a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32_q8(ax, xv, r0 + k)), scale, a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32_q8(ax, xv, r1 + k)), scale, a1);
+        a2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32_q8(ax, xv, r2 + k)), scale, a2);
+        a3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot32_q8(ax, xv, r3 + k)), scale, a3);
+    }
+    out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
+    if (k < n) {
+        int32_t t[4] = {0, 0, 0, 0};
+        for (int j = k; j < n; j++) {
+            t[0] += r0[j] * x[j]; t[1] += r1[j] * x[j]; t[2] += r2[j] * x[j]; t[3] += r3[j] * x[j];
+        }
+        for (int i = 0; i < 4; i++) out[i] += (float)t[i] * in.scales[k / QBLOCK];
+    }
+}
+
+/* One int8 row against the int8 input, block by block (the rows left over from the blocks of four). */
+static inline float row1_q8(const int8_t *r, Input in, int n) {
+    float sum = 0.0f;
+    for (int k = 0; k < n; k += QBLOCK) {
+        int32_t t = 0;
+        for (int j = k; j < n && j < k + QBLOCK; j++) t += r[j] * in.q[j];
+        sum += (float)t * in.scales[k / QBLOCK];
+    }
+    return sum;
+}
+
+/* Rows [row, row + 4) of either weight type against the input, scaled where the weight is int8; integer dot
+ * products where both the weight and the input are int8. */
+static inline void rows4(Weight w, int64_t row, Input in, int n, float out[4]) {
     if (!w.scales) {
-        dot4((const float *)w.values + row * n, n, x, n, out);
+        dot4((const float *)w.values + row * n, n, in.x, n, out);
         return;
     }
-    dot4_int8((const int8_t *)w.values + row * n, n, x, n, out);
+    if (in.q) {
+        dot4_q8((const int8_t *)w.values + row * n, n, in, n, out);
+        for (int i = 0; i < 4; i++) out[i] *= w.scales[row + i];
+        return;
+    }
+    dot4_int8((const int8_t *)w.values + row * n, n, in.x, n, out);
     for (int i = 0; i < 4; i++) out[i] *= w.scales[row + i];
 }
 
-/* One row of either weight type against x (the rows left over from the blocks of four). */
-static inline float row1(Weight w, int64_t row, const float *x, int n) {
-    if (!w.scales) return dot((const float *)w.values + row * n, x, n);
+/* One row of either weight type against the input (the rows left over from the blocks of four). */
+static inline float row1(Weight w, int64_t row, Input in, int n) {
+    if (!w.scales) return dot((const float *)w.values + row * n, in.x, n);
     const int8_t *r = (const int8_t *)w.values + row * n;
+    if (in.q) return row1_q8(r, in, n) * w.scales[row];
     float sum = 0.0f;
-    for (int k = 0; k < n; k++) sum += r[k] * x[k];
+    for (int k = 0; k < n; k++) sum += r[k] * in.x[k];
     return sum * w.scales[row];
 }
 
@@ -149,7 +248,7 @@ static inline void share(int64_t rows, int64_t *begin, int64_t *end) {
 }
 
 /* y[r] = W[r] . x (+ add[r]) for this thread's rows; add may alias y (the residual stream). */
-static void gemv_rows(Weight w, const float *x, int64_t rows, int n, const float *add, float *y) {
+static void gemv_rows(Weight w, Input x, int64_t rows, int n, const float *add, float *y) {
     int64_t begin, end;
     share(rows, &begin, &end);
     int64_t r = begin;
@@ -162,7 +261,7 @@ static void gemv_rows(Weight w, const float *x, int64_t rows, int n, const float
 }
 
 /* act[i] = silu(gate[i]) * up[i] with gate and up computed here: row i of the gate block and of the up block. */
-static void gate_up_rows(Weight w, const float *x, int64_t inter, int n, float *act) {
+static void gate_up_rows(Weight w, Input x, int64_t inter, int n, float *act) {
     int64_t begin, end;
     share(inter, &begin, &end);
     float g[4], u[4];
@@ -270,9 +369,19 @@ typedef struct {
     float *h;      /* this thread's [hidden] normed input of a projection */
     float *q;      /* this thread's [heads, dim] rotated queries */
     float *attn;   /* this thread's [heads, dim] attention output */
+    float *q_scales; /* this thread's int8 copy of a product's input: its blocks' scales */
+    int8_t *q8;      /* and its int8 values (integer dot products) */
 } Buffers;
 
-static int64_t own_floats(const Shape *s) { return s->hidden + 2 * (int64_t)s->heads * s->head_dim; }
+static int64_t widest_input(const Shape *s) {
+    int64_t q_size = (int64_t)s->heads * s->head_dim, n = s->intermediate > s->hidden ? s->intermediate : s->hidden;
+    return q_size > n ? q_size : n;
+}
+
+static int64_t own_floats(const Shape *s) {
+    int64_t n = widest_input(s);
+    return s->hidden + 2 * (int64_t)s->heads * s->head_dim + (n + QBLOCK - 1) / QBLOCK + (n + 3) / 4;
+}
 
 int64_t scratch_floats(const Shape *s, int64_t max_len) {
     int64_t qkv = (int64_t)(s->heads + 2 * s->kv_heads) * s->head_dim;
@@ -290,7 +399,21 @@ static Buffers buffers(const Shape *s, const Step *st, int thread) {
     b.h = b.parts + (int64_t)s->threads * s->heads * (s->head_dim + 2) + thread * own_floats(s);
     b.q = b.h + s->hidden;
     b.attn = b.q + s->heads * s->head_dim;
+    b.q_scales = b.attn + s->heads * s->head_dim;
+    b.q8 = (int8_t *)(b.q_scales + (widest_input(s) + QBLOCK - 1) / QBLOCK);
     return b;
+}
+
+/* A product's input: under integer dot products also quantised into this thread's int8 buffer (each thread
+ * quantises for itself, a few microseconds, rather than waiting at a barrier). */
+static Input input(const Shape *s, const float *x, int n, const Buffers *b) {
+    Input in = {x, 0, 0};
+    if (s->int_dots) {
+        quantize_input(x, n, b->q8, b->q_scales);
+        in.q = b->q8;
+        in.scales = b->q_scales;
+    }
+    return in;
 }
 
 /* QK-norm (if the model has it) and RoPE of one head's vector, in place. */
@@ -307,7 +430,7 @@ static void attention_block(const Shape *s, const Layer *L, const Step *st, cons
                             int nthreads) {
     int dim = s->head_dim, q_size = s->heads * dim, kv_size = s->kv_heads * dim;
     rms_norm(b->x, L->input_norm, s->hidden, s->eps, b->h);
-    gemv_rows(L->qkv, b->h, q_size + 2 * kv_size, s->hidden, L->qkv_bias, b->qkv);
+    gemv_rows(L->qkv, input(s, b->h, s->hidden, b), q_size + 2 * kv_size, s->hidden, L->qkv_bias, b->qkv);
 #pragma omp barrier
     const float *cos_sin = st->rope + *st->position * dim;
     for (int i = 0; i < q_size; i++) b->q[i] = b->qkv[i];
@@ -329,16 +452,16 @@ static void attention_block(const Shape *s, const Layer *L, const Step *st, cons
                 b->parts + (int64_t)thread * s->heads * (dim + 2));
 #pragma omp barrier
     merge_parts(s, b->parts, nthreads, b->attn);
-    gemv_rows(L->o_proj, b->attn, s->hidden, q_size, b->x, b->x);
+    gemv_rows(L->o_proj, input(s, b->attn, q_size, b), s->hidden, q_size, b->x, b->x);
 #pragma omp barrier
 }
 
 /* The MLP block: norm, gate/up with SiLU, down + residual; two barriers. */
 static void mlp_block(const Shape *s, const Layer *L, const Buffers *b) {
     rms_norm(b->x, L->post_norm, s->hidden, s->eps, b->h);
-    gate_up_rows(L->gate_up, b->h, s->intermediate, s->hidden, b->act);
+    gate_up_rows(L->gate_up, input(s, b->h, s->hidden, b), s->intermediate, s->hidden, b->act);
 #pragma omp barrier
-    gemv_rows(L->down, b->act, s->hidden, s->intermediate, b->x, b->x);
+    gemv_rows(L->down, input(s, b->act, s->intermediate, b), s->hidden, s->intermediate, b->x, b->x);
 #pragma omp barrier
 }
 
@@ -359,19 +482,29 @@ void decode_step(const Shape *s, const Layer *layers, const Step *st) {
             mlp_block(s, &layers[layer], &b);
         }
         rms_norm(b.x, st->final_norm, s->hidden, s->eps, b.h);
-        gemv_rows((Weight){st->lm_head, 0}, b.h, s->vocab, s->hidden, 0, st->logits);
+        gemv_rows(st->lm_head, input(s, b.h, s->hidden, &b), s->vocab, s->hidden, 0, st->logits);
     }
 }
 
 /* y = W x over rows [0, rows), for measuring the product alone against torch's. */
 void gemv(const float *w, const float *x, int64_t rows, int n, float *y, int threads) {
 #pragma omp parallel num_threads(threads)
-    gemv_rows((Weight){w, 0}, x, rows, n, 0, y);
+    gemv_rows((Weight){w, 0}, (Input){x, 0, 0}, rows, n, 0, y);
 }
 
 /* y = (values * scales[:, None]) x over rows [0, rows), the int8 product alone (its test and its timing). */
 void gemv_int8(const int8_t *values, const float *scales, const float *x, int64_t rows, int n, float *y,
                int threads) {
 #pragma omp parallel num_threads(threads)
-    gemv_rows((Weight){values, scales}, x, rows, n, 0, y);
+    gemv_rows((Weight){values, scales}, (Input){x, 0, 0}, rows, n, 0, y);
+}
+
+/* The same product with integer dot products: x quantised once into q [n] and q_scales [ceil(n / 32)] (for the
+ * test to read). */
+void gemv_int8_dots(const int8_t *values, const float *scales, const float *x, int64_t rows, int n, float *y,
+                    int threads, int8_t *q, float *q_scales) {
+    quantize_input(x, n, q, q_scales);
+    Input in = {x, q, q_scales};
+#pragma omp parallel num_threads(threads)
+    gemv_rows((Weight){values, scales}, in, rows, n, 0, y);
 }

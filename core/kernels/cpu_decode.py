@@ -7,8 +7,12 @@ thousands of small ops between them cost as much again; the C step streams the w
 runs the small work between barriers of one parallel region (on a 2-thread AVX2 EPYC: the products alone
 27 ms against 39 ms for oneDNN's packed path, for SmolLM2-135M's 538 MB).
 
-Under ``--precision int8`` the decoder's linears are the int8 weights and per-row scales that
-core/kernels/int8_weights.py made (a quarter of the bytes to stream); the LM head and the embedding stay float32.
+Under ``--precision int8`` the decoder's linears are int8 weights with per-row scales made by
+core/kernels/int8_weights.py (the torch layers' own, or copies beside their float32 weights where torch's int8
+kernel is slow), a quarter of the bytes to stream, and the LM head is an int8 copy quantised the same way (with
+tied embeddings the float32 table stays for the row lookup of the input token). Each product's input is then
+quantised to int8 too (a scale per block of ``QBLOCK`` values), for integer dot products (AVX2's maddubs and
+madd).
 
 Its sums run in another order than torch's, so it is close to the torch path (logits within about 1e-5), not
 bit-identical: the engine uses it only under ``--precision fast`` or ``int8``, only for decode steps of one
@@ -37,6 +41,7 @@ SOURCE = Path(__file__).with_name("cpu_decode.c")
 # -mavx2 -mfma rather than -march=native: a cached object must run on any AVX2 machine sharing the cache
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-std=c11")
 NEEDED_FLAGS = {"avx2": "AVX2", "fma": "FMA"}
+QBLOCK = 32  # integer dot products: the inputs' values per scale (cpu_decode.c's QBLOCK)
 
 _P = ctypes.c_void_p
 
@@ -56,13 +61,13 @@ class _Layer(ctypes.Structure):
 
 class _Shape(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int32) for name in ("hidden", "intermediate", "heads", "kv_heads", "head_dim",
-                                                    "layers", "vocab", "threads")] + \
+                                                    "layers", "vocab", "threads", "int_dots")] + \
                [(name, ctypes.c_float) for name in ("eps", "qk_eps", "scale")]
 
 
 class _Step(ctypes.Structure):
-    _fields_ = [("token", _P), ("position", _P), ("slots", _P), ("len", ctypes.c_int64)] + \
-               [(name, _P) for name in ("embedding", "final_norm", "lm_head", "rope", "logits", "scratch")]
+    _fields_ = [("token", _P), ("position", _P), ("slots", _P), ("len", ctypes.c_int64), ("embedding", _P),
+                ("final_norm", _P), ("lm_head", _Weight)] + [(name, _P) for name in ("rope", "logits", "scratch")]
 
 
 def unsupported_reason(flags: frozenset[str], machine: str | None = None) -> str:
@@ -88,6 +93,8 @@ def load_library() -> BuildResult:
         lib.gemv.restype = None
         lib.gemv_int8.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int]
         lib.gemv_int8.restype = None
+        lib.gemv_int8_dots.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int, _P, _P]
+        lib.gemv_int8_dots.restype = None
     return built
 
 
@@ -144,20 +151,23 @@ class CpuDecodeStep:
     """Callable on one request's decode inputs; returns the logits [1, vocab]. Holds the tensors it points at."""
 
     def __init__(self, shape: DecodeShape, layers: list[LayerWeights], embedding: torch.Tensor,
-                 final_norm: torch.Tensor, lm_head: torch.Tensor, rope_cos_sin: torch.Tensor, max_len: int,
-                 threads: int) -> None:
+                 final_norm: torch.Tensor, lm_head: torch.Tensor | Int8Weight, rope_cos_sin: torch.Tensor,
+                 max_len: int, threads: int, int_dots: bool = False) -> None:
         lib = load_library().library
         if lib is None:
             raise RuntimeError("the C decode step is not built")
         self._lib = lib
-        self._keep = (layers, embedding, final_norm, lm_head, rope_cos_sin)
+        self.layers_kept = layers  # the tensors the records point at (int8 copies among them) stay alive here
+        self._keep = (embedding, final_norm, rope_cos_sin)
+        self.lm_head = lm_head  # what the step multiplies the final hidden state by (an int8 copy under int8)
         self.shape = _Shape(shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.head_dim,
-                            len(layers), shape.vocab, threads, shape.eps, shape.qk_eps, shape.head_dim ** -0.5)
+                            len(layers), shape.vocab, threads, int(int_dots), shape.eps, shape.qk_eps,
+                            shape.head_dim ** -0.5)
         self.layers = (_Layer * len(layers))(*(_layer(w) for w in layers))
         self.max_len = max_len
         self.scratch = torch.empty(lib.scratch_floats(ctypes.byref(self.shape), max_len), dtype=torch.float32)
         self.vocab = shape.vocab
-        self.step = _Step(None, None, None, 0, _ptr(embedding), _ptr(final_norm), _ptr(lm_head),
+        self.step = _Step(None, None, None, 0, _ptr(embedding), _ptr(final_norm), _weight(lm_head),
                           _ptr(rope_cos_sin), None, _ptr(self.scratch))
 
     def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:

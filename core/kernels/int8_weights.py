@@ -10,7 +10,8 @@ torch's ``_weight_int8pack_mm`` multiplies with the int8 weight directly; larger
 not by reading the weights, and there the weight is widened to float32 for one sgemm.
 
 A single request's decode steps can read the same int8 values and scales in C instead (core/kernels/cpu_decode.c,
-on an AVX2 CPU), where torch's int8 kernel is slower than float32.
+on an AVX2 CPU). Where torch's int8 kernel is slower than float32 (AVX2 only), ``--precision int8`` leaves the
+torch layers float32 and gives the C step int8 copies made with ``Int8Weight.quantize`` (core/engine/plan.py).
 
 The quantised weight takes the layer's ``packed`` slot (see core/kernels/onednn_packed.py) and the float32
 weight is freed; ``Int8Kernels`` (core/kernels/dispatch.py) routes a linear whose slot holds one here.
