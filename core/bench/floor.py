@@ -81,12 +81,16 @@ class ModelCosts:
     attn_flops_per_pair: float  # QK^T and PV for one query-key pair over every layer
 
     @classmethod
-    def of(cls, cfg: ModelConfig, weight_elem_bytes: float, kv_bytes_per_token: float, tp: int = 1) -> "ModelCosts":
-        """Per device: with ``tp`` ranks each holds and reads 1/tp of the weights and of the KV cache."""
+    def of(cls, cfg: ModelConfig, weight_elem_bytes: float, kv_bytes_per_token: float, tp: int = 1,
+           head_elem_bytes: float | None = None) -> "ModelCosts":
+        """Per device: with ``tp`` ranks each holds and reads 1/tp of the weights and of the KV cache.
+        ``head_elem_bytes``: the LM head's bytes per weight where they differ from the body's (int8 linears on
+        torch keep a float32 head)."""
         lm_head = cfg.vocab_size * cfg.hidden_size
-        params = body_params(cfg) + lm_head
-        return cls(params * weight_elem_bytes / tp, kv_bytes_per_token / tp, 2 * params / tp,
-                   4 * cfg.num_layers * cfg.num_heads * cfg.head_dim / tp)
+        body = body_params(cfg)
+        head_bytes = weight_elem_bytes if head_elem_bytes is None else head_elem_bytes
+        return cls((body * weight_elem_bytes + lm_head * head_bytes) / tp, kv_bytes_per_token / tp,
+                   2 * (body + lm_head) / tp, 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim / tp)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from core.bench.report import BenchReport, Latency, ProgressFn, RunResult, no_pr
 from core.bench.workload import BenchRequest, Workload, make_workload, workload_spec
 from core.errors import InvalidParamsError
 from core.llm import LLM
+from core.model_config import ModelConfig
 from core.models.loader import read_model_config
 from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
 
@@ -109,14 +110,25 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     say("measuring the device's copy bandwidth and matmul rate")
     ceilings = measure_ceilings(llm.device, llm.engine.dtype)
     costs = ModelCosts.of(cfg, llm.engine.dtype.itemsize, llm.engine.kv_bytes_per_token, options.tp)
+    batch1_costs = _batch1_costs(llm, cfg, costs, options.tp)
     return BenchReport(
         workload=spec.name, model=model_name, device=_describe(llm.device), requests=len(workload.requests),
         prompt_tokens=workload.prompt_tokens, results=results, latency=latency,
         matmul_gflops=ceilings.matmul_gflops, model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped,
         batch1_ms_per_token=batch1_ms, copy_gbps=ceilings.copy_gbps,
         floor=workload_floor(costs, workload.requests, ceilings),
-        batch1_floor_ms=batch1_floor_ms(costs, batch1, ceilings), precision=options.precision,
+        batch1_floor_ms=batch1_floor_ms(batch1_costs, batch1, ceilings), precision=options.precision,
         precision_note=llm.precision_note, exact_batch1_ms_per_token=exact_batch1_ms)
+
+
+def _batch1_costs(llm: LLM, cfg: ModelConfig, costs: ModelCosts, tp: int) -> ModelCosts:
+    """What one request's decode step reads: under int8 that is int8 weights even where batches keep float32
+    ones (the C step reads int8 copies, its LM head too; torch's int8 layers keep a float32 head)."""
+    precision = llm.engine.plan.precision
+    if not (precision.c_int8 or precision.int8_weights):
+        return costs
+    head_bytes = 1 if precision.c_int8 else llm.engine.dtype.itemsize
+    return ModelCosts.of(cfg, 1, llm.engine.kv_bytes_per_token, tp, head_elem_bytes=head_bytes)
 
 
 def _time_engine(llm: LLM, workload: Workload, batch1: BenchRequest, progress: ProgressFn,

@@ -327,3 +327,32 @@ def test_the_nanovllm_workload_is_the_one_nano_vllm_publishes():
     assert [r.prompt_ids for r in workload.requests] == prompts
     assert [r.max_tokens for r in workload.requests] == budgets
     assert workload.output_tokens == 133_966
+
+
+def test_batch1_floor_counts_the_int8_bytes_the_decode_step_reads():
+    """Under int8 one request's decode step reads int8 weights (the C step's copies, its LM head too; torch's
+    int8 layers keep a float32 head), even where prefill and batches keep float32 ones."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from core.bench.floor import ModelCosts
+    from core.bench.flops import body_params
+    from core.bench.runner import _batch1_costs
+    from core.engine.plan import PrecisionChoice
+    from core.models.loader import read_model_config
+    from core.models.weights import resolve_model_dir
+
+    cfg = read_model_config(resolve_model_dir("random:small-qwen3"))
+    head = cfg.vocab_size * cfg.hidden_size
+    float32 = ModelCosts.of(cfg, 4, 10.0)
+    assert float32.weight_bytes == 4 * (body_params(cfg) + head)
+
+    def llm(**precision):
+        engine = SimpleNamespace(plan=SimpleNamespace(precision=PrecisionChoice(torch.float32, **precision)),
+                                 kv_bytes_per_token=10.0, dtype=torch.float32)
+        return SimpleNamespace(engine=engine)
+
+    assert _batch1_costs(llm(), cfg, float32, 1) is float32
+    assert _batch1_costs(llm(c_decode=True, c_int8=True), cfg, float32, 1).weight_bytes == body_params(cfg) + head
+    assert _batch1_costs(llm(int8_weights=True), cfg, float32, 1).weight_bytes == body_params(cfg) + 4 * head
