@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -95,6 +95,8 @@ def load_library() -> BuildResult:
         lib.gemv_int8.restype = None
         lib.gemv_int8_dots.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int, _P, _P]
         lib.gemv_int8_dots.restype = None
+        lib.tile_int8.argtypes = [_P, ctypes.c_int64, ctypes.c_int, _P]
+        lib.tile_int8.restype = None
     return built
 
 
@@ -142,6 +144,17 @@ def _weight(w: torch.Tensor | Int8Weight) -> _Weight:
     return _Weight(_ptr(w), None)
 
 
+def tiled(lib: ctypes.CDLL, w: torch.Tensor | Int8Weight) -> torch.Tensor | Int8Weight:
+    """An int8 weight's values in the tiled layout the integer dot products read (cpu_decode.c's tile_int8: rows
+    interleaved by blocks, eight rows at a time, so a pass over them is one stream); a float32 weight as it is."""
+    if not isinstance(w, Int8Weight):
+        return w
+    rows, cols = w.values.shape
+    out = torch.empty_like(w.values)
+    lib.tile_int8(_ptr(w.values, torch.int8), rows, cols, out.data_ptr())
+    return Int8Weight(out, w.scales)
+
+
 def _layer(w: LayerWeights) -> _Layer:
     return _Layer(**{name: (_weight(getattr(w, name)) if name in LINEARS else _ptr(getattr(w, name)))
                      for name, _ in _Layer._fields_})
@@ -157,9 +170,12 @@ class CpuDecodeStep:
         if lib is None:
             raise RuntimeError("the C decode step is not built")
         self._lib = lib
+        if int_dots:  # the step reads its int8 weights tiled (a copy: the row-major ones are dropped unless shared)
+            layers = [replace(w, **{name: tiled(lib, getattr(w, name)) for name in LINEARS}) for w in layers]
         self.layers_kept = layers  # the tensors the records point at (int8 copies among them) stay alive here
         self._keep = (embedding, final_norm, rope_cos_sin)
         self.lm_head = lm_head  # what the step multiplies the final hidden state by (an int8 copy under int8)
+        self._head = tiled(lib, lm_head) if int_dots else lm_head  # the same, as the step reads it
         self.shape = _Shape(shape.hidden, shape.intermediate, shape.heads, shape.kv_heads, shape.head_dim,
                             len(layers), shape.vocab, threads, int(int_dots), shape.eps, shape.qk_eps,
                             shape.head_dim ** -0.5)
@@ -167,7 +183,7 @@ class CpuDecodeStep:
         self.max_len = max_len
         self.scratch = torch.empty(lib.scratch_floats(ctypes.byref(self.shape), max_len), dtype=torch.float32)
         self.vocab = shape.vocab
-        self.step = _Step(None, None, None, 0, _ptr(embedding), _ptr(final_norm), _weight(lm_head),
+        self.step = _Step(None, None, None, 0, _ptr(embedding), _ptr(final_norm), _weight(self._head),
                           _ptr(rope_cos_sin), None, _ptr(self.scratch))
 
     def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
