@@ -180,7 +180,7 @@ static inline __m256i dot32_q8(__m256i abs_x, __m256i x, const int8_t *w) {
  * then the tiled rows' last n % QBLOCK values ([tiles * TILE][tail]), then the rows left over from the tiles,
  * row-major ([rows % TILE][n]); the same bytes as the row-major weight. */
 #define TILE 8
-#define PREFETCH_AHEAD 1024 /* bytes ahead on a tile's stream (four blocks of the tile) */
+#define PREFETCH_AHEAD 2048 /* bytes ahead on a tile's stream (eight blocks of the tile) */
 
 typedef struct {
     int64_t tiles, blocks, tail;
