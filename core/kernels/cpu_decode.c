@@ -11,8 +11,9 @@
  * of the bytes to stream; each row's sum runs over the int8 values widened to float32 and is scaled once at the
  * end), or with integer dot products (the Shape's int_dots): each product's input quantised to int8 with a
  * float32 scale per block of 32 values, int8 x int8 products summed exactly in int32 per block, scaled by the
- * block's scale, and the row's sum scaled once at the end. Under int8 the LM head is int8 the same way (an int8
- * copy of the tied embedding table: the row lookup keeps reading the float32 table).
+ * block's scale, and the row's sum scaled once at the end; those int8 weights are tiled (tile_int8: eight rows
+ * interleaved block by block, one stream per pass). Under int8 the LM head is int8 the same way (an int8 copy of
+ * the tied embedding table: the row lookup keeps reading the float32 table).
  *
  * Layouts are the engine's own: a weight is [out, in] row-major (torch's Linear), the fused QKV projection's
  * rows are q then k then v, gate_up's are gate then up, the KV pool of a layer is [slots, kv_heads, head_dim],
@@ -27,7 +28,8 @@
 #include <omp.h>
 #endif
 
-/* A linear's weight: float32 [out, in] when scales is NULL, else int8 [out, in] with scales [out]. */
+/* A linear's weight: float32 [out, in] when scales is NULL, else int8 [out, in] with scales [out] (under integer
+ * dot products in tile_int8's layout). */
 typedef struct {
     const void *values;
     const float *scales;

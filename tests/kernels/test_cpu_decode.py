@@ -14,7 +14,7 @@ be built.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 import torch
@@ -25,6 +25,7 @@ from core.kernels import c_build, cpu_decode, dispatch
 from core.kernels.cpu_decode import QBLOCK
 from core.kernels.cpu_features import cpu_features
 from core.kernels.int8_weights import Int8Weight, int8_linear
+from core.models import random_spec
 from core.request import SamplingParams
 from tests.support.models import FAMILIES
 
@@ -149,6 +150,16 @@ def test_the_int8_c_step_on_a_random_shape_with_head_dim_128(monkeypatch):
     assert len(checked.lengths) == 5 and checked.rounded_apart <= 1
 
 
+def test_the_int8_c_step_on_shapes_that_leave_rows_and_values_outside_the_tiles(monkeypatch):
+    # every width a multiple of neither the tile's 8 rows nor the 32-value blocks: the tiles' tails, rows left
+    # over after the tiles (vocab 301, hidden 72), and gate/up rows whose tiles do not line up (intermediate 100)
+    tiny = random_spec.SPECS["tiny-qwen3"]
+    odd = replace(tiny.config, vocab_size=301, hidden_size=72, intermediate_size=100)
+    monkeypatch.setitem(random_spec.SPECS, "odd-qwen3", replace(tiny, name="odd-qwen3", config=odd))
+    checked = run_checked("random:odd-qwen3", [list(range(1, 30))], [12], precision="int8", monkeypatch=monkeypatch)
+    assert len(checked.lengths) == 11 and checked.rounded_apart <= 2
+
+
 @pytest.mark.parametrize("rows, cols", [(1536, 576), (576, 1536), (7, 13), (45, 64)])  # blocks of 4 and leftovers
 def test_the_int8_gemv_is_the_dequantised_product(rows, cols):
     gen = torch.Generator().manual_seed(rows)
@@ -162,7 +173,8 @@ def test_the_int8_gemv_is_the_dequantised_product(rows, cols):
     torch.testing.assert_close(y, int8_linear(x[None], weight)[0], rtol=0, atol=2e-4)
 
 
-@pytest.mark.parametrize("rows, cols", [(1536, 576), (576, 1536), (7, 13), (45, 64), (9, 100)])
+# tiles of 8 rows with and without tails and rows left over
+@pytest.mark.parametrize("rows, cols", [(1536, 576), (576, 1536), (7, 13), (45, 64), (9, 100), (24, 72)])
 def test_the_integer_dot_products_are_the_product_of_the_quantised_operands(rows, cols):
     gen = torch.Generator().manual_seed(rows)
     weight = Int8Weight.quantize(torch.randn(rows, cols, generator=gen))
