@@ -182,7 +182,9 @@ static inline __m256i dot32_q8(__m256i abs_x, __m256i x, const int8_t *w) {
  * then the tiled rows' last n % QBLOCK values ([tiles * TILE][tail]), then the rows left over from the tiles,
  * row-major ([rows % TILE][n]); the same bytes as the row-major weight. */
 #define TILE 8
-#define PREFETCH_AHEAD 2048 /* bytes ahead on a tile's stream (eight blocks of the tile) */
+/* Bytes ahead on a tile's stream (eight blocks of the tile), fetched non-temporal: a weight is read once a step,
+ * so it need not push the activations and the KV rows out of the caches. */
+#define PREFETCH_AHEAD 2048
 
 typedef struct {
     int64_t tiles, blocks, tail;
@@ -221,7 +223,7 @@ static inline void tile_q8(const Tiling *t, int64_t tile, Input in, float out[TI
     for (int i = 0; i < TILE; i++) acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < t->blocks; b++, w += TILE * QBLOCK) {
         for (int line = 0; line < TILE * QBLOCK; line += 64)
-            _mm_prefetch((const char *)(w + PREFETCH_AHEAD + line), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + PREFETCH_AHEAD + line), _MM_HINT_NTA);
         __m256i xv = _mm256_loadu_si256((const __m256i *)(x + b * QBLOCK)), ax = _mm256_abs_epi8(xv);
         __m256 scale = _mm256_set1_ps(in.scales[b]);
         for (int i = 0; i < TILE; i++)
