@@ -56,10 +56,10 @@ def main() -> int:
         outs[kv] = [r["token_ids"] for r in llm.generate(prompts, params)]
         print(f"{kv} KV: {sum(map(len, outs[kv])):,} tokens in {time.perf_counter() - start:.1f} s", flush=True)
     verdict = near_tie_compare(engines["auto"], engines["fp8"], prompts, outs["auto"], outs["fp8"])
-    firsts = [p for p in (first_difference(a, b) for a, b in zip(outs["auto"], outs["fp8"])) if p is not None]
+    differences = [first_difference(a, b) for a, b in zip(outs["auto"], outs["fp8"])]
+    firsts = [p for p in differences if p is not None]
     tokens = sum(map(len, outs["auto"]))
-    agreeing = sum(len(a) if p is None else p
-                   for a, p in zip(outs["auto"], (first_difference(a, b) for a, b in zip(outs["auto"], outs["fp8"]))))
+    agreeing = sum(len(a) if p is None else p for a, p in zip(outs["auto"], differences))
     summary = {"requests": len(prompts), "exact": verdict.exact, "near_tie": verdict.near_tie,
                "mismatch": verdict.mismatch, "tokens": tokens, "tokens_before_first_difference": agreeing,
                "first_difference_median": statistics.median(firsts) if firsts else None,

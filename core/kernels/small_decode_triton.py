@@ -9,7 +9,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from core.kernels.fused_qkv_triton import norm_rope
-from core.kernels.split_merge_triton import finish_split
+from core.kernels.split_merge_triton import finish_split, token_slots
 
 
 @triton.jit
@@ -19,8 +19,7 @@ def cached_tile(k_cache_ptr, v_cache_ptr, kv_indices_ptr, first_page, t0, hi, kv
     once t0 >= hi)."""
     t = t0 + tl.arange(0, BLOCK_T)
     t_valid = t < hi
-    page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
-    slot = page * PAGE_SIZE + t % PAGE_SIZE
+    slot = token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE)
     kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
     k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
     v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
