@@ -7,8 +7,7 @@ CACHE_TYPES = ("naive", "radix")
 KV_DTYPES = ("auto", "fp8")  # 'auto': the model's dtype
 ATTENTION_BACKENDS = ("torch", "flashinfer")
 # 'exact': the model's dtype (float32 on a CPU, token-exact); 'fast': reduced-precision weights where this
-# machine has the instructions that make them pay (decided in core/engine/plan.py); 'int8': int8 weight-only
-# linears on a CPU whatever the machine
+# machine runs them faster (decided in core/engine/plan.py); 'int8': int8 weights on a CPU whatever the machine
 PRECISIONS = ("exact", "fast", "int8")
 # the names a dtype may be given by; core/config.py maps them to torch dtypes
 DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")

@@ -54,10 +54,10 @@ KvDtype = Annotated[Literal[KV_DTYPES], typer.Option(
          "bytes of bf16; attention computes in float32 on the torch backend).")]
 Precision = Annotated[Literal[PRECISIONS], typer.Option(
     "--precision", rich_help_panel=_ENGINE,
-    help="'exact' (float32 on a CPU, token-exact against transformers); 'fast' picks reduced-precision weights "
-         "this CPU runs faster (bf16 with AMX or AVX512-BF16, else int8 weight-only where torch's int8 kernel is "
-         "vectorised; else, with AVX2 and FMA and a C compiler, float32 with one request's decode steps as one C call, "
-         "not bit-identical) or says why it keeps float32; 'int8' forces int8 weight-only linears on a CPU.")]
+    help="'exact' (float32 on a CPU, token-exact against transformers; with AVX2, FMA and a C compiler one "
+         "request's decode steps run as one C call); 'fast' picks reduced-precision weights this CPU runs faster "
+         "(int8 weights for that C call with prefill and batches on float32, else bf16 with AMX) or says why it "
+         "keeps float32; 'int8' forces int8 weights on a CPU.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 

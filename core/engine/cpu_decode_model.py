@@ -1,9 +1,9 @@
 """The engine's model and KV pool mapped onto the C decode step's records (core/kernels/cpu_decode.py).
 
 It lives with the engine because it reads the decoder's module names; the kernel itself knows only tensors.
-With ``int8`` the step reads int8 weights (core/kernels/int8_weights.py): a linear already quantised for the
-torch layers hands over its int8 weight, any other gets an int8 copy of its float32 one, and so does the LM head
-(whose float32 weight, the embedding table when they are tied, stays for the input token's row lookup).
+With ``int8`` the step reads int8 copies of the float32 weights (core/kernels/int8_weights.py), the LM head's
+too (whose float32 weight, the embedding table when they are tied, stays for the input token's row lookup);
+the torch layers keep their float32 weights for prefill and batches.
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ from core.models.decoder import CausalLM
 
 
 def _linear_weight(module: torch.nn.Module, int8: bool) -> torch.Tensor | Int8Weight:
-    """The int8 weight in the layer's ``packed`` slot where it was quantised; with ``int8`` an int8 copy of the
-    float32 weight otherwise; else the float32 weight."""
-    if isinstance(getattr(module, "packed", None), Int8Weight):
-        return module.packed
+    """With ``int8`` an int8 copy of the layer's float32 weight, else that weight."""
     return Int8Weight.quantize(module.weight) if int8 else module.weight.detach()
 
 

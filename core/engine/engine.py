@@ -97,13 +97,13 @@ class Engine:
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
         self.attn_backend = self._make_backend()
         install_kernels(self.model, kernels_for(self.plan.kernels))
-        # precision int8 (or fast, where it pays): the decoder's linears quantised once (core/kernels/int8_weights.py)
+        # precision int8 where the C step does not run: the decoder's linears quantised once (core/kernels/int8_weights.py)
         self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
         # float32 on a CPU: weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
         kernels = self.plan.kernels
         self.packed_linears = pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0
-        # precision fast or int8 on an AVX2 CPU: a single request's decode step as one C call
-        # (core/kernels/cpu_decode.py), under int8 on int8 weights (the torch layers' own, or copies)
+        # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
+        # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
                                             int8=self.plan.precision.c_int8,
                                             int8_dots=self.plan.precision.int8_dots)

@@ -9,7 +9,7 @@ plan and the layers' path read the same record, they cannot disagree, and no for
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -65,17 +65,23 @@ class PrecisionChoice:
 
 def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dtype,
                      features: CpuFeatures | None = None) -> PrecisionChoice:
-    """'exact' keeps ``dtype``. 'fast' on a CPU running float32: bf16 where AMX or AVX512-BF16 make it fast
-    (only when no dtype was given), else int8 weight-only where torch's int8 kernel is vectorised (AVX-512),
-    else float32 with a single request's decode steps in C where the CPU has AVX2 and FMA and the C builds
-    (core/kernels/cpu_decode.py), else float32 as it is; the note names what the CPU lacks. 'int8' (a CPU in float32
-    only) runs a single request's decode steps in C on int8 weights where the C step runs; prefill and batches
-    run torch's int8 kernel where it is vectorised (AVX-512), else the float32 weights, kept beside the C step's
-    int8 copies (torch's kernel there runs a batch at a fifth of float32's speed). ``features`` defaults to this
-    machine's (core/kernels/cpu_features.py)."""
-    if config.precision == "exact":
-        return PrecisionChoice(dtype)
+    """'exact' keeps ``dtype``; on a CPU running float32 a single request's decode steps run the C step on the
+    same float32 weights where it runs (core/kernels/cpu_decode.py: its sums run in another order than torch's,
+    as oneDNN's do against transformers', and it is what batch 1 feels: 1.7x torch's speed on a 2-vCPU Zen 4).
+    'fast' on a CPU running float32: where the C step runs, what 'int8' picks there (int8 C step, float32 for
+    prefill and batches), the fastest at batch 1 and in throughput on both CPUs measured (AVX2 Zen 1 and
+    AVX-512 Zen 4); else bf16 where AMX has the instructions for it (only when no dtype was given); else float32
+    as it is, and the note names what the CPU lacks. bf16 with AVX512-BF16 alone is not picked: on the Zen 4 it
+    ran at 0.83x float32's throughput and 0.92x its batch-1 speed. 'int8' (a CPU in float32 only) runs a single
+    request's decode steps in C on int8 copies of the weights where the C step runs, with prefill and batches on
+    the float32 weights kept beside them (torch's int8 weight-only kernel ran batches at a fifth of float32's
+    speed on the AVX2 CPU and an eighth on the AVX-512 one); where it does not, the torch layers' linears are
+    int8. ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
     cpu_float32 = device.type == "cpu" and dtype == torch.float32
+    if config.precision == "exact":
+        if not cpu_float32:
+            return PrecisionChoice(dtype)
+        return PrecisionChoice(dtype, c_decode=not c_decode_unavailable(config, features or cpu_features()))
     if config.precision == "int8":
         if not cpu_float32:
             raise InvalidParamsError("precision 'int8' runs float32 activations on a CPU; use it with --device cpu "
@@ -86,47 +92,41 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
         return PrecisionChoice(dtype, note=f"precision fast: {name} on {device.type} as it is; the reduced-precision "
                                            f"weights are chosen for a CPU running float32")
     features = features or cpu_features()
-    if features.bf16_instructions and config.dtype is None:
-        return PrecisionChoice(torch.bfloat16, note=f"precision fast: bf16 weights, activations and KV "
-                                                    f"cache ({' and '.join(features.bf16_instructions)} on this CPU)")
-    if features.bf16_instructions:  # bf16 would pay here, but a dtype was asked for
-        missing = f"--dtype {config.dtype} was asked for"
-    else:
-        missing = f"this CPU lacks {' and '.join(features.missing_bf16_instructions)} for bf16"
-    if features.int8_kernel_vectorised:
-        return PrecisionChoice(dtype, int8_weights=True,
-                               note=f"precision fast: int8 weight-only linears ({missing}; torch's int8 kernel "
-                                    f"is vectorised here, {features.capability})")
-    no_int8 = (f"torch's int8 weight-only kernel is vectorised only for AVX-512 (torch reports "
-               f"{features.capability})")
     why_not_c = c_decode_unavailable(config, features)
     if not why_not_c:
-        return PrecisionChoice(dtype, c_decode=True,
-                               note=f"precision fast: float32 with one request's decode steps in C (AVX2 and "
-                                    f"FMA; prefill and batches of more requests stay on torch); {missing}, and "
-                                    f"{no_int8}")
-    return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: {missing}, {no_int8}, and "
-                                       f"{why_not_c}; --precision int8 forces int8")
+        return replace(int8_choice(config, dtype, features), note="precision fast: " + int8_words(True))
+    if features.amx_bf16 and config.dtype is None:
+        return PrecisionChoice(torch.bfloat16, note="precision fast: bf16 weights, activations and KV cache "
+                                                    "(AMX-BF16 on this CPU)")
+    bf16 = (f"--dtype {config.dtype} was asked for" if features.amx_bf16 else
+            "this CPU lacks AMX-BF16 for bf16" + (" (AVX512-BF16 alone measured slower than float32)"
+                                                  if "avx512_bf16" in features.flags else ""))
+    return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: the int8 decode step does not run in C "
+                                       f"({why_not_c}), {bf16}, and torch's int8 weight-only kernel is slower "
+                                       f"than float32; --precision int8 forces int8")
+
+
+def int8_words(dots: bool) -> str:
+    """What the int8 C step runs on, for the notes of 'int8' and 'fast'."""
+    inputs = "int8 inputs (integer dot products)" if dots else "float32 inputs"
+    return (f"one request's decode steps in C (AVX2 and FMA) on int8 weights "
+            f"with a scale per row (decoder linears and LM head) and {inputs}; prefill and batches of more "
+            f"requests on the float32 weights, kept beside them (torch's int8 weight-only kernel is slower than "
+            f"float32 for batches)")
 
 
 def int8_choice(config: EngineConfig, dtype: torch.dtype, features: CpuFeatures) -> PrecisionChoice:
-    """'int8' on a CPU running float32: where the C step runs and torch's int8 kernel is not vectorised, the torch
-    layers stay float32 (packed) for prefill and batches and only the C step reads int8; else the torch layers'
-    linears are int8 and the C step, where it runs, reads the same int8 weights."""
+    """'int8' on a CPU running float32: where the C step runs, it reads int8 copies of the linears and the torch
+    layers stay float32 (packed) for prefill and batches; else the torch layers' linears are int8."""
     why_not_c = c_decode_unavailable(config, features)
-    dots = not why_not_c and not env.int8_dots_disabled()
-    inputs = "int8 inputs (integer dot products)" if dots else "float32 inputs"
-    if not why_not_c and not features.int8_kernel_vectorised:
+    if not why_not_c:
+        dots = not env.int8_dots_disabled()
         return PrecisionChoice(dtype, c_decode=True, c_int8=True, int8_dots=dots,
-                               note=f"precision int8: one request's decode steps in C (AVX2 and FMA) on int8 "
-                                    f"weights with a scale per row (decoder linears and LM head) and {inputs}; "
-                                    f"prefill and batches of more requests on the float32 weights, kept beside "
-                                    f"them (torch's int8 weight-only kernel is vectorised only for AVX-512, torch "
-                                    f"reports {features.capability})")
-    c_words = f"not in C: {why_not_c}" if why_not_c else f"in C (AVX2 and FMA) on them and {inputs}"
-    return PrecisionChoice(dtype, int8_weights=True, c_decode=not why_not_c, c_int8=not why_not_c, int8_dots=dots,
-                           note=f"precision int8: decoder linears as int8 weights with a scale per row, "
-                                f"activations and KV cache in float32; one request's decode steps {c_words}")
+                               note="precision int8: " + int8_words(dots))
+    return PrecisionChoice(dtype, int8_weights=True,
+                           note=f"precision int8: decoder linears as int8 weights with a scale per row on torch, "
+                                f"activations and KV cache in float32; one request's decode steps not in C: "
+                                f"{why_not_c}")
 
 
 def c_decode_unavailable(config: EngineConfig, features: CpuFeatures) -> str:

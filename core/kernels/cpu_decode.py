@@ -1,5 +1,5 @@
-"""A single request's decode step on a CPU as one C call (core/kernels/cpu_decode.c), for ``--precision fast``
-(float32 weights) and ``--precision int8`` (int8 decoder linears).
+"""A single request's decode step on a CPU as one C call (core/kernels/cpu_decode.c): on float32 weights under
+``--precision exact`` (the default), on int8 copies under ``int8`` and ``fast``.
 
 At one row a decode step reads every weight once and does little else, so its floor is the weights' bytes over
 the memory's bandwidth. Through torch, one-row products reach about two thirds of that bandwidth and the
@@ -7,19 +7,18 @@ thousands of small ops between them cost as much again; the C step streams the w
 runs the small work between barriers of one parallel region (on a 2-thread AVX2 EPYC: the products alone
 27 ms against 39 ms for oneDNN's packed path, for SmolLM2-135M's 538 MB).
 
-Under ``--precision int8`` the decoder's linears are int8 weights with per-row scales made by
-core/kernels/int8_weights.py (the torch layers' own, or copies beside their float32 weights where torch's int8
-kernel is slow), a quarter of the bytes to stream, and the LM head is an int8 copy quantised the same way (with
+Under ``--precision int8`` (and ``fast``) the decoder's linears are int8 copies with per-row scales made by
+core/kernels/int8_weights.py, beside the torch layers' float32 weights (torch's int8 kernel is slow for batches),
+a quarter of the bytes to stream, and the LM head is an int8 copy quantised the same way (with
 tied embeddings the float32 table stays for the row lookup of the input token). Each product's input is then
 quantised to int8 too (a scale per block of ``QBLOCK`` values), for integer dot products (AVX2's maddubs and
 madd), and the step keeps its int8 weights tiled (``tiled``: eight rows interleaved by blocks, so each pass
 streams one contiguous run of bytes; 1.7x the speed of the row-major products on a 2-thread Zen 1). The tiled
-copies replace the row-major ones where those are the step's own (an AVX2 CPU); where the torch layers share
-them (AVX-512) they are a second copy, and the LM head's row-major int8 copy is kept for what the step computes
-(``lm_head``).
+copies replace the row-major ones, except the LM head's, kept for what the step computes (``lm_head``).
 
-Its sums run in another order than torch's, so it is close to the torch path (logits within about 1e-5), not
-bit-identical: the engine uses it only under ``--precision fast`` or ``int8``, only for decode steps of one
+Its sums run in another order than torch's, so on float32 weights it is close to the torch path (logits within
+about 1e-5), not bit-identical, as oneDNN's packed products are not bit-identical to transformers' own; the tokens
+are checked against transformers like the torch path's. The engine uses it only for decode steps of one
 request, only for float32 on an x86-64 CPU with AVX2 and FMA, on one rank, with a float32 KV pool. Everything
 else (prefill, batches of more rows) stays on torch, and its KV writes land in the same pool, so the two paths
 interleave.
@@ -174,7 +173,7 @@ class CpuDecodeStep:
         if lib is None:
             raise RuntimeError("the C decode step is not built")
         self._lib = lib
-        if int_dots:  # the step reads its int8 weights tiled (a copy: the row-major ones are dropped unless shared)
+        if int_dots:  # the step reads its int8 weights tiled (the row-major copies are dropped)
             layers = [replace(w, **{name: tiled(lib, getattr(w, name)) for name in LINEARS}) for w in layers]
         self.layers_kept = layers  # the tensors the records point at (int8 copies among them) stay alive here
         self._keep = (embedding, final_norm, rope_cos_sin)

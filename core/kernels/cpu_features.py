@@ -1,9 +1,8 @@
 """What this CPU can run fast, read once: torch's own vector-capability query and the kernel's CPU flags.
 
-The fast precision (core/engine/plan.py) needs two facts. bf16 matmuls are fast only with AMX or AVX512-BF16
-(without them oneDNN emulates bf16 and is slower than float32). torch's int8 weight-only kernel
-(``_weight_int8pack_mm``) is vectorised for AVX-512 builds; on an AVX2-only CPU it measured 3-10x slower than
-the packed float32 path. Both facts are read here and nowhere else.
+The fast precision (core/engine/plan.py) reads them: bf16 matmuls pay only with AMX (on a Zen 4 with
+AVX512-BF16 alone, bf16 ran slower than float32), and the C decode step needs AVX2 and FMA
+(core/kernels/cpu_decode.py). They are read here and nowhere else.
 """
 
 from __future__ import annotations
@@ -14,8 +13,6 @@ from pathlib import Path
 
 import torch
 
-# the /proc/cpuinfo flags that make bf16 matmuls fast, with the names people know them by
-BF16_INSTRUCTIONS = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16"}
 CPUINFO = Path("/proc/cpuinfo")
 
 
@@ -25,18 +22,9 @@ class CpuFeatures:
     flags: frozenset[str]  # the kernel's CPU flags (empty where /proc/cpuinfo does not exist)
 
     @property
-    def bf16_instructions(self) -> tuple[str, ...]:
-        """The bf16 instructions this CPU has, by their common names (empty: none)."""
-        return tuple(name for flag, name in BF16_INSTRUCTIONS.items() if flag in self.flags)
-
-    @property
-    def missing_bf16_instructions(self) -> tuple[str, ...]:
-        return tuple(name for flag, name in BF16_INSTRUCTIONS.items() if flag not in self.flags)
-
-    @property
-    def int8_kernel_vectorised(self) -> bool:
-        """torch's int8 weight-only kernel has its vectorised path in the AVX-512 build of its kernels."""
-        return self.capability.upper().startswith("AVX512")
+    def amx_bf16(self) -> bool:
+        """AMX's bf16 tile products: the instructions that make bf16 weights faster than float32."""
+        return "amx_bf16" in self.flags
 
 
 def _cpuinfo_flags() -> frozenset[str]:

@@ -1,17 +1,17 @@
 """int8 weight-only linears on a CPU: each weight stored as int8 with one float32 scale per output row.
 
-What the fast precision (core/engine/plan.py) picks where the CPU has no fast bf16 but torch's int8 kernel is
-vectorised: a decode step reads a quarter of the weight bytes of float32. Activations, the KV cache, norms and
-the LM head stay float32; only the decoder's linears change, so the outputs are close to float32's, not equal.
+What ``--precision int8`` runs on torch where the C decode step does not run (core/engine/plan.py): a decode
+step reads a quarter of the weight bytes of float32. Activations, the KV cache, norms and the LM head stay
+float32; only the decoder's linears change, so the outputs are close to float32's, not equal.
 
 Quantisation is symmetric per output channel: ``scale = max|w_row| / 127``, ``q = round(w / scale)``; the
 largest error of one weight is half a scale. Up to ``INT8_MM_MAX_ROWS`` rows (decode steps, short prefills)
 torch's ``_weight_int8pack_mm`` multiplies with the int8 weight directly; larger batches are bound by compute,
 not by reading the weights, and there the weight is widened to float32 for one sgemm.
 
-A single request's decode steps can read the same int8 values and scales in C instead (core/kernels/cpu_decode.c,
-on an AVX2 CPU). Where torch's int8 kernel is slower than float32 (AVX2 only), ``--precision int8`` leaves the
-torch layers float32 and gives the C step int8 copies made with ``Int8Weight.quantize`` (core/engine/plan.py).
+Where the C decode step runs (AVX2 and FMA), ``--precision int8`` and ``fast`` leave the torch layers float32
+and give the C step int8 copies made with ``Int8Weight.quantize``: torch's int8 kernel ran batches at a fifth of
+float32's speed on an AVX2 CPU and an eighth on an AVX-512 one (core/engine/plan.py).
 
 The quantised weight takes the layer's ``packed`` slot (see core/kernels/onednn_packed.py) and the float32
 weight is freed; ``Int8Kernels`` (core/kernels/dispatch.py) routes a linear whose slot holds one here.

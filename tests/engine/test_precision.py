@@ -1,5 +1,6 @@
-"""``precision``: 'exact' changes nothing; 'fast' picks bf16 or int8 weight-only linears by what this CPU has,
-or keeps float32 and names the instructions it lacks; 'int8' quantises the decoder's linears anyway."""
+"""``precision``: 'exact' keeps float32 (a single request's decode steps in C where the CPU has AVX2 and FMA);
+'fast' picks int8 weights for that C step, else bf16 with AMX, or keeps float32 and names what it lacks; 'int8'
+quantises anyway."""
 
 from __future__ import annotations
 
@@ -44,42 +45,59 @@ def fast(dtype: str | None = None, precision: str = "fast"):
 def test_exact_is_the_default_and_keeps_float32():
     plan = plan_engine(EngineConfig(), CPU, torch.float32)
     assert plan.precision.dtype == torch.float32 and not plan.kernels.int8_weights and plan.precision.note == ""
+    assert not plan.precision.c_int8 and plan.precision.c_decode == (not C_DECODE_REASON)
 
 
-def test_fast_without_bf16_instructions_picks_int8_where_the_int8_kernel_is_vectorised(cpu_like):
-    cpu_like("AVX512", "avx2", "avx512f")
+def test_exact_runs_the_c_step_only_where_the_cpu_has_avx2_and_fma(cpu_like, monkeypatch):
+    cpu_like("AVX2", "avx", "avx2")
+    assert not fast(precision="exact").precision.c_decode
+    assert not plan_engine(EngineConfig(), torch.device("meta"), torch.float32).precision.c_decode
+    if not C_DECODE_REASON:
+        cpu_like("AVX512", "avx", "avx2", "fma", "avx512f")
+        assert fast(precision="exact").precision.c_decode
+        assert not plan_engine(EngineConfig(kv_dtype="fp8"), CPU, torch.float32).precision.c_decode
+        monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
+        assert not fast(precision="exact").precision.c_decode
+
+
+def test_fast_where_the_c_step_cannot_run_keeps_float32_even_with_avx512(cpu_like):
+    cpu_like("AVX512", "avx2", "avx512f", "avx512_bf16")  # no FMA: no C step; AVX512-BF16 alone: no bf16
     plan = fast()
-    assert plan.kernels.int8_weights and plan.precision.dtype == torch.float32
-    assert plan.kernels.packed_weights  # the LM head stays packed float32
-    assert "int8 weight-only" in plan.precision.note and "lacks AMX-BF16 and AVX512-BF16" in plan.precision.note
+    assert not plan.kernels.int8_weights and plan.precision.dtype == torch.float32 and not plan.precision.c_decode
+    note = plan.precision.note
+    assert note.startswith("precision fast: kept exact float32: the int8 decode step does not run in C (this CPU "
+                           "lacks FMA for the C decode step)")
+    assert "lacks AMX-BF16 for bf16 (AVX512-BF16 alone measured slower than float32)" in note and "\n" not in note
 
 
 def test_fast_on_an_avx2_cpu_without_fma_keeps_float32_and_names_what_it_lacks(cpu_like):
     cpu_like("AVX2", "avx", "avx2")
     plan = fast()
     assert not plan.kernels.int8_weights and plan.precision.dtype == torch.float32 and not plan.precision.c_decode
-    assert plan.precision.note.startswith("precision fast: kept exact float32: this CPU lacks AMX-BF16 and "
-                                          "AVX512-BF16 for bf16")
-    assert "AVX2" in plan.precision.note and "lacks FMA for the C decode step" in plan.precision.note
-    assert "\n" not in plan.precision.note
+    assert "lacks FMA for the C decode step" in plan.precision.note
+    assert "this CPU lacks AMX-BF16 for bf16, and" in plan.precision.note and "\n" not in plan.precision.note
 
 
 @pytest.mark.skipif(bool(C_DECODE_REASON), reason=C_DECODE_REASON or "the C decode step builds here")
-def test_fast_on_an_avx2_fma_cpu_runs_single_request_decode_in_c(cpu_like):
-    cpu_like("AVX2", "avx", "avx2", "fma")
+@pytest.mark.parametrize("capability, flags", [("AVX2", ("avx", "avx2", "fma")),
+                                               ("AVX512", ("avx", "avx2", "fma", "avx512f", "avx512_bf16")),
+                                               ("AVX512", ("avx", "avx2", "fma", "avx512f", "amx_bf16"))])
+def test_fast_where_the_c_step_runs_is_the_int8_step_with_float32_batches(cpu_like, capability, flags):
+    cpu_like(capability, *flags)
     plan = fast()
-    assert plan.precision.c_decode and plan.precision.dtype == torch.float32 and not plan.kernels.int8_weights
-    assert plan.precision.note.startswith("precision fast: float32 with one request's decode steps in C")
-    assert "lacks AMX-BF16 and AVX512-BF16" in plan.precision.note and "\n" not in plan.precision.note
-    assert not fast(precision="exact").precision.c_decode
+    assert plan.precision.dtype == torch.float32 and not plan.kernels.int8_weights and plan.kernels.packed_weights
+    assert plan.precision.c_decode and plan.precision.c_int8 and plan.precision.int8_dots
+    assert plan.precision.note == "precision fast: " + fast(precision="int8").precision.note.removeprefix(
+        "precision int8: ")
     assert not plan_engine(EngineConfig(precision="fast", kv_dtype="fp8"), CPU, torch.float32).precision.c_decode
 
 
 @pytest.mark.skipif(bool(C_DECODE_REASON), reason=C_DECODE_REASON or "the C decode step builds here")
-def test_fast_with_the_c_decode_step_gives_transformers_tokens_on_the_embedded_model(smollm2_dir):
+def test_exact_with_the_c_decode_step_gives_transformers_tokens_on_the_embedded_model(smollm2_dir):
     prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
-    with LLM(smollm2_dir, precision="fast", max_running_req=4) as llm:
+    with LLM(smollm2_dir, max_running_req=4) as llm:
         assert llm.engine.cpu_decode is not None and "decode steps in C" in llm.engine.describe()
+        assert llm.precision_note == ""
         ids = [llm.tokenizer.encode(p) for p in prompts]
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
         outputs = [llm.generate([p], params)[0] for p in prompts]  # one at a time: every decode step in C
@@ -89,11 +107,12 @@ def test_fast_with_the_c_decode_step_gives_transformers_tokens_on_the_embedded_m
     assert [v.status for v in verdicts] == ["match"] * 3 and all(v.exact for v in verdicts)
 
 
-def test_fast_with_amx_runs_bf16_unless_a_dtype_was_asked_for(cpu_like):
-    cpu_like("AVX512", "avx512f", "amx_bf16", "amx_tile")
+def test_fast_with_amx_runs_bf16_where_the_c_step_cannot_unless_a_dtype_was_asked_for(cpu_like):
+    cpu_like("AVX512", "avx512f", "amx_bf16", "amx_tile")  # no AVX2 and FMA flags: no C step
     assert fast().precision.dtype == torch.bfloat16 and "AMX-BF16" in fast().precision.note
     kept = fast(dtype="float32")
-    assert kept.precision.dtype == torch.float32 and kept.kernels.int8_weights
+    assert kept.precision.dtype == torch.float32 and not kept.kernels.int8_weights
+    assert "--dtype float32 was asked for" in kept.precision.note
 
 
 def test_int8_is_for_float32_on_a_cpu_and_unknown_precisions_are_refused():
@@ -116,14 +135,12 @@ def test_int8_runs_single_request_decode_in_c_where_the_cpu_has_avx2_and_fma(cpu
                                           "inputs (integer dot products); prefill and batches of more requests "
                                           "on the float32 weights")
     assert plan.precision.words == "single-request decode steps in C on int8 weights"
-    cpu_like("AVX512", "avx", "avx2", "fma", "avx512f")  # torch's int8 kernel is vectorised: the C step shares it
+    cpu_like("AVX512", "avx", "avx2", "fma", "avx512f")  # torch's int8 kernel is slow for batches here too
     plan = fast(precision="int8")
-    assert plan.kernels.int8_weights and plan.precision.c_decode and plan.precision.c_int8
-    assert plan.precision.note.endswith("one request's decode steps in C (AVX2 and FMA) on them and int8 inputs "
-                                        "(integer dot products)")
+    assert not plan.kernels.int8_weights and plan.precision.c_decode and plan.precision.c_int8
     monkeypatch.setenv("MINISGL_DISABLE_INT8_DOTS", "1")
     plan = fast(precision="int8")
-    assert not plan.precision.int8_dots and plan.precision.note.endswith("on them and float32 inputs")
+    assert not plan.precision.int8_dots and "(decoder linears and LM head) and float32 inputs;" in plan.precision.note
     cpu_like("AVX2", "avx", "avx2")
     plan = fast(precision="int8")
     assert plan.kernels.int8_weights and not plan.precision.c_decode and not plan.precision.c_int8
@@ -137,13 +154,14 @@ def test_int8_with_the_c_decode_step_has_no_differences_against_transformers(smo
     with LLM(smollm2_dir, precision="int8", max_running_req=4) as llm:
         engine = llm.engine
         assert engine.cpu_decode is not None and isinstance(engine.cpu_decode.lm_head, Int8Weight)
-        if engine.int8_linears == 0:  # torch's int8 kernel is slow here: the C step reads int8 copies
-            assert engine.packed_linears > 0 and "decode steps in C on int8 weights" in engine.describe()
-            layer = engine.model.model.layers[0].mlp.down_proj
-            copy, expected = engine.cpu_decode.layers_kept[0].down, Int8Weight.quantize(layer.weight)
-            if engine.plan.precision.int8_dots:  # the step reads it tiled (cpu_decode.c's tile_int8)
-                expected = cpu_decode.tiled(cpu_decode.load_library().library, expected)
-            assert torch.equal(copy.values, expected.values)
+        # the torch layers keep float32 for prefill and batches; the C step reads int8 copies
+        assert engine.int8_linears == 0 and engine.packed_linears > 0
+        assert "decode steps in C on int8 weights" in engine.describe()
+        layer = engine.model.model.layers[0].mlp.down_proj
+        copy, expected = engine.cpu_decode.layers_kept[0].down, Int8Weight.quantize(layer.weight)
+        if engine.plan.precision.int8_dots:  # the step reads it tiled (cpu_decode.c's tile_int8)
+            expected = cpu_decode.tiled(cpu_decode.load_library().library, expected)
+        assert torch.equal(copy.values, expected.values)
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
         outputs = [llm.generate([p], params)[0] for p in prompts]  # one at a time: every decode step in C
         ids = [llm.tokenizer.encode(p) for p in prompts]
@@ -202,7 +220,7 @@ def test_fast_says_on_stderr_which_instructions_it_lacks(cpu_like, tmp_path):
                  "--precision", "fast")
     assert result.exit_code == 0, result.stderr
     [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("precision fast")]
-    assert "lacks AMX-BF16 and AVX512-BF16" in line and "AVX2" in line
+    assert "lacks FMA for the C decode step" in line and "lacks AMX-BF16 for bf16" in line
     with LLM("random:tiny-qwen3", precision="fast") as llm:
         assert llm.precision_note == line
 

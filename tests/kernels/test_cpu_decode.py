@@ -4,10 +4,10 @@ Every single-request decode step of a run is checked: the C step runs first, the
 batch, and their logits and the KV written for the new token must agree to float32 rounding. The runs use
 4-token pages and a second request that finishes early, so the long request's context spans many pages that
 are not contiguous in the pool (pages are handed out in turn while both decode). Under ``--precision int8`` the
-C step reads the same int8 weights and scales as the torch layers, and an int8 copy of the LM head, and quantises
-each product's input to int8 (by blocks of 32) for integer dot products; the torch side is made to compute the
-same (its int8 linears and head replaced by that product in torch), so the two agree as closely, but for a step
-where an input value rounds to the other int8 level on one side. Skipped, with the reason, where the step cannot
+C step reads int8 copies of the weights and of the LM head, and quantises each product's input to int8 (by blocks
+of 32) for integer dot products; the torch side is made to compute the same (its linears quantised the same way
+and every int8 product replaced by that product in torch), so the two agree as closely, but for a step where an
+input value rounds to the other int8 level on one side. Skipped, with the reason, where the step cannot
 be built.
 """
 
@@ -24,7 +24,8 @@ from core.attention.context import get_context
 from core.kernels import c_build, cpu_decode, dispatch
 from core.kernels.cpu_decode import QBLOCK
 from core.kernels.cpu_features import cpu_features
-from core.kernels.int8_weights import Int8Weight, int8_linear
+from core.kernels.dispatch import install_kernels, kernels_for
+from core.kernels.int8_weights import Int8Weight, int8_linear, quantize_linears
 from core.models import random_spec
 from core.request import SamplingParams
 from tests.support.models import FAMILIES
@@ -97,28 +98,19 @@ def quantised_input_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tens
     return out if bias is None else out + bias
 
 
-def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], precision: str = "fast",
+def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], precision: str = "exact",
                 monkeypatch: pytest.MonkeyPatch | None = None) -> Checked:
-    if precision == "int8":
-        # the torch layers int8 too (as where torch's int8 kernel is vectorised), and computing what the C step's
-        # integer dot products do
-        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    if precision == "int8":  # the torch side's int8 products computing what the C step's integer dot products do
         monkeypatch.setattr(dispatch, "int8_linear", quantised_input_linear)
-        cpu_features.cache_clear()
-    try:
-        return _run_checked(model, prompts, max_tokens, precision)
-    finally:
-        cpu_features.cache_clear()
-
-
-def _run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], precision: str) -> Checked:
     with LLM(model, precision=precision, page_size=PAGE, max_running_req=4) as llm:
         engine = llm.engine
-        assert engine.cpu_decode is not None and "decode steps in C" in llm.precision_note
-        assert engine.int8_linears > 0 if precision == "int8" else engine.int8_linears == 0
+        assert engine.cpu_decode is not None and "decode steps in C" in engine.describe()
+        assert engine.int8_linears == 0  # the torch layers keep float32: the C step reads int8 copies
         step = engine.cpu_decode
-        if precision == "int8":  # the C step's LM head is an int8 copy: the torch side multiplies by the same one
+        if precision == "int8":  # the torch side quantised as the C step's copies were, LM head too
             assert isinstance(step.lm_head, Int8Weight)
+            quantize_linears(engine.model)
+            install_kernels(engine.model, kernels_for(replace(engine.plan.kernels, int8_weights=True)))
             engine.model.lm_head.forward = lambda hidden: quantised_input_linear(hidden, step.lm_head)
         checked = engine.cpu_decode = Checked(step, engine, quantised_inputs=engine.plan.precision.int8_dots)
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
@@ -228,6 +220,8 @@ def test_no_compiler_keeps_torch_and_says_so(monkeypatch):
             assert llm.engine.cpu_decode is None
             assert "no C compiler found" in llm.precision_note and "\n" not in llm.precision_note
             assert llm.precision_note.startswith("precision fast: kept exact float32")
+        with LLM("random:tiny-qwen3") as llm:
+            assert llm.engine.cpu_decode is None and "decode steps in C" not in llm.engine.describe()
     finally:
         cpu_decode.load_library.cache_clear()
 
@@ -240,9 +234,11 @@ def test_a_failed_build_is_one_line_and_leaves_no_object(tmp_path):
     assert not list((tmp_path / "cache").glob("*.so"))
 
 
-def test_exact_and_the_off_switch_keep_the_torch_path(monkeypatch):
+def test_the_off_switch_keeps_the_torch_path(monkeypatch):
     with LLM("random:tiny-qwen3") as llm:
-        assert llm.engine.cpu_decode is None
+        assert llm.engine.cpu_decode is not None and "single-request decode steps in C" in llm.engine.describe()
     monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
     with LLM("random:tiny-qwen3", precision="fast") as llm:
         assert llm.engine.cpu_decode is None and "MINISGL_DISABLE_CPU_DECODE" in llm.precision_note
+    with LLM("random:tiny-qwen3") as llm:
+        assert llm.engine.cpu_decode is None

@@ -327,7 +327,7 @@ def stream_in_thread(base: str, prompt: str, max_tokens: int, results: list, sta
 
 
 def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path, llm):
-    server = Server(model_dir, "--max-running", "1", "--max-queue", "1", log=tmp_path / "server.log")
+    server = Server(model_dir, "--max-running", "1", "--max-queue", "1", log=tmp_path / "server.log", paced=True)
     try:
         results: list = []
         running, queued = threading.Event(), threading.Event()

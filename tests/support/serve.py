@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+PACED = "MINISGL_DISABLE_CPU_DECODE"  # see Server
 START_TIMEOUT_S = 120.0
 CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}<assistant>{% endif %}")
@@ -36,14 +37,17 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model: Path, *args: str, log: Path) -> None:
+    def __init__(self, model: Path, *args: str, log: Path, paced: bool = False) -> None:
+        """``paced``: single-request decode steps on torch rather than the C step, which runs a test model's
+        request to its end before a test can watch it run (MINISGL_DISABLE_CPU_DECODE)."""
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         self._log = open(log, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "minisgl_cli", "serve", "--model", str(model),
                                       "--port", str(self.port), *args],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, "COLUMNS": "200"})
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "COLUMNS": "200", **({PACED: "1"} if paced else {})})
         self._wait_ready()
 
     def _wait_ready(self) -> None:

@@ -68,6 +68,12 @@ def trace_command(*args: object) -> str:
     return shlex.join([sys.executable, "-m", "minisgl_cli", "trace", *map(str, args)])
 
 
+def paced(command: str) -> str:
+    """The command with single-request decode steps on torch: the C step runs a test model's request to its end
+    before the screen can show it running."""
+    return "MINISGL_DISABLE_CPU_DECODE=1 " + command
+
+
 def test_live_trace_in_a_terminal(tmux, model_dirs, tmp_path):
     prompts = write(tmp_path / "p.jsonl", '{"prompt": "alpha", "max_tokens": 4}\n{"prompt": "beta", "max_tokens": 2}\n')
     tmux.start(trace_command(prompts, "--model", model_dirs["llama"]))
@@ -83,8 +89,8 @@ def test_live_trace_in_a_terminal(tmux, model_dirs, tmp_path):
 def test_ctrl_c_in_a_terminal_leaves_it_clean_and_the_trace_valid(tmux, model_dirs, tmp_path):
     prompts = write(tmp_path / "p.txt", "one\ntwo\nthree\n")
     out = tmp_path / "trace.jsonl"
-    tmux.start(trace_command(prompts, "--model", model_dirs["llama"], "--max-running", "1", "-n", "480",
-                             "--trace-out", out))
+    tmux.start(paced(trace_command(prompts, "--model", model_dirs["llama"], "--max-running", "1", "-n", "480",
+                                   "--trace-out", out)))
     live = tmux.wait_for(" decode ")  # the live table grows on screen while the engine works
     assert "scheduled batches" in live and "running…" in live
     tmux("send-keys", "-t", "t", "C-c")
@@ -164,8 +170,8 @@ def test_ctrl_c_in_generate_keeps_the_finished_results(tmux, model_dirs, tmp_pat
     others interrupted and exits 130. The JSON lines are written to a file, the bar stays on the terminal."""
     prompts = write(tmp_path / "p.txt", "one\ntwo\nthree\n")
     out = tmp_path / "out.jsonl"
-    tmux.start(minisgl_command("generate", prompts, "--model", model_dirs["llama"], "--max-running", "1", "-n", "480",
-                               "--ignore-eos", "--json") + f" > {shlex.quote(str(out))}")
+    tmux.start(paced(minisgl_command("generate", prompts, "--model", model_dirs["llama"], "--max-running", "1", "-n",
+                                     "480", "--ignore-eos", "--json")) + f" > {shlex.quote(str(out))}")
     moving = tmux.wait_for("tokens · 0/3 requests")
     assert "/1440 tokens" in moving  # per token, before any request has finished
     tmux.wait_for("tokens · 1/3 requests")
@@ -180,7 +186,7 @@ def test_ctrl_c_in_generate_keeps_the_finished_results(tmux, model_dirs, tmp_pat
 
 def test_a_single_prompt_streams_on_a_terminal(tmux, model_dirs, tmp_path):
     prompts = write(tmp_path / "p.txt", "stream me\n")
-    tmux.start(minisgl_command("generate", prompts, "--model", model_dirs["llama"], "-n", "480", "--ignore-eos"))
+    tmux.start(paced(minisgl_command("generate", prompts, "--model", model_dirs["llama"], "-n", "480", "--ignore-eos")))
     deadline = time.monotonic() + HANG_LIMIT_S
     streamed = False
     while time.monotonic() < deadline and not streamed:
