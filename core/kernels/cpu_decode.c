@@ -301,7 +301,7 @@ static void gemv_tiled(Weight w, Input x, int64_t rows, int n, const float *add,
 /* y[r] = W[r] . x (+ add[r]) for this thread's rows; add may alias y (the residual stream). A float32 weight's rows
  * go one by one, so each thread reads its stretch of the weight in address order, one stream the hardware
  * prefetcher follows from row to row; four rows at a time (four streams a row apart, each as short as a row)
- * took 24 ms a step against 16 on a 2-thread Zen 4 for SmolLM2-135M, whose rows are 2.3 KB. */
+ * took 24 ms a step against 14 on a 2-thread Zen 4 for SmolLM2-135M, whose rows are 2.3 KB. */
 static void gemv_rows(Weight w, Input x, int64_t rows, int n, const float *add, float *y) {
     if (w.scales && x.q) {
         gemv_tiled(w, x, rows, n, add, y);
