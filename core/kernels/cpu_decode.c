@@ -81,30 +81,13 @@ static inline float dot(const float *a, const float *b, int n) {
     return sum;
 }
 
-/* Four rows against one vector: the vector's loads are shared, and four weight streams keep the memory busy. */
-static inline void dot4(const float *w, int64_t stride, const float *x, int n, float out[4]) {
-    const float *r0 = w, *r1 = w + stride, *r2 = w + 2 * stride, *r3 = w + 3 * stride;
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 8 <= n; k += 8) {
-        __m256 xv = _mm256_loadu_ps(x + k);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k), xv, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k), xv, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k), xv, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k), xv, a3);
-    }
-    out[0] = hsum(a0); out[1] = hsum(a1); out[2] = hsum(a2); out[3] = hsum(a3);
-    for (; k < n; k++) {
-        out[0] += r0[k] * x[k]; out[1] += r1[k] * x[k]; out[2] += r2[k] * x[k]; out[3] += r3[k] * x[k];
-    }
-}
-
 /* Eight int8 weights widened to float32. */
 static inline __m256 widen8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
-/* dot4 over int8 rows: the same loop with each weight load widened; the caller applies the rows' scales. */
+/* Four int8 rows against one vector, each weight load widened: the vector's loads are shared, and four weight
+ * streams keep the memory busy; the caller applies the rows' scales. */
 static inline void dot4_int8(const int8_t *w, int64_t stride, const float *x, int n, float out[4]) {
     const int8_t *r0 = w, *r1 = w + stride, *r2 = w + 2 * stride, *r3 = w + 3 * stride;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
@@ -269,18 +252,15 @@ static inline float row_tiled_q8(const Tiling *t, int64_t r, Input in, int n) {
     return sum;
 }
 
-/* Rows [row, row + 4) of either weight type against the float32 input, scaled where the weight is int8 (integer
- * dot products go through the tiles instead). */
-static inline void rows4(Weight w, int64_t row, Input in, int n, float out[4]) {
-    if (!w.scales) {
-        dot4((const float *)w.values + row * n, n, in.x, n, out);
-        return;
-    }
+/* Rows [row, row + 4) of an int8 weight against the float32 input, scaled (integer dot products go through the
+ * tiles instead). */
+static inline void rows4_int8(Weight w, int64_t row, Input in, int n, float out[4]) {
     dot4_int8((const int8_t *)w.values + row * n, n, in.x, n, out);
     for (int i = 0; i < 4; i++) out[i] *= w.scales[row + i];
 }
 
-/* One row of either weight type against the input (the rows left over from the blocks of four). */
+/* One row of either weight type against the input: every row of a float32 weight, an int8 weight's rows left over
+ * from the blocks of four. */
 static inline float row1(Weight w, int64_t row, Input in, int n) {
     if (!w.scales) return dot((const float *)w.values + row * n, in.x, n);
     const int8_t *r = (const int8_t *)w.values + row * n;
@@ -318,7 +298,10 @@ static void gemv_tiled(Weight w, Input x, int64_t rows, int n, const float *add,
     for (; r < end; r++) y[r] = row_tiled_q8(&t, r, x, n) * w.scales[r] + (add ? add[r] : 0.0f);
 }
 
-/* y[r] = W[r] . x (+ add[r]) for this thread's rows; add may alias y (the residual stream). */
+/* y[r] = W[r] . x (+ add[r]) for this thread's rows; add may alias y (the residual stream). A float32 weight's rows
+ * go one by one, so each thread reads its stretch of the weight in address order, one stream the hardware
+ * prefetcher follows from row to row; four rows at a time (four streams a row apart, each as short as a row)
+ * took 24 ms a step against 14 on a 2-thread Zen 4 for SmolLM2-135M, whose rows are 2.3 KB. */
 static void gemv_rows(Weight w, Input x, int64_t rows, int n, const float *add, float *y) {
     if (w.scales && x.q) {
         gemv_tiled(w, x, rows, n, add, y);
@@ -328,8 +311,8 @@ static void gemv_rows(Weight w, Input x, int64_t rows, int n, const float *add, 
     share(rows, 4, &begin, &end);
     int64_t r = begin;
     float out[4];
-    for (; r + 4 <= end; r += 4) {
-        rows4(w, r, x, n, out);
+    for (; w.scales && r + 4 <= end; r += 4) {
+        rows4_int8(w, r, x, n, out);
         for (int i = 0; i < 4; i++) y[r + i] = out[i] + (add ? add[r + i] : 0.0f);
     }
     for (; r < end; r++) y[r] = row1(w, r, x, n) + (add ? add[r] : 0.0f);
@@ -368,11 +351,16 @@ static void gate_up_rows(Weight w, Input x, int64_t inter, int n, float *act) {
     }
     int64_t begin, end;
     share(inter, 4, &begin, &end);
+    if (!w.scales) { /* float32: this thread's gate rows, then its up rows, each one stream (see gemv_rows) */
+        for (int64_t i = begin; i < end; i++) act[i] = row1(w, i, x, n);
+        for (int64_t i = begin; i < end; i++) act[i] = silu_times(act[i], row1(w, inter + i, x, n));
+        return;
+    }
     float g[4], u[4];
     int64_t i = begin;
     for (; i + 4 <= end; i += 4) {
-        rows4(w, i, x, n, g);
-        rows4(w, inter + i, x, n, u);
+        rows4_int8(w, i, x, n, g);
+        rows4_int8(w, inter + i, x, n, u);
         for (int j = 0; j < 4; j++) act[i + j] = silu_times(g[j], u[j]);
     }
     for (; i < end; i++) {
