@@ -89,8 +89,9 @@ class BenchReport:
     skipped: dict[str, str] = field(default_factory=dict)  # baseline name -> why it did not run
     batch1_ms_per_token: float | None = None  # median decode time per token of one request running alone
     copy_gbps: float = 0.0  # the device's measured copy bandwidth (read + write)
+    read_gbps: float = 0.0  # a read-only pass's bandwidth (a CPU; 0: not measured); the floors use the better
     floor: Floor | None = None  # the ideal engine's time on the measured ceilings (core/bench/floor.py)
-    batch1_floor_ms: float | None = None  # one batch-1 decode step's bytes over the copy bandwidth
+    batch1_floor_ms: float | None = None  # one batch-1 decode step's bytes over the bandwidth (Ceilings.stream_gbps)
     precision: str = "exact"  # the engine's; other than 'exact', results also hold 'minisgl exact' of this run
     precision_note: str = ""  # what that precision came to on this machine (core/engine/plan.py)
     exact_batch1_ms_per_token: float | None = None  # the exact engine's batch-1 figure in the same run
@@ -132,6 +133,7 @@ class BenchReport:
             "skipped": self.skipped,
             "batch1_ms_per_token": None if self.batch1_ms_per_token is None else round(self.batch1_ms_per_token, 4),
             "copy_gbps": round(self.copy_gbps, 1),
+            "read_gbps": round(self.read_gbps, 1),
             "floor": self.floor.to_dict() if self.floor else None,
             "floor_fraction": round(self.floor_fraction, 4),
             "batch1_floor_ms": None if self.batch1_floor_ms is None else round(self.batch1_floor_ms, 4),

@@ -107,7 +107,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
             seconds = CUDA_BASELINE_SECONDS
         results += _run_baselines(llm, _first(workload, options.hf_requests), chosen or default_baselines(llm.device),
                                   progress, skipped, warn, say, seconds)
-    say("measuring the device's copy bandwidth and matmul rate")
+    say("measuring the device's memory bandwidth and matmul rate")
     ceilings = measure_ceilings(llm.device, llm.engine.dtype)
     costs = ModelCosts.of(cfg, llm.engine.dtype.itemsize, llm.engine.kv_bytes_per_token, options.tp)
     batch1_costs = _batch1_costs(llm, cfg, costs, options.tp)
@@ -115,7 +115,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         workload=spec.name, model=model_name, device=_describe(llm.device), requests=len(workload.requests),
         prompt_tokens=workload.prompt_tokens, results=results, latency=latency,
         matmul_gflops=ceilings.matmul_gflops, model_gflop=workload_flops(cfg, workload) / 1e9, skipped=skipped,
-        batch1_ms_per_token=batch1_ms, copy_gbps=ceilings.copy_gbps,
+        batch1_ms_per_token=batch1_ms, copy_gbps=ceilings.copy_gbps, read_gbps=ceilings.read_gbps,
         floor=workload_floor(costs, workload.requests, ceilings),
         batch1_floor_ms=batch1_floor_ms(batch1_costs, batch1, ceilings), precision=options.precision,
         precision_note=llm.precision_note, exact_batch1_ms_per_token=exact_batch1_ms)

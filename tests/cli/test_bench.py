@@ -42,7 +42,7 @@ def test_bench_json_reports_engine_and_every_baseline(model_dirs):
     assert report["matmul_gflops"] > 0 and report["model_flops_fraction"] > 0
     assert report["latency"]["ttft_s"]["p50"] > 0 and report["latency"]["tpot_s"]["p99"] > 0
     assert report["batch1_ms_per_token"] > 0
-    assert report["copy_gbps"] > 0 and report["floor"]["floor_s"] > 0
+    assert report["copy_gbps"] > 0 and report["read_gbps"] > 0 and report["floor"]["floor_s"] > 0  # a CPU: both
     assert 0 < report["floor_fraction"] < 1 and 0 < report["batch1_floor_fraction"] < 1
 
 
@@ -251,6 +251,17 @@ def test_floor_takes_the_flops_when_they_are_the_longer_term():
     assert floor.decode_s == pytest.approx(100.0 + 5 * 1.0)
     assert batch1_floor_ms(_costs(), BenchRequest([1] * 4, 2), Ceilings(copy_gbps=1e-6, matmul_gflops=1.0)) \
         == pytest.approx((1000.0 + 5 * 10.0) / 1e3 * 1e3)
+
+
+def test_the_floors_read_at_the_better_of_the_copy_and_the_read_only_pass():
+    from core.bench.floor import Ceilings, batch1_floor_ms
+
+    request = BenchRequest([1] * 4, 2)
+    copy_only = batch1_floor_ms(_costs(), request, Ceilings(copy_gbps=1e-6, matmul_gflops=1.0))
+    assert batch1_floor_ms(_costs(), request, Ceilings(copy_gbps=1e-6, matmul_gflops=1.0, read_gbps=2e-6)) \
+        == pytest.approx(copy_only / 2)
+    assert batch1_floor_ms(_costs(), request, Ceilings(copy_gbps=1e-6, matmul_gflops=1.0, read_gbps=5e-7)) \
+        == pytest.approx(copy_only)  # a slower read-only pass leaves the copy's figure
 
 
 def test_bench_view_shows_the_floor_and_the_fraction():

@@ -80,5 +80,5 @@ def test_piped_bench_says_what_it_is_doing(model_dirs):
     for phase in ("loading torch and the engine…", f"loading {model_dirs['llama']} into the engine",
                   "warming up the engine", "engine ready on cpu", "minisgl: ", " tokens in ",
                   "timing batch-1 decode", "loading the model into transformers", "hf-static: ", " steps in ",
-                  "hf-continuous: ", " requests in ", "measuring the device's copy bandwidth and matmul rate"):
+                  "hf-continuous: ", " requests in ", "measuring the device's memory bandwidth and matmul rate"):
         assert phase in done.stderr, (phase, done.stderr)
