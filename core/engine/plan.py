@@ -9,7 +9,7 @@ plan and the layers' path read the same record, they cannot disagree, and no for
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -94,7 +94,7 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     features = features or cpu_features()
     why_not_c = c_decode_unavailable(config, features)
     if not why_not_c:
-        return replace(int8_choice(config, dtype, features), note="precision fast: " + int8_words(True))
+        return int8_c_step(dtype, "fast")
     if features.amx_bf16 and config.dtype is None:
         return PrecisionChoice(torch.bfloat16, note="precision fast: bf16 weights, activations and KV cache "
                                                     "(AMX-BF16 on this CPU)")
@@ -106,13 +106,16 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
                                        f"than float32; --precision int8 forces int8")
 
 
-def int8_words(dots: bool) -> str:
-    """What the int8 C step runs on, for the notes of 'int8' and 'fast'."""
+def int8_c_step(dtype: torch.dtype, precision: str) -> PrecisionChoice:
+    """The int8 C step with prefill and batches on float32, as 'int8' and 'fast' pick it where the C step runs;
+    ``precision`` names the choice in its note."""
+    dots = not env.int8_dots_disabled()
     inputs = "int8 inputs (integer dot products)" if dots else "float32 inputs"
-    return (f"one request's decode steps in C (AVX2 and FMA) on int8 weights "
-            f"with a scale per row (decoder linears and LM head) and {inputs}; prefill and batches of more "
-            f"requests on the float32 weights, kept beside them (torch's int8 weight-only kernel is slower than "
-            f"float32 for batches)")
+    return PrecisionChoice(dtype, c_decode=True, c_int8=True, int8_dots=dots,
+                           note=f"precision {precision}: one request's decode steps in C (AVX2 and FMA) on int8 "
+                                f"weights with a scale per row (decoder linears and LM head) and {inputs}; prefill "
+                                f"and batches of more requests on the float32 weights, kept beside them (torch's "
+                                f"int8 weight-only kernel is slower than float32 for batches)")
 
 
 def int8_choice(config: EngineConfig, dtype: torch.dtype, features: CpuFeatures) -> PrecisionChoice:
@@ -120,9 +123,7 @@ def int8_choice(config: EngineConfig, dtype: torch.dtype, features: CpuFeatures)
     layers stay float32 (packed) for prefill and batches; else the torch layers' linears are int8."""
     why_not_c = c_decode_unavailable(config, features)
     if not why_not_c:
-        dots = not env.int8_dots_disabled()
-        return PrecisionChoice(dtype, c_decode=True, c_int8=True, int8_dots=dots,
-                               note="precision int8: " + int8_words(dots))
+        return int8_c_step(dtype, "int8")
     return PrecisionChoice(dtype, int8_weights=True,
                            note=f"precision int8: decoder linears as int8 weights with a scale per row on torch, "
                                 f"activations and KV cache in float32; one request's decode steps not in C: "
