@@ -21,6 +21,7 @@ import torch
 
 from core import LLM
 from core.attention.context import get_context
+from core.engine import plan
 from core.kernels import c_build, cpu_decode, dispatch
 from core.kernels.cpu_decode import QBLOCK
 from core.kernels.cpu_features import cpu_features
@@ -212,7 +213,15 @@ def test_a_random_shape_with_head_dim_128_matches_too():
     assert len(checked.lengths) == 5
 
 
-def test_no_compiler_keeps_torch_and_says_so(monkeypatch):
+@pytest.fixture
+def cpu_without_amx(monkeypatch):
+    """This CPU's features less AMX: where the C step cannot run, an AMX CPU's fast takes bf16 instead of
+    saying why it keeps float32."""
+    no_amx = replace(cpu_features(), flags=cpu_features().flags - {"amx_bf16"})
+    monkeypatch.setattr(plan, "cpu_features", lambda: no_amx)
+
+
+def test_no_compiler_keeps_torch_and_says_so(monkeypatch, cpu_without_amx):
     monkeypatch.setattr(c_build, "find_compiler", lambda: None)
     cpu_decode.load_library.cache_clear()
     try:
@@ -234,7 +243,7 @@ def test_a_failed_build_is_one_line_and_leaves_no_object(tmp_path):
     assert not list((tmp_path / "cache").glob("*.so"))
 
 
-def test_the_off_switch_keeps_the_torch_path(monkeypatch):
+def test_the_off_switch_keeps_the_torch_path(monkeypatch, cpu_without_amx):
     with LLM("random:tiny-qwen3") as llm:
         assert llm.engine.cpu_decode is not None and "single-request decode steps in C" in llm.engine.describe()
     monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
