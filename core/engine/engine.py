@@ -26,6 +26,7 @@ from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.kernels.dispatch import install_kernels, kernels_for
+from core.kernels.bf16_weights import bf16_linears
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
 from core.distributed.info import get_tp_info
@@ -73,7 +74,7 @@ class Engine:
         self.tp_info = get_tp_info()  # fixed for this engine's life; the layers were sliced for it
         # every switch, decided here once (fails before the model loads when an ask cannot be met)
         self.plan: EnginePlan = plan_engine(config, self.device, self.dtype)
-        self.dtype = self.plan.precision.dtype  # the fast precision may have picked bf16
+        self.dtype = self.plan.precision.dtype
         self.model_config: ModelConfig = read_model_config(model_dir)
         cfg = self.model_config
         self.max_seq_len = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
@@ -99,8 +100,10 @@ class Engine:
         install_kernels(self.model, kernels_for(self.plan.kernels))
         # precision int8 where the C step does not run: the decoder's linears quantised once (core/kernels/int8_weights.py)
         self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
-        # float32 on a CPU: weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
         kernels = self.plan.kernels
+        # fast on a CPU with AMX: bf16 copies of the decoder's linears (core/kernels/bf16_weights.py)
+        self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
+        # float32 on a CPU: the other weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
         self.packed_linears = pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0
         # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
         # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights

@@ -52,15 +52,22 @@ class PrecisionChoice:
     c_decode: bool = False
     c_int8: bool = False  # the C step on int8 weights: the torch layers' own, else int8 copies beside float32
     int8_dots: bool = False  # the int8 C step quantises each product's input for integer dot products
+    bf16_linears: bool = False  # the torch layers' decoder linears on bf16 copies through AMX, float32 activations
 
     @property
     def words(self) -> str:
         """How the engine's description names it (bf16 shows in the dtype it names already)."""
         words = ["int8 weight-only linears"] if self.int8_weights else []
+        if self.bf16_linears:
+            words.append("bf16 linears (AMX) for prefill and batches")
         if self.c_decode:
             on_int8 = " on int8 weights" if self.c_int8 and not self.int8_weights else ""
             words.append(f"single-request decode steps in C{on_int8}")
         return ", ".join(words)
+
+
+BF16_LINEARS = ("bf16 copies of the decoder's linears through AMX-BF16 (activations, attention and the KV cache "
+                "float32)")
 
 
 def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dtype,
@@ -69,10 +76,11 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     same float32 weights where it runs (core/kernels/cpu_decode.py: its sums run in another order than torch's,
     as oneDNN's do against transformers', and it is what batch 1 feels: 1.7x torch's speed on a 2-vCPU Zen 4).
     'fast' on a CPU running float32: where the C step runs, what 'int8' picks there (int8 C step, float32 for
-    prefill and batches), the fastest at batch 1 and in throughput on both CPUs measured (AVX2 Zen 1 and
-    AVX-512 Zen 4); else bf16 where AMX has the instructions for it (only when no dtype was given); else float32
-    as it is, and the note names what the CPU lacks. bf16 with AVX512-BF16 alone is not picked: on the Zen 4 it
-    ran at 0.83x float32's throughput and 0.92x its batch-1 speed. 'int8' (a CPU in float32 only) runs a single
+    prefill and batches), the fastest at batch 1 and in throughput on the CPUs measured (AVX2 Zen 1, AVX-512
+    Zen 4); with AMX, prefill and batches on bf16 copies of the decoder's linears (core/kernels/bf16_weights.py:
+    1.3-3.9x float32's GEMMs from 4 rows on a Xeon), with or without the C step; else float32 as it is, and the
+    note names what the CPU lacks. bf16 with AVX512-BF16 alone is not picked: on the Zen 4 whole-bf16 layers ran
+    at 0.83x float32's throughput and 0.92x its batch-1 speed. 'int8' (a CPU in float32 only) runs a single
     request's decode steps in C on int8 copies of the weights where the C step runs, with prefill and batches on
     the float32 weights kept beside them (torch's int8 weight-only kernel ran batches at a fifth of float32's
     speed on the AVX2 CPU and an eighth on the AVX-512 one); where it does not, the torch layers' linears are
@@ -94,28 +102,31 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     features = features or cpu_features()
     why_not_c = c_decode_unavailable(config, features)
     if not why_not_c:
-        return int8_c_step(dtype, "fast")
-    if features.amx_bf16 and config.dtype is None:
-        return PrecisionChoice(torch.bfloat16, note="precision fast: bf16 weights, activations and KV cache "
-                                                    "(AMX-BF16 on this CPU)")
-    bf16 = (f"--dtype {config.dtype} was asked for" if features.amx_bf16 else
-            "this CPU lacks AMX-BF16 for bf16" + (" (AVX512-BF16 alone measured slower than float32)"
-                                                  if "avx512_bf16" in features.flags else ""))
+        return int8_c_step(dtype, "fast", bf16_linears=features.amx_bf16)
+    if features.amx_bf16:
+        return PrecisionChoice(dtype, bf16_linears=True,
+                               note=f"precision fast: every step on {BF16_LINEARS}; one request's decode steps not in C: "
+                                    f"{why_not_c}")
+    bf16 = "this CPU lacks AMX-BF16 for bf16" + (" (AVX512-BF16 alone measured slower than float32)"
+                                                 if "avx512_bf16" in features.flags else "")
     return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: the int8 decode step does not run in C "
                                        f"({why_not_c}), {bf16}, and torch's int8 weight-only kernel is slower "
                                        f"than float32; --precision int8 forces int8")
 
 
-def int8_c_step(dtype: torch.dtype, precision: str) -> PrecisionChoice:
-    """The int8 C step with prefill and batches on float32, as 'int8' and 'fast' pick it where the C step runs;
-    ``precision`` names the choice in its note."""
+def int8_c_step(dtype: torch.dtype, precision: str, bf16_linears: bool = False) -> PrecisionChoice:
+    """The int8 C step with prefill and batches on float32 (on bf16 copies of the linears with
+    ``bf16_linears``), as 'int8' and 'fast' pick it where the C step runs; ``precision`` names the choice in its
+    note."""
     dots = not env.int8_dots_disabled()
     inputs = "int8 inputs (integer dot products)" if dots else "float32 inputs"
-    return PrecisionChoice(dtype, c_decode=True, c_int8=True, int8_dots=dots,
+    batches = (BF16_LINEARS if bf16_linears else
+               "the float32 weights, kept beside them (torch's int8 weight-only kernel is slower than float32 for "
+               "batches)")
+    return PrecisionChoice(dtype, c_decode=True, c_int8=True, int8_dots=dots, bf16_linears=bf16_linears,
                            note=f"precision {precision}: one request's decode steps in C (AVX2 and FMA) on int8 "
                                 f"weights with a scale per row (decoder linears and LM head) and {inputs}; prefill "
-                                f"and batches of more requests on the float32 weights, kept beside them (torch's "
-                                f"int8 weight-only kernel is slower than float32 for batches)")
+                                f"and batches of more requests on {batches}")
 
 
 def int8_choice(config: EngineConfig, dtype: torch.dtype, features: CpuFeatures) -> PrecisionChoice:
@@ -175,7 +186,7 @@ def dependent_launch_runs_on(device: torch.device) -> bool:
 
 
 def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
-                   int8_weights: bool = False, kv_fp8: bool = False) -> KernelChoices:
+                   int8_weights: bool = False, kv_fp8: bool = False, bf16_linears: bool = False) -> KernelChoices:
     """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
     can be turned off for comparisons; the small-batch decode reads bf16 pages only, so not with an fp8 KV
     cache); oneDNN-packed weights for float32 on a CPU, used at one row too when torch runs more than one thread
@@ -190,7 +201,7 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
         flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=gemv, small_decode=small_decode,
         pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.pdl_disabled(),
         packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1,
-        int8_weights=int8_weights)
+        int8_weights=int8_weights, bf16_linears=bf16_linears)
 
 
 def graph_max_bs(config: EngineConfig, device: torch.device, attention: str) -> int:
@@ -207,8 +218,8 @@ def graph_max_bs(config: EngineConfig, device: torch.device, attention: str) -> 
 
 
 def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> EnginePlan:
-    """``dtype`` is the one asked for (or the device's default); the precision may change it (bf16), and the
-    engine then runs in ``plan.precision.dtype``."""
+    """``dtype`` is the one asked for (or the device's default); the engine runs in ``plan.precision.dtype``
+    (the same: the precisions change the weights' form, not the activations')."""
     precision = precision_choice(config, device, dtype)
     dtype = precision.dtype
     attention = attention_name(config, device, dtype)
@@ -216,6 +227,6 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
     return EnginePlan(
         attention=attention, kv_fp8=kv_fp8,
         fp8_paged_decode=kv_fp8 and attention == "torch" and device.type == "cuda" and triton_runs_on(device),
-        kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8),
+        kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8, precision.bf16_linears),
         cuda_graph_max_bs=graph_max_bs(config, device, attention),
         overlap=overlap_enabled(config, device), precision=precision)

@@ -34,6 +34,9 @@ class KernelChoices:
     # CPU decoder linears as int8 weights with per-row scales (core/kernels/int8_weights.py); the LM head stays
     # packed float32
     int8_weights: bool = False
+    # CPU decoder linears on bf16 copies through AMX, float32 activations (core/kernels/bf16_weights.py); the LM
+    # head stays packed float32
+    bf16_linears: bool = False
 
     def __post_init__(self) -> None:
         if (self.fused_qkv or self.gemv) and not self.flashinfer:
@@ -42,6 +45,8 @@ class KernelChoices:
             raise ValueError("one-row packed linears need packed weights")
         if self.small_decode and not self.fused_qkv:
             raise ValueError("the small-batch decode kernel starts from the fused QKV path")
+        if self.bf16_linears and (self.int8_weights or self.flashinfer):
+            raise ValueError("bf16 linears are a float32 CPU engine's other form of its linears")
         if self.pdl and not (self.gemv or self.small_decode):
             raise ValueError("programmatic dependent launch is for the GEMV and small-batch decode kernels")
 

@@ -23,6 +23,7 @@ from torch import nn
 from core.kernels import onednn_packed
 from core.kernels.choices import KernelChoices
 from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
+from core.kernels.bf16_weights import Bf16Weight, bf16_linear
 from core.kernels.int8_weights import Int8Weight, int8_linear
 
 if TYPE_CHECKING:
@@ -205,11 +206,22 @@ class Int8Kernels(TorchKernels):
         return super().linear(x, weight, bias, packed_weight)
 
 
+@dataclass(frozen=True)
+class Bf16Kernels(TorchKernels):
+    """The torch kernels, with the linears that hold a bf16 copy (core/kernels/bf16_weights.py) on it."""
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               packed_weight: torch.Tensor | Bf16Weight | None) -> torch.Tensor:
+        if isinstance(packed_weight, Bf16Weight):
+            return bf16_linear(x, packed_weight, bias)
+        return super().linear(x, weight, bias, packed_weight)
+
+
 def kernels_for(choices: KernelChoices) -> TorchKernels:
     """The table that runs these choices."""
     if choices.flashinfer:
         return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv, pdl=choices.pdl and choices.gemv)
-    kernels = Int8Kernels if choices.int8_weights else TorchKernels
+    kernels = Int8Kernels if choices.int8_weights else Bf16Kernels if choices.bf16_linears else TorchKernels
     return kernels(packed_one_row=choices.packed_one_row)
 
 

@@ -75,12 +75,13 @@ def pack_linears(model: nn.Module, one_row: bool) -> int:
         shape = (tuple(module.weight.shape), bias is not None)
         if shape not in compiled:  # kernels depend on the shapes only: once per shape is enough
             compiled.add(shape)
-            _compile_row_counts(module.weight, bias, module.packed, one_row)
+            compile_row_counts(module.weight, bias, module.packed, one_row)
     return count
 
 
-def _compile_row_counts(weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor,
-                        one_row: bool) -> None:
+def compile_row_counts(weight: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor,
+                       one_row: bool) -> None:
+    """Run the packed GEMM once at every row count it takes, so its kernels exist before serving starts."""
     with torch.inference_mode():
         for rows in range(min_rows(one_row), PACKED_MAX_ROWS + 1):
             linear(weight.new_zeros(rows, weight.shape[1]), weight, bias, packed, one_row)

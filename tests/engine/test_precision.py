@@ -1,6 +1,6 @@
 """``precision``: 'exact' keeps float32 (a single request's decode steps in C where the CPU has AVX2 and FMA);
-'fast' picks int8 weights for that C step, else bf16 with AMX, or keeps float32 and names what it lacks; 'int8'
-quantises anyway."""
+'fast' picks int8 weights for that C step and, with AMX, bf16 copies of the linears for prefill and batches (or
+keeps float32 and names what it lacks); 'int8' quantises anyway."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from core.engine.plan import plan_engine
 from core.errors import InvalidParamsError
 from core.kernels import cpu_decode
 from core.kernels import cpu_features as features_module
-from core.kernels.dispatch import Int8Kernels
+from core.kernels.bf16_weights import Bf16Weight, bf16_linear
+from core.kernels.dispatch import Bf16Kernels, Int8Kernels
 from core.kernels.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
+from core.kernels.onednn_packed import PACKED_MAX_ROWS
 from core.reference import HFReference, compare
 from core.request import SamplingParams
 from tests.support.cli import assert_user_error, run, write
@@ -82,13 +84,22 @@ def test_fast_on_an_avx2_cpu_without_fma_keeps_float32_and_names_what_it_lacks(c
 @pytest.mark.parametrize("capability, flags", [("AVX2", ("avx", "avx2", "fma")),
                                                ("AVX512", ("avx", "avx2", "fma", "avx512f", "avx512_bf16")),
                                                ("AVX512", ("avx", "avx2", "fma", "avx512f", "amx_bf16"))])
-def test_fast_where_the_c_step_runs_is_the_int8_step_with_float32_batches(cpu_like, capability, flags):
+def test_fast_where_the_c_step_runs_is_the_int8_step_with_float32_or_amx_batches(cpu_like, capability, flags):
     cpu_like(capability, *flags)
     plan = fast()
     assert plan.precision.dtype == torch.float32 and not plan.kernels.int8_weights and plan.kernels.packed_weights
     assert plan.precision.c_decode and plan.precision.c_int8 and plan.precision.int8_dots
-    assert plan.precision.note == "precision fast: " + fast(precision="int8").precision.note.removeprefix(
-        "precision int8: ")
+    amx = "amx_bf16" in flags  # with AMX, prefill and batches on bf16 copies of the linears; else float32
+    assert plan.precision.bf16_linears == plan.kernels.bf16_linears == amx
+    int8_note = fast(precision="int8").precision.note.removeprefix("precision int8: ")
+    if amx:
+        head, _, batches = int8_note.partition("; prefill and batches of more requests on ")
+        assert plan.precision.note == (f"precision fast: {head}; prefill and batches of more requests on bf16 copies "
+                                       f"of the decoder's linears through AMX-BF16 (activations, attention and the "
+                                       f"KV cache float32)")
+        assert batches.startswith("the float32 weights")  # int8 keeps float32 batches, AMX or not
+    else:
+        assert plan.precision.note == "precision fast: " + int8_note
     assert not plan_engine(EngineConfig(precision="fast", kv_dtype="fp8"), CPU, torch.float32).precision.c_decode
 
 
@@ -107,12 +118,52 @@ def test_exact_with_the_c_decode_step_gives_transformers_tokens_on_the_embedded_
     assert [v.status for v in verdicts] == ["match"] * 3 and all(v.exact for v in verdicts)
 
 
-def test_fast_with_amx_runs_bf16_where_the_c_step_cannot_unless_a_dtype_was_asked_for(cpu_like):
+def test_fast_with_amx_runs_bf16_linears_where_the_c_step_cannot(cpu_like):
     cpu_like("AVX512", "avx512f", "amx_bf16", "amx_tile")  # no AVX2 and FMA flags: no C step
-    assert fast().precision.dtype == torch.bfloat16 and "AMX-BF16" in fast().precision.note
-    kept = fast(dtype="float32")
-    assert kept.precision.dtype == torch.float32 and not kept.kernels.int8_weights
-    assert "--dtype float32 was asked for" in kept.precision.note
+    for dtype in (None, "float32"):
+        plan = fast(dtype)
+        assert plan.precision.dtype == torch.float32 and plan.kernels.bf16_linears and not plan.precision.c_decode
+        assert plan.precision.note.startswith("precision fast: every step on bf16 copies of the decoder's linears "
+                                              "through AMX-BF16")
+        assert plan.precision.note.endswith("not in C: this CPU lacks AVX2 and FMA for the C decode step")
+
+
+@pytest.mark.parametrize("rows", [1, 5, PACKED_MAX_ROWS, PACKED_MAX_ROWS + 3])  # packed and plain bf16 products
+def test_bf16_linear_is_float32_within_bf16_rounding(rows):
+    gen = torch.Generator().manual_seed(rows)
+    weight, bias = torch.randn(96, 160, generator=gen), torch.randn(96, generator=gen)
+    x = torch.randn(rows, 160, generator=gen)
+    copy = Bf16Weight.of(weight)
+    assert copy.weight.dtype == torch.bfloat16 and copy.weight.shape == weight.shape
+    out = bf16_linear(x, copy, bias)
+    assert out.dtype == torch.float32 and out.shape == (rows, 96)
+    # the products of the rounded inputs and weights, summed in float32 and the sum rounded to bf16 ...
+    rounded = x.bfloat16().float() @ copy.weight.float().T
+    torch.testing.assert_close(out - bias, rounded, rtol=2.0 ** -7, atol=1e-3)
+    # ... so within bf16's rounding (2^-8 relative: of each input, each weight and the sum) of float32's
+    bound = 3 * 2.0 ** -8 * (x.abs() @ weight.abs().T) + 1e-3
+    error = (out - (x @ weight.T + bias)).abs()
+    assert bool((error <= bound).all()) and float(error.max()) > 0  # and it did round
+
+
+def test_fast_with_amx_runs_batches_on_bf16_linears_with_no_differences_against_transformers(smollm2_dir,
+                                                                                             cpu_like):
+    cpu_like("AVX512", "avx", "avx2", "fma", "avx512f", "amx_bf16")  # bf16 runs without AMX too, only slower
+    prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
+    with LLM(smollm2_dir, precision="fast", max_running_req=4) as llm:
+        engine = llm.engine
+        assert engine.bf16_linears == 4 * engine.model_config.num_layers  # qkv, o, gate_up, down per layer
+        layer = engine.model.model.layers[0].mlp.down_proj
+        assert isinstance(layer.kernels, Bf16Kernels) and isinstance(layer.packed, Bf16Weight)
+        assert layer.weight.dtype == torch.float32 and engine.kv_pool.dtype == torch.float32
+        assert "bf16 linears (AMX) for prefill and batches" in engine.describe()
+        outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))  # batched
+        ids = [llm.tokenizer.encode(p) for p in prompts]
+    reference = HFReference(smollm2_dir)
+    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 8, ignore_eos=True), ())
+                for o, i in zip(outputs, ids)]
+    assert [v.status for v in verdicts if v.status not in ("match", "near-tie")] == []
+    assert sum(v.exact for v in verdicts) >= 2  # a near-tie at most: bf16 products, not a different model
 
 
 def test_int8_is_for_float32_on_a_cpu_and_unknown_precisions_are_refused():
