@@ -45,8 +45,9 @@ class EngineConfig:
     # (core/kvcache/pool.py), attention then computing in float32 (the torch backend)
     kv_dtype: str = "auto"
     # 'exact' (the default) keeps the model's dtype (on a CPU in float32 a single request's decode steps run in C
-    # where it has AVX2 and FMA); 'fast' lets the plan pick int8 weights for the C step, else bf16 with AMX, or
-    # say why it keeps float32 as it is; 'int8' asks for int8 weights (core/choices.py, core/engine/plan.py)
+    # where it has AVX2 and FMA); 'fast' lets the plan pick int8 weights for the C step and, with AMX, bf16 copies
+    # of the linears for prefill and batches, or say why it keeps float32 as it is; 'int8' asks for int8 weights
+    # (core/choices.py, core/engine/plan.py)
     precision: str = "exact"
 
     def __post_init__(self) -> None:

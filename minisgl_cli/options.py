@@ -56,7 +56,7 @@ Precision = Annotated[Literal[PRECISIONS], typer.Option(
     "--precision", rich_help_panel=_ENGINE,
     help="'exact' (float32 on a CPU, token-exact against transformers; with AVX2, FMA and a C compiler one "
          "request's decode steps run as one C call); 'fast' picks reduced-precision weights this CPU runs faster "
-         "(int8 weights for that C call with prefill and batches on float32, else bf16 with AMX) or says why it "
+         "(int8 weights for that C call; with AMX, bf16 linears for prefill and batches) or says why it "
          "keeps float32; 'int8' forces int8 weights on a CPU.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]

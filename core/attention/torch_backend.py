@@ -9,6 +9,9 @@ With an fp8 pool (core/kvcache/pool.py) the gathered keys and values are dequant
 runs in float32, whatever the model's dtype, so the CPU runs it too; a prefill's fresh keys and values are
 used as computed (only what is read back from the pool went through fp8).
 
+On a float32 CPU pool where the C library builds, decode instead reads the pool in place with one C call per
+layer (core/kernels/cpu_attention.py: no gather, no padding), given as ``c_attention`` by the engine's plan.
+
 Keys and values are gathered with ``index_select`` over a flat list of slots: on a CPU that is several times
 faster than advanced indexing with a 2-D index, and decode attention is mostly this gather. Every SDPA call
 gets 4-D tensors, the shape the fused CPU kernel takes (3-D inputs fall back to the unfused math path).
@@ -22,6 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from core.attention.base import AttentionBackend
+from core.kernels.cpu_attention import CDecodeAttention
+from core.kvcache.pool import KVPool
 from core.request import Batch
 
 
@@ -45,9 +50,15 @@ class TorchDecodeMetadata:
     # [batch, 1, 1, max_len] True where a key is visible; None for a single request, which sees every key
     # (SDPA without a mask skips turning it into additive biases: a quarter of a batch-1 call on a CPU)
     mask: torch.Tensor | None
+    lens: torch.Tensor  # [batch] int64: each request's cached tokens, the new one included
 
 
 class TorchAttentionBackend(AttentionBackend):
+    def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int,
+                 c_attention: CDecodeAttention | None = None) -> None:
+        super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
+        self.c_attention = c_attention  # decode in C (a float32 CPU pool; the plan decided)
+
     def prepare_metadata(self, batch: Batch) -> None:
         if batch.is_prefill:
             seqs, start = [], 0
@@ -60,7 +71,7 @@ class TorchAttentionBackend(AttentionBackend):
         if len(batch.reqs) == 1:
             req = batch.reqs[0]
             batch.attn_metadata = TorchDecodeMetadata(self.page_table[req.table_idx, :req.device_len],
-                                                      req.device_len, None)
+                                                      req.device_len, None, torch.tensor([req.device_len]))
             return
         device = self.page_table.device
         rows = torch.tensor([r.table_idx for r in batch.reqs], device=device)
@@ -68,7 +79,7 @@ class TorchAttentionBackend(AttentionBackend):
         max_len = max(r.device_len for r in batch.reqs)
         slots = self.page_table[rows, :max_len].reshape(-1)
         mask = torch.arange(max_len, device=device)[None, :] < seq_lens[:, None]
-        batch.attn_metadata = TorchDecodeMetadata(slots, max_len, mask[:, None, None, :])
+        batch.attn_metadata = TorchDecodeMetadata(slots, max_len, mask[:, None, None, :], seq_lens)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         self.pool.store(layer, batch.out_loc, k, v)
@@ -105,6 +116,9 @@ class TorchAttentionBackend(AttentionBackend):
         return out
 
     def _decode(self, q: torch.Tensor, layer: int, meta: TorchDecodeMetadata, dtype: torch.dtype) -> torch.Tensor:
+        if self.c_attention is not None:
+            return self.c_attention(q, self.pool.k_layers[layer], self.pool.v_layers[layer], meta.slots, meta.lens,
+                                    self.scale)
         shape = (q.shape[0], meta.max_len, self.num_kv_heads, self.head_dim)
         k, v = self.pool.gather(layer, meta.slots, dtype)
         k = k.view(shape).transpose(1, 2)  # [batch, kv_heads, max_len, dim]

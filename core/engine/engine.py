@@ -26,7 +26,9 @@ from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.kernels.dispatch import install_kernels, kernels_for
+from core.kernels import cpu_decode
 from core.kernels.bf16_weights import bf16_linears
+from core.kernels.cpu_attention import CDecodeAttention
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
 from core.distributed.info import get_tp_info
@@ -189,7 +191,9 @@ class Engine:
             return PagedTorchBackend(*args)
         from core.attention.torch_backend import TorchAttentionBackend
 
-        return TorchAttentionBackend(*args)
+        c_attention = (CDecodeAttention(cpu_decode.load_library().library, torch.get_num_threads())
+                       if self.plan.c_attention else None)
+        return TorchAttentionBackend(*args, c_attention=c_attention)
 
     def _make_graph_runner(self, log: Callable[[str], None] | None) -> CudaGraphRunner | None:
         """Decode graphs up to the plan's batch size (none when it is 0)."""
@@ -251,7 +255,8 @@ def _kernel_words(plan: EnginePlan) -> str:
     kernels = plan.kernels
     fused = [what for on, what in ((kernels.fused_qkv, "fused QKV"), (kernels.gemv, "batch-1 GEMV"),
                                    (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode"),
-                                   (kernels.pdl, "dependent launches")) if on]
+                                   (kernels.pdl, "dependent launches"), (plan.c_attention, "decode attention in C"))
+             if on]
     return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
 
 

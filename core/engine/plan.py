@@ -37,6 +37,9 @@ class EnginePlan:
     cuda_graph_max_bs: int  # decode batches up to this size replay captured graphs; 0: every step runs eagerly
     overlap: bool  # prepare step N+1 while step N runs
     precision: "PrecisionChoice"  # the weights' form and the dtype the model runs in
+    # torch attention's decode steps in one C call per layer over a float32 CPU pool
+    # (core/kernels/cpu_attention.py) instead of a gather and a masked SDPA
+    c_attention: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,8 +152,21 @@ def c_decode_unavailable(config: EngineConfig, features: CpuFeatures) -> str:
         return "the C decode step runs on one rank only"
     if config.kv_dtype == "fp8":
         return "the C decode step reads a float32 KV cache, not fp8"
-    reason = cpu_decode.unsupported_reason(features.flags)
-    return reason or cpu_decode.load_library().reason
+    return c_library_unavailable(features)
+
+
+def c_library_unavailable(features: CpuFeatures) -> str:
+    """Why the CPU's C kernels (core/kernels/cpu_decode.c) cannot run here ('' when they can); builds them (once)
+    to know."""
+    return cpu_decode.unsupported_reason(features.flags) or cpu_decode.load_library().reason
+
+
+def c_attention_runs(device: torch.device, dtype: torch.dtype, attention: str, kv_fp8: bool) -> bool:
+    """Decode attention in C: the torch backend on a CPU over a float32 pool, where the C kernels build;
+    MINISGL_DISABLE_CPU_DECODE=1 keeps SDPA (the switch of the C decode step, whose code it shares)."""
+    if device.type != "cpu" or dtype != torch.float32 or attention != "torch" or kv_fp8:
+        return False
+    return not env.cpu_decode_disabled() and not c_library_unavailable(cpu_features())
 
 
 def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
@@ -229,4 +245,5 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
         fp8_paged_decode=kv_fp8 and attention == "torch" and device.type == "cuda" and triton_runs_on(device),
         kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8, precision.bf16_linears),
         cuda_graph_max_bs=graph_max_bs(config, device, attention),
-        overlap=overlap_enabled(config, device), precision=precision)
+        overlap=overlap_enabled(config, device), precision=precision,
+        c_attention=c_attention_runs(device, dtype, attention, kv_fp8))

@@ -611,3 +611,50 @@ void gemv_int8_dots(const int8_t *values, const float *scales, const float *x, i
     gemv_rows((Weight){tiled, scales}, in, rows, n, 0, y);
     free(tiled);
 }
+
+/* Decode attention for a batch of requests, one query token each, over a layer's float32 pool [slots, kv_heads,
+ * dim]: q and out [batch, heads, dim]; slots [batch, max_len] (row b's first lens[b] entries are request b's
+ * cached tokens, the rest unread). What the torch backend's decode steps call on a float32 CPU engine, in place of
+ * gathering every request's keys and values into a padded block for a masked SDPA. A thread takes a request at a
+ * time (dynamically: requests differ in length) and reads each of its slots' key row, then value row, once and
+ * whole (every KV head's, contiguous) for all query heads; softmax in float32 with the running maximum
+ * subtracted. */
+void decode_attention(const float *q, const float *k_cache, const float *v_cache, const int64_t *slots,
+                      const int64_t *lens, int64_t batch, int64_t max_len, int heads, int kv_heads, int dim,
+                      float scale, float *out, int threads) {
+    int group = heads / kv_heads;
+    int64_t row = (int64_t)kv_heads * dim;
+#pragma omp parallel num_threads(threads)
+    {
+        float *scores = malloc(sizeof(float) * (size_t)heads * (size_t)(max_len > 0 ? max_len : 1));
+#pragma omp for schedule(dynamic)
+        for (int64_t b = 0; b < batch; b++) {
+            int64_t len = lens[b];
+            const int64_t *own = slots + b * max_len;
+            const float *qb = q + b * heads * dim;
+            float *ob = out + b * heads * dim;
+            float top[heads], total[heads];
+            for (int h = 0; h < heads; h++) top[h] = -INFINITY, total[h] = 0.0f;
+            for (int64_t t = 0; t < len; t++) {
+                const float *k = k_cache + own[t] * row;
+                for (int h = 0; h < heads; h++) {
+                    float score = dot(qb + h * dim, k + (h / group) * dim, dim) * scale;
+                    scores[h * len + t] = score;
+                    top[h] = score > top[h] ? score : top[h];
+                }
+            }
+            for (int64_t i = 0; i < (int64_t)heads * dim; i++) ob[i] = 0.0f;
+            for (int64_t t = 0; t < len; t++) {
+                const float *v = v_cache + own[t] * row;
+                for (int h = 0; h < heads; h++) {
+                    float p = expf(scores[h * len + t] - top[h]);
+                    total[h] += p;
+                    axpy(ob + h * dim, p, v + (h / group) * dim, dim);
+                }
+            }
+            for (int h = 0; h < heads; h++)
+                for (int d = 0; d < dim; d++) ob[h * dim + d] /= total[h];
+        }
+        free(scores);
+    }
+}

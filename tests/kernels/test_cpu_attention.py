@@ -1,0 +1,75 @@
+"""Decode attention for a batch in C (core/kernels/cpu_attention.py) against SDPA over the gathered keys, and
+where the plan turns it on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core import LLM
+from core.config import EngineConfig
+from core.engine.plan import plan_engine
+from core.kernels import cpu_decode
+from core.kernels.cpu_attention import CDecodeAttention
+from core.kernels.cpu_features import cpu_features
+from core.reference import HFReference, compare
+from core.request import SamplingParams
+
+REASON = cpu_decode.unsupported_reason(cpu_features().flags) or cpu_decode.load_library().reason
+pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "the C kernels build here")
+CPU = torch.device("cpu")
+
+
+def sdpa_reference(q, k_pool, v_pool, slots, lens):
+    """Each request's keys and values gathered from its slots, one SDPA call each (float64)."""
+    out = []
+    for b, length in enumerate(lens.tolist()):
+        own = slots[b, :length]
+        k, v = k_pool[own].double().transpose(0, 1), v_pool[own].double().transpose(0, 1)  # [kv_heads, len, dim]
+        o = F.scaled_dot_product_attention(q[b].double()[:, None], k, v, scale=q.shape[-1] ** -0.5, enable_gqa=True)
+        out.append(o[:, 0])
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 2, 128), (4, 4, 32)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_c_decode_attention_matches_sdpa_over_the_gathered_keys(heads, kv_heads, dim, threads):
+    gen = torch.Generator().manual_seed(heads * dim + threads)
+    num_slots, lens = 600, torch.tensor([1, 37, 5, 200, 64, 129])
+    max_len = int(lens.max())
+    k_pool = torch.randn(num_slots, kv_heads, dim, generator=gen)
+    v_pool = torch.randn(num_slots, kv_heads, dim, generator=gen)
+    # each request's slots scattered over the pool; entries past a request's length are garbage, never read
+    slots = torch.stack([torch.randperm(num_slots, generator=gen)[:max_len] for _ in lens])
+    slots[0, 1:] = 10 ** 9  # would fault if read
+    q = torch.randn(len(lens), heads, dim, generator=gen) * 3  # sharp softmaxes too
+    attend = CDecodeAttention(cpu_decode.load_library().library, threads)
+    out = attend(q, k_pool, v_pool, slots.reshape(-1).contiguous(), lens, dim ** -0.5)
+    assert out.shape == q.shape and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), sdpa_reference(q, k_pool, v_pool, slots, lens), rtol=1e-5, atol=1e-5)
+    # a single token attends to itself alone: its value rows come back exactly
+    torch.testing.assert_close(out[0], v_pool[slots[0, 0]].repeat_interleave(heads // kv_heads, 0))
+
+
+def test_the_plan_runs_it_for_torch_attention_on_a_float32_cpu_pool_only(monkeypatch):
+    assert plan_engine(EngineConfig(), CPU, torch.float32).c_attention
+    assert not plan_engine(EngineConfig(kv_dtype="fp8"), CPU, torch.float32).c_attention
+    assert not plan_engine(EngineConfig(dtype="bfloat16"), CPU, torch.bfloat16).c_attention
+    assert not plan_engine(EngineConfig(), torch.device("meta"), torch.float32).c_attention
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
+    assert not plan_engine(EngineConfig(), CPU, torch.float32).c_attention
+
+
+def test_batched_decode_in_c_gives_transformers_tokens_on_the_embedded_model(smollm2_dir):
+    prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of",
+               "Once upon a time"]
+    with LLM(smollm2_dir, max_running_req=4) as llm:
+        assert llm.engine.attn_backend.c_attention is not None
+        assert "decode attention in C" in llm.engine.describe()
+        outputs = llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))  # batched
+        ids = [llm.tokenizer.encode(p) for p in prompts]
+    reference = HFReference(smollm2_dir)
+    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 12, ignore_eos=True), ())
+                for o, i in zip(outputs, ids)]
+    assert [v.status for v in verdicts] == ["match"] * 4 and all(v.exact for v in verdicts)
