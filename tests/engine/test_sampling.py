@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core import LLM, SamplingParams
-from core.engine.sampler import hashed_uniform
+from core.engine.sampler import SampleArgs, Sampler, hashed_uniform
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +83,15 @@ def test_draws_follow_the_softmax_of_logits_over_temperature(temperature):
     observed = torch.bincount(drawn, minlength=len(logits)).float() / rows
     expected = torch.softmax(logits / temperature, dim=-1)
     assert torch.allclose(observed, expected, atol=0.01), (observed, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_on_a_cpu_picks_the_first_of_tied_maxima_as_argmax_does(dtype):
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, 4099, generator=gen).to(dtype)
+    logits[1, [7, 300, 4098]] = 50.0  # a three-way tie at the top
+    logits[2] = 0.0  # every logit tied
+    logits[3, -1] = 80.0  # the maximum last
+    greedy = Sampler(torch.device("cpu")).sample(logits, SampleArgs(logprobs=-1))
+    assert torch.equal(greedy, logits.argmax(dim=-1))
+    assert greedy[1] == 7 and greedy[2] == 0 and greedy[3] == 4098
