@@ -59,7 +59,7 @@ class PrecisionChoice:
 
     @property
     def words(self) -> str:
-        """How the engine's description names it (bf16 shows in the dtype it names already)."""
+        """How the engine's description names the weights' other forms ('' for none)."""
         words = ["int8 weight-only linears"] if self.int8_weights else []
         if self.bf16_linears:
             words.append("bf16 linears (AMX) for prefill and batches")
@@ -107,9 +107,8 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     if not why_not_c:
         return int8_c_step(dtype, "fast", bf16_linears=features.amx_bf16)
     if features.amx_bf16:
-        return PrecisionChoice(dtype, bf16_linears=True,
-                               note=f"precision fast: every step on {BF16_LINEARS}; one request's decode steps not in C: "
-                                    f"{why_not_c}")
+        return PrecisionChoice(dtype, bf16_linears=True, note=f"precision fast: every step on {BF16_LINEARS}; one "
+                                                              f"request's decode steps not in C: {why_not_c}")
     bf16 = "this CPU lacks AMX-BF16 for bf16" + (" (AVX512-BF16 alone measured slower than float32)"
                                                  if "avx512_bf16" in features.flags else "")
     return PrecisionChoice(dtype, note=f"precision fast: kept exact float32: the int8 decode step does not run in C "
