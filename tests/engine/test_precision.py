@@ -40,6 +40,13 @@ def cpu_like(monkeypatch):
     features_module.cpu_features.cache_clear()
 
 
+def against_transformers(model_dir, outputs: list[dict], ids: list[list[int]], max_tokens: int) -> list:
+    """Each output's verdict against transformers' greedy tokens for the same prompt ids."""
+    reference = HFReference(model_dir)
+    return [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, max_tokens, ignore_eos=True), ())
+            for o, i in zip(outputs, ids)]
+
+
 def fast(dtype: str | None = None, precision: str = "fast"):
     return plan_engine(EngineConfig(precision=precision, dtype=dtype), CPU, torch.float32)
 
@@ -112,9 +119,7 @@ def test_exact_with_the_c_decode_step_gives_transformers_tokens_on_the_embedded_
         ids = [llm.tokenizer.encode(p) for p in prompts]
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
         outputs = [llm.generate([p], params)[0] for p in prompts]  # one at a time: every decode step in C
-    reference = HFReference(smollm2_dir)
-    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 12, ignore_eos=True), ())
-                for o, i in zip(outputs, ids)]
+    verdicts = against_transformers(smollm2_dir, outputs, ids, 12)
     assert [v.status for v in verdicts] == ["match"] * 3 and all(v.exact for v in verdicts)
 
 
@@ -159,9 +164,7 @@ def test_fast_with_amx_runs_batches_on_bf16_linears_with_no_differences_against_
         assert "bf16 linears (AMX) for prefill and batches" in engine.describe()
         outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))  # batched
         ids = [llm.tokenizer.encode(p) for p in prompts]
-    reference = HFReference(smollm2_dir)
-    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 8, ignore_eos=True), ())
-                for o, i in zip(outputs, ids)]
+    verdicts = against_transformers(smollm2_dir, outputs, ids, 8)
     assert [v.status for v in verdicts if v.status not in ("match", "near-tie")] == []
     assert sum(v.exact for v in verdicts) >= 2  # a near-tie at most: bf16 products, not a different model
 
@@ -216,9 +219,7 @@ def test_int8_with_the_c_decode_step_has_no_differences_against_transformers(smo
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
         outputs = [llm.generate([p], params)[0] for p in prompts]  # one at a time: every decode step in C
         ids = [llm.tokenizer.encode(p) for p in prompts]
-    reference = HFReference(smollm2_dir)
-    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 12, ignore_eos=True), ())
-                for o, i in zip(outputs, ids)]
+    verdicts = against_transformers(smollm2_dir, outputs, ids, 12)
     assert [v.status for v in verdicts if v.status not in ("match", "near-tie")] == []
     assert sum(v.exact for v in verdicts) >= 2
 
@@ -250,9 +251,7 @@ def test_int8_end_to_end_on_the_embedded_model_has_no_differences_against_transf
         assert "int8 weight-only linears" in engine.describe()
         outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
         ids = [llm.tokenizer.encode(p) for p in prompts]
-    reference = HFReference(smollm2_dir)
-    verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 8, ignore_eos=True), ())
-                for o, i in zip(outputs, ids)]
+    verdicts = against_transformers(smollm2_dir, outputs, ids, 8)
     assert [v.status for v in verdicts if v.status not in ("match", "near-tie")] == []
     assert sum(v.exact for v in verdicts) >= 2  # a near-tie at most: int8 weights, not a different model
 
