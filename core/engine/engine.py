@@ -103,7 +103,7 @@ class Engine:
         # precision int8 where the C step does not run: the decoder's linears quantised once (core/kernels/int8_weights.py)
         self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
         kernels = self.plan.kernels
-        # fast on a CPU with AMX: bf16 copies of the decoder's linears (core/kernels/bf16_weights.py)
+        # fast on a CPU with AMX: bf16 copies of the linears and the LM head (core/kernels/bf16_weights.py)
         self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
         # float32 on a CPU: the other weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
         self.packed_linears = pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0

@@ -69,8 +69,8 @@ class PrecisionChoice:
         return ", ".join(words)
 
 
-BF16_LINEARS = ("bf16 copies of the decoder's linears through AMX-BF16 (activations, attention and the KV cache "
-                "float32)")
+BF16_LINEARS = ("bf16 copies of the linears and the LM head through AMX-BF16 (activations, attention and the KV "
+                "cache float32)")
 
 
 def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dtype,
@@ -80,7 +80,7 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
     as oneDNN's do against transformers', and it is what batch 1 feels: 1.7x torch's speed on a 2-vCPU Zen 4).
     'fast' on a CPU running float32: where the C step runs, what 'int8' picks there (int8 C step, float32 for
     prefill and batches), the fastest at batch 1 and in throughput on the CPUs measured (AVX2 Zen 1, AVX-512
-    Zen 4); with AMX, prefill and batches on bf16 copies of the decoder's linears (core/kernels/bf16_weights.py:
+    Zen 4); with AMX, prefill and batches on bf16 copies of the linears and LM head (core/kernels/bf16_weights.py:
     1.3-3.9x float32's GEMMs from 4 rows on a Xeon), with or without the C step; else float32 as it is, and the
     note names what the CPU lacks. bf16 with AVX512-BF16 alone is not picked: on the Zen 4 whole-bf16 layers ran
     at 0.83x float32's throughput and 0.92x its batch-1 speed. 'int8' (a CPU in float32 only) runs a single

@@ -1,13 +1,17 @@
-"""bf16 copies of the decoder's linears for prefill and batches, on a CPU with AMX (``--precision fast`` there).
+"""bf16 copies of the linears and the LM head for prefill and batches, on a CPU with AMX (``--precision fast``
+there).
 
 AMX multiplies bf16 tiles. On a 2-vCPU AVX-512 Xeon with AMX, oneDNN's bf16 GEMM on a packed bf16 weight ran a
 SmolLM2 layer's four linears 1.3x faster than float32 at 4 rows, 2.1x at 32, 3.0-3.9x at 128-2048 (each input cast
 to bf16 and each output back to float32 counted in), and no slower at one or two rows (164 against 210 us for
 gate_up at one row). That is the prefill and the batches of the ``cpu`` workload, which float32 GEMMs bound.
 
-Only the linears change: each casts its float32 input to bf16 and its output back, so the activations, the
+Only the linears and the LM head change: each casts its float32 input to bf16 and its output back, so the activations, the
 norms, attention and the KV cache stay float32, and a single request's decode steps keep running in C on their
-own weights (core/kernels/cpu_decode.py). The LM head stays float32, as its logits decide the greedy token.
+own weights (core/kernels/cpu_decode.py). The LM head (the tied embedding's table, whose row lookup keeps reading
+float32) is a tenth of a 32-row decode step's work in float32 here; on bf16 the workload's decode steps took
+3.8-4.0 s against 4.2-4.3.
+
 Which bf16 path a row count takes is the float32 rule (core/kernels/onednn_packed.py): the packed weight up to
 ``PACKED_MAX_ROWS`` rows, with its kernels compiled when the copy is made, the plain bf16 weight above.
 
@@ -24,7 +28,6 @@ import torch
 from torch import nn
 
 from core.kernels import onednn_packed
-from core.kernels.int8_weights import decoder_linears
 
 
 @dataclass(frozen=True)
@@ -47,9 +50,9 @@ def bf16_linear(x: torch.Tensor, weight: Bf16Weight, bias: torch.Tensor | None =
 
 
 def bf16_linears(model: nn.Module) -> int:
-    """Give every decoder linear its bf16 copy, once, at load, and compile the packed kernels for each row count
-    (once per shape); returns how many."""
-    layers = decoder_linears(model)
+    """Give every linear with a ``packed`` slot (the decoder's and the LM head) its bf16 copy, once, at load, and
+    compile the packed kernels for each row count (once per shape); returns how many."""
+    layers = [module for module in model.modules() if hasattr(module, "packed")]
     compiled = set()
     for module in layers:
         module.packed = Bf16Weight.of(module.weight)

@@ -34,8 +34,7 @@ class KernelChoices:
     # CPU decoder linears as int8 weights with per-row scales (core/kernels/int8_weights.py); the LM head stays
     # packed float32
     int8_weights: bool = False
-    # CPU decoder linears on bf16 copies through AMX, float32 activations (core/kernels/bf16_weights.py); the LM
-    # head stays packed float32
+    # CPU linears and LM head on bf16 copies through AMX, float32 activations (core/kernels/bf16_weights.py)
     bf16_linears: bool = False
 
     def __post_init__(self) -> None:

@@ -102,8 +102,8 @@ def test_fast_where_the_c_step_runs_is_the_int8_step_with_float32_or_amx_batches
     if amx:
         head, _, batches = int8_note.partition("; prefill and batches of more requests on ")
         assert plan.precision.note == (f"precision fast: {head}; prefill and batches of more requests on bf16 copies "
-                                       f"of the decoder's linears through AMX-BF16 (activations, attention and the "
-                                       f"KV cache float32)")
+                                       f"of the linears and the LM head through AMX-BF16 (activations, attention "
+                                       f"and the KV cache float32)")
         assert batches.startswith("the float32 weights")  # int8 keeps float32 batches, AMX or not
     else:
         assert plan.precision.note == "precision fast: " + int8_note
@@ -128,8 +128,8 @@ def test_fast_with_amx_runs_bf16_linears_where_the_c_step_cannot(cpu_like):
     for dtype in (None, "float32"):
         plan = fast(dtype)
         assert plan.precision.dtype == torch.float32 and plan.kernels.bf16_linears and not plan.precision.c_decode
-        assert plan.precision.note.startswith("precision fast: every step on bf16 copies of the decoder's linears "
-                                              "through AMX-BF16")
+        assert plan.precision.note.startswith("precision fast: every step on bf16 copies of the linears and the LM "
+                                              "head through AMX-BF16")
         assert plan.precision.note.endswith("not in C: this CPU lacks AVX2 and FMA for the C decode step")
 
 
@@ -157,7 +157,8 @@ def test_fast_with_amx_runs_batches_on_bf16_linears_with_no_differences_against_
     prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
     with LLM(smollm2_dir, precision="fast", max_running_req=4) as llm:
         engine = llm.engine
-        assert engine.bf16_linears == 4 * engine.model_config.num_layers  # qkv, o, gate_up, down per layer
+        assert engine.bf16_linears == 4 * engine.model_config.num_layers + 1  # qkv, o, gate_up, down; the LM head
+        assert isinstance(engine.model.lm_head.packed, Bf16Weight)
         layer = engine.model.model.layers[0].mlp.down_proj
         assert isinstance(layer.kernels, Bf16Kernels) and isinstance(layer.packed, Bf16Weight)
         assert layer.weight.dtype == torch.float32 and engine.kv_pool.dtype == torch.float32
