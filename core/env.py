@@ -70,7 +70,8 @@ def cpu_weight_packing_disabled() -> bool:
 
 
 def cpu_decode_disabled() -> bool:
-    """MINISGL_DISABLE_CPU_DECODE=1 keeps single-request decode steps on torch instead of the C step (see core/kernels/cpu_decode.py; for comparisons)."""
+    """MINISGL_DISABLE_CPU_DECODE=1 keeps single-request decode steps on torch instead of the C step, and a CPU
+    batch's decode attention on SDPA (core/kernels/cpu_decode.py, core/kernels/cpu_attention.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_CPU_DECODE")
 
 

@@ -97,7 +97,8 @@ def bench_view(report: BenchReport) -> Group:
                      f"{report.model_flops_fraction:.0%} of the ceiling")
     if report.floor is not None and engine is not None:
         f = report.floor
-        parts.append(f"floor {f.seconds:.2f} s on {max(report.copy_gbps, report.read_gbps):.0f} GB/s and {report.matmul_gflops:.0f} GFLOP/s "
+        bandwidth = max(report.copy_gbps, report.read_gbps)  # Ceilings.stream_gbps: what the floors read at
+        parts.append(f"floor {f.seconds:.2f} s on {bandwidth:.0f} GB/s and {report.matmul_gflops:.0f} GFLOP/s "
                      f"(prefill {f.prefill_s:.2f} s; {f.decode_steps} decode steps {f.decode_s:.2f} s: KV "
                      f"{f.kv_read_bytes / 1e9:.1f} GB, weights {f.weight_read_bytes / 1e9:.1f} GB); minisgl "
                      f"{engine.wall_s:.2f} s = [bold]{report.floor_fraction:.0%} of the floor[/bold]")

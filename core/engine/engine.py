@@ -100,7 +100,8 @@ class Engine:
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
         self.attn_backend = self._make_backend()
         install_kernels(self.model, kernels_for(self.plan.kernels))
-        # precision int8 where the C step does not run: the decoder's linears quantised once (core/kernels/int8_weights.py)
+        # precision int8 where the C step does not run: the decoder's linears quantised once
+        # (core/kernels/int8_weights.py)
         self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
         kernels = self.plan.kernels
         # fast on a CPU with AMX: bf16 copies of the linears and the LM head (core/kernels/bf16_weights.py)

@@ -53,9 +53,9 @@ class PrecisionChoice:
     int8_weights: bool = False
     note: str = ""
     c_decode: bool = False
-    c_int8: bool = False  # the C step on int8 weights: the torch layers' own, else int8 copies beside float32
+    c_int8: bool = False  # the C step on int8 copies of the weights, made beside the torch layers' float32 ones
     int8_dots: bool = False  # the int8 C step quantises each product's input for integer dot products
-    bf16_linears: bool = False  # the torch layers' decoder linears on bf16 copies through AMX, float32 activations
+    bf16_linears: bool = False  # the torch layers' linears and LM head on bf16 copies through AMX (float32 activations)
 
     @property
     def words(self) -> str:

@@ -6,11 +6,11 @@ SmolLM2 layer's four linears 1.3x faster than float32 at 4 rows, 2.1x at 32, 3.0
 to bf16 and each output back to float32 counted in), and no slower at one or two rows (164 against 210 us for
 gate_up at one row). That is the prefill and the batches of the ``cpu`` workload, which float32 GEMMs bound.
 
-Only the linears and the LM head change: each casts its float32 input to bf16 and its output back, so the activations, the
-norms, attention and the KV cache stay float32, and a single request's decode steps keep running in C on their
-own weights (core/kernels/cpu_decode.py). The LM head (the tied embedding's table, whose row lookup keeps reading
-float32) is a tenth of a 32-row decode step's work in float32 here; on bf16 the workload's decode steps took
-3.8-4.0 s against 4.2-4.3.
+Only the linears and the LM head change: each casts its float32 input to bf16 and its output back, so the
+activations, the norms, attention and the KV cache stay float32, and a single request's decode steps keep running
+in C on their own weights (core/kernels/cpu_decode.py). The LM head (the tied embedding's table, whose row lookup
+keeps reading float32) is a tenth of a 32-row decode step's work in float32 here; on bf16 the workload's decode
+steps took 3.8-4.0 s against 4.2-4.3.
 
 Which bf16 path a row count takes is the float32 rule (core/kernels/onednn_packed.py): the packed weight up to
 ``PACKED_MAX_ROWS`` rows, with its kernels compiled when the copy is made, the plain bf16 weight above.

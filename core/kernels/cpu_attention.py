@@ -2,10 +2,10 @@
 
 The torch backend's decode gathers every request's cached keys and values into one padded [batch, max_len]
 block and runs a masked SDPA over it: on a 2-vCPU Xeon, for the ``cpu`` workload's 32-request decode steps,
-the gather and SDPA took about 28 ms of a 99 ms step (the linears 58). The C call reads each (request, KV head)'s
-key and value rows in place in the pool, once for all the query heads that share them, with no padding and no
-mask. Its sums run in another order than SDPA's (close, not bit-identical, like the C decode step's), and the
-tokens are checked against transformers like the rest.
+the gather and SDPA took about 28 ms of a 99 ms step (the linears 58). The C call reads each request's key and
+value rows in place in the pool, once for all its query heads, with no padding and no mask. Its sums run in
+another order than SDPA's (close, not bit-identical, like the C decode step's), and the tokens are checked against
+transformers like the rest.
 
 Used by the torch backend for decode steps on a float32 pool of a CPU engine where the C library builds (the
 plan's ``c_attention``, core/engine/plan.py); ``MINISGL_DISABLE_CPU_DECODE=1`` keeps SDPA.
