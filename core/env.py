@@ -69,6 +69,12 @@ def cpu_weight_packing_disabled() -> bool:
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")
 
 
+def cpu_gemm_disabled() -> bool:
+    """MINISGL_DISABLE_CPU_GEMM=1 keeps float32 CPU linears on oneDNN's packed GEMM instead of the C GEMM
+    (core/kernels/cpu_gemm.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_CPU_GEMM")
+
+
 def cpu_decode_disabled() -> bool:
     """MINISGL_DISABLE_CPU_DECODE=1 keeps single-request decode steps on torch instead of the C step, and a CPU
     batch's decode attention on SDPA (core/kernels/cpu_decode.py, core/kernels/cpu_attention.py; for comparisons)."""

@@ -30,6 +30,7 @@ from core.kernels import cpu_decode
 from core.kernels.bf16_weights import bf16_linears
 from core.kernels.cpu_attention import CDecodeAttention
 from core.kernels.int8_weights import quantize_linears
+from core.kernels.cpu_gemm import panel_linears
 from core.kernels.onednn_packed import pack_linears
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
@@ -106,8 +107,10 @@ class Engine:
         kernels = self.plan.kernels
         # fast on a CPU with AMX: bf16 copies of the linears and the LM head (core/kernels/bf16_weights.py)
         self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
-        # float32 on a CPU: the other weights packed once for oneDNN's GEMM (core/kernels/onednn_packed.py)
-        self.packed_linears = pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0
+        # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
+        # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
+        self.packed_linears = (panel_linears(self.model, torch.get_num_threads()) if kernels.c_gemm else
+                               pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
         # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
         # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
@@ -146,7 +149,8 @@ class Engine:
             why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
-        packed = ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else ""
+        packed = (", linears in C on weights packed into panels (AVX-512)" if plan.kernels.c_gemm else
+                  ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else "")
         if plan.precision.words:
             packed += f", {plan.precision.words}"
         return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "

@@ -19,7 +19,7 @@ from core.config import EngineConfig
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
 from core.kernels.cpu_features import CpuFeatures, cpu_features
-from core.kernels import cpu_decode
+from core.kernels import cpu_decode, cpu_gemm
 from core.kernels.onednn_packed import packing_available
 from core.kernels.triton_available import triton_runs_on
 
@@ -168,6 +168,16 @@ def c_attention_runs(device: torch.device, dtype: torch.dtype, attention: str, k
     return not env.cpu_decode_disabled() and not c_library_unavailable(cpu_features())
 
 
+def c_gemm_unavailable(device: torch.device, dtype: torch.dtype, features: CpuFeatures) -> str:
+    """Why the float32 linears cannot run on the C GEMM ('' when they can): a CPU engine in float32 on x86-64
+    with AVX-512, where the library builds (once, to know)."""
+    if device.type != "cpu" or dtype != torch.float32:
+        return "the C GEMM is for a CPU engine in float32"
+    if env.cpu_gemm_disabled():
+        return "MINISGL_DISABLE_CPU_GEMM turned the C GEMM off"
+    return cpu_gemm.unsupported_reason(features.flags) or cpu_gemm.load_library().reason
+
+
 def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
     """On for CUDA, off on a CPU (where it gains nothing but runs the same bookkeeping), unless the config says;
     MINISGL_DISABLE_OVERLAP_SCHEDULING=1 turns it off regardless."""
@@ -204,18 +214,20 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
                    int8_weights: bool = False, kv_fp8: bool = False, bf16_linears: bool = False) -> KernelChoices:
     """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
     can be turned off for comparisons; the small-batch decode reads bf16 pages only, so not with an fp8 KV
-    cache); oneDNN-packed weights for float32 on a CPU, used at one row too when torch runs more than one thread
-    (read once, here: set the threads before building the engine)."""
+    cache); on a float32 CPU the C GEMM's panels where it runs (AVX-512; not beside bf16 copies, which take every
+    linear), else oneDNN-packed weights, used at one row too when torch runs more than one thread (read once,
+    here: set the threads before building the engine)."""
     flashinfer = attention == "flashinfer"
     triton = flashinfer and triton_runs_on(device)
     fused_qkv = triton and not env.fused_qkv_disabled()
-    packed = packing_available(device, dtype) and not env.cpu_weight_packing_disabled()
+    c_gemm = not bf16_linears and not c_gemm_unavailable(device, dtype, cpu_features())
+    packed = packing_available(device, dtype) and not env.cpu_weight_packing_disabled() and not c_gemm
     gemv = triton and not env.gemv_disabled()
     small_decode = fused_qkv and not kv_fp8 and not env.small_decode_disabled()
     return KernelChoices(
         flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=gemv, small_decode=small_decode,
         pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.pdl_disabled(),
-        packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1,
+        packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1, c_gemm=c_gemm,
         int8_weights=int8_weights, bf16_linears=bf16_linears)
 
 

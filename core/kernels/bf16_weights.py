@@ -16,8 +16,8 @@ Which bf16 path a row count takes is the float32 rule (core/kernels/onednn_packe
 ``PACKED_MAX_ROWS`` rows, with its kernels compiled when the copy is made, the plain bf16 weight above.
 
 The copy takes the layer's ``packed`` slot, so the float32 packing leaves the layer alone; the float32 weight
-stays (the C step's int8 copies are made from it). ``Bf16Kernels`` (core/kernels/dispatch.py) routes a linear
-whose slot holds one.
+stays (the C step's int8 copies are made from it). The kernels table (core/kernels/dispatch.py) runs a linear
+whose slot holds one here.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ class Bf16Weight:
     def of(cls, weight: torch.Tensor) -> "Bf16Weight":
         bf16 = weight.detach().to(torch.bfloat16).contiguous()
         return cls(bf16, onednn_packed.pack_weight(bf16))
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return bf16_linear(x, self, bias)
 
 
 def bf16_linear(x: torch.Tensor, weight: Bf16Weight, bias: torch.Tensor | None = None) -> torch.Tensor:

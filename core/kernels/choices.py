@@ -28,6 +28,9 @@ class KernelChoices:
     pdl: bool = False
     # float32 CPU linears on weights packed once for oneDNN (core/kernels/onednn_packed.py)
     packed_weights: bool = False
+    # float32 CPU linears through the C GEMM on weights packed once into its panels (core/kernels/cpu_gemm.py),
+    # in place of oneDNN's packing, on x86-64 with AVX-512
+    c_gemm: bool = False
     # one-row linears (batch-1 decode) packed too: oneDNN splits one row's product over the threads, the BLAS's
     # matrix-vector product runs on one, so this pays only with more than one torch thread
     packed_one_row: bool = False
@@ -40,6 +43,8 @@ class KernelChoices:
     def __post_init__(self) -> None:
         if (self.fused_qkv or self.gemv) and not self.flashinfer:
             raise ValueError("the fused QKV and GEMV kernels run in flashinfer's kernel set")
+        if self.c_gemm and (self.packed_weights or self.bf16_linears):
+            raise ValueError("the C GEMM is a float32 CPU engine's one form of its linears")
         if self.packed_one_row and not self.packed_weights:
             raise ValueError("one-row packed linears need packed weights")
         if self.small_decode and not self.fused_qkv:

@@ -612,49 +612,162 @@ void gemv_int8_dots(const int8_t *values, const float *scales, const float *x, i
     free(tiled);
 }
 
+/* e^x for eight floats at once (Cephes' expf: x = n ln 2 + r with |r| <= ln 2 / 2, a degree-7 polynomial for
+ * e^r, the exponent n added into the float's bits), within about one unit in the last place; 0 below -87.3,
+ * where e^x leaves the normal floats. Softmax exponents here are never above 0. */
+static inline __m256 exp8(__m256 x) {
+    const __m256 lowest = _mm256_set1_ps(-87.3f);
+    __m256 under = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lowest);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x); /* ln 2 in two parts, for an exact r */
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+/* scores[i] = e^(scores[i] - top) for i < len, in place; returns their sum. */
+static float exp_shifted(float *scores, int64_t len, float top) {
+    __m256 shift = _mm256_set1_ps(top), sum = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + i), shift));
+        _mm256_storeu_ps(scores + i, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum(sum);
+    for (; i < len; i++) {
+        scores[i] = expf(scores[i] - top);
+        total += scores[i];
+    }
+    return total;
+}
+
+/* The eight sums of eight accumulators, as one vector (lane j: the sum of a[j]'s lanes): two rounds of pairwise
+ * adds and one of halves, instead of a horizontal sum for each. */
+static inline __m256 sums8(const __m256 a[8]) {
+    __m256 s0123 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    __m256 s4567 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20), _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+/* One query head's scaled scores against the key rows of tokens [0, len) (rows[t]: token t's key for this KV
+ * head, dim a multiple of 8), eight tokens at a time; returns the largest. */
+static float head_scores(const float *qh, const float *const *rows, int64_t len, int dim, float scale,
+                         float *scores) {
+    __m256 top8 = _mm256_set1_ps(-INFINITY), scale8 = _mm256_set1_ps(scale);
+    int64_t t = 0;
+    for (; t + 8 <= len; t += 8) {
+        __m256 acc[8];
+        for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+        for (int c = 0; c < dim; c += 8) {
+            __m256 qv = _mm256_loadu_ps(qh + c);
+            for (int j = 0; j < 8; j++) acc[j] = _mm256_fmadd_ps(_mm256_loadu_ps(rows[t + j] + c), qv, acc[j]);
+        }
+        __m256 s = _mm256_mul_ps(sums8(acc), scale8);
+        _mm256_storeu_ps(scores + t, s);
+        top8 = _mm256_max_ps(top8, s);
+    }
+    float top = hmax(top8);
+    for (; t < len; t++) {
+        scores[t] = dot(qh, rows[t], dim) * scale;
+        top = scores[t] > top ? scores[t] : top;
+    }
+    return top;
+}
+
+#define VALUE_HEADS 4 /* query heads whose outputs accumulate together: 4 x 2 vectors of 8 in registers */
+
+/* out[h] = sum over t of p[h][t] * rows[t] for heads [0, heads) (p: [heads, len] with row stride len; dim a
+ * multiple of 16), 16 floats of every head at a time, each value row read once per 16 floats for them all. */
+static void weighted_values(const float *p, int64_t len, const float *const *rows, int heads, int dim,
+                            float *out) {
+    for (int h0 = 0; h0 < heads; h0 += VALUE_HEADS) {
+        int n = heads - h0 < VALUE_HEADS ? heads - h0 : VALUE_HEADS;
+        for (int c = 0; c < dim; c += 16) {
+            __m256 acc[VALUE_HEADS][2];
+            for (int h = 0; h < VALUE_HEADS; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+            for (int64_t t = 0; t < len; t++) {
+                __m256 v0 = _mm256_loadu_ps(rows[t] + c), v1 = _mm256_loadu_ps(rows[t] + c + 8);
+                for (int h = 0; h < VALUE_HEADS; h++) {
+                    if (h < n) {
+                        __m256 w = _mm256_broadcast_ss(p + (h0 + h) * len + t);
+                        acc[h][0] = _mm256_fmadd_ps(w, v0, acc[h][0]);
+                        acc[h][1] = _mm256_fmadd_ps(w, v1, acc[h][1]);
+                    }
+                }
+            }
+            for (int h = 0; h < n; h++) {
+                _mm256_storeu_ps(out + (h0 + h) * dim + c, acc[h][0]);
+                _mm256_storeu_ps(out + (h0 + h) * dim + c + 8, acc[h][1]);
+            }
+        }
+    }
+}
+
 /* Decode attention for a batch of requests, one query token each, over a layer's float32 pool [slots, kv_heads,
  * dim]: q and out [batch, heads, dim]; slots [batch, max_len] (row b's first lens[b] entries are request b's
  * cached tokens, the rest unread). What the torch backend's decode steps call on a float32 CPU engine, in place of
- * gathering every request's keys and values into a padded block for a masked SDPA. A thread takes a request at a
- * time (dynamically: requests differ in length) and reads each of its slots' key row, then value row, once and
- * whole (every KV head's, contiguous) for all query heads; softmax in float32 with the running maximum
- * subtracted. */
+ * gathering every request's keys and values into a padded block for a masked SDPA. The unit of work is one
+ * request's KV head with the query heads that share it (its group); threads take units dynamically (requests
+ * differ in length). Scores come eight tokens at a time (eight accumulators summed in one vector: a horizontal
+ * sum per score and a scalar expf per weight were most of the time), the exponentials eight at a time, and the
+ * weighted values 16 floats of every head of the group at a time. Softmax in float32 with the maximum
+ * subtracted. For a head size that is not a multiple of 16, one score and one value row at a time. */
 void decode_attention(const float *q, const float *k_cache, const float *v_cache, const int64_t *slots,
                       const int64_t *lens, int64_t batch, int64_t max_len, int heads, int kv_heads, int dim,
                       float scale, float *out, int threads) {
-    int group = heads / kv_heads;
-    int64_t row = (int64_t)kv_heads * dim;
+    int group = heads / kv_heads, blocked = dim % 16 == 0;
+    int64_t row = (int64_t)kv_heads * dim, room = max_len > 0 ? max_len : 1;
 #pragma omp parallel num_threads(threads)
     {
-        float *scores = malloc(sizeof(float) * (size_t)heads * (size_t)(max_len > 0 ? max_len : 1));
+        float *scores = malloc(sizeof(float) * (size_t)group * (size_t)room);
+        const float **keys = malloc(sizeof(float *) * (size_t)room), **values = malloc(sizeof(float *) * (size_t)room);
 #pragma omp for schedule(dynamic)
-        for (int64_t b = 0; b < batch; b++) {
-            int64_t len = lens[b];
+        for (int64_t unit = 0; unit < batch * kv_heads; unit++) {
+            int64_t b = unit / kv_heads, g = unit % kv_heads, len = lens[b];
             const int64_t *own = slots + b * max_len;
-            const float *qb = q + b * heads * dim;
-            float *ob = out + b * heads * dim;
-            float top[heads], total[heads];
-            for (int h = 0; h < heads; h++) top[h] = -INFINITY, total[h] = 0.0f;
+            const float *qg = q + (b * heads + g * group) * dim;
+            float *og = out + (b * heads + g * group) * dim;
             for (int64_t t = 0; t < len; t++) {
-                const float *k = k_cache + own[t] * row;
-                for (int h = 0; h < heads; h++) {
-                    float score = dot(qb + h * dim, k + (h / group) * dim, dim) * scale;
-                    scores[h * len + t] = score;
-                    top[h] = score > top[h] ? score : top[h];
-                }
+                keys[t] = k_cache + own[t] * row + g * dim;
+                values[t] = v_cache + own[t] * row + g * dim;
             }
-            for (int64_t i = 0; i < (int64_t)heads * dim; i++) ob[i] = 0.0f;
-            for (int64_t t = 0; t < len; t++) {
-                const float *v = v_cache + own[t] * row;
-                for (int h = 0; h < heads; h++) {
-                    float p = expf(scores[h * len + t] - top[h]);
-                    total[h] += p;
-                    axpy(ob + h * dim, p, v + (h / group) * dim, dim);
+            float total[group];
+            for (int h = 0; h < group; h++) {
+                float *sh = scores + h * len, top = -INFINITY;
+                if (blocked) {
+                    top = head_scores(qg + h * dim, keys, len, dim, scale, sh);
+                } else {
+                    for (int64_t t = 0; t < len; t++) {
+                        sh[t] = dot(qg + h * dim, keys[t], dim) * scale;
+                        top = sh[t] > top ? sh[t] : top;
+                    }
                 }
+                total[h] = exp_shifted(sh, len, top);
             }
-            for (int h = 0; h < heads; h++)
-                for (int d = 0; d < dim; d++) ob[h * dim + d] /= total[h];
+            if (blocked) {
+                weighted_values(scores, len, values, group, dim, og);
+            } else {
+                for (int64_t i = 0; i < (int64_t)group * dim; i++) og[i] = 0.0f;
+                for (int64_t t = 0; t < len; t++)
+                    for (int h = 0; h < group; h++) axpy(og + h * dim, scores[h * len + t], values[t], dim);
+            }
+            for (int h = 0; h < group; h++) {
+                float inv = 1.0f / total[h];
+                for (int d = 0; d < dim; d++) og[h * dim + d] *= inv;
+            }
         }
         free(scores);
+        free(keys);
+        free(values);
     }
 }

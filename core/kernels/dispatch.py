@@ -1,7 +1,11 @@
 """The per-token kernels (RMSNorm, residual add + RMSNorm, SiLU-and-mul, RoPE) and the linears, as one table
 the layers call.
 
-``TorchKernels`` is plain torch and runs anywhere; in float32 it matches transformers bit for bit.
+``TorchKernels`` is plain torch and runs anywhere; in float32 it matches transformers bit for bit. A CPU
+engine's linears may hold another form of their weight in their ``packed`` slot, decided by the engine's plan:
+the C GEMM's panels (core/kernels/cpu_gemm.py), an int8 or a bf16 copy (core/kernels/int8_weights.py,
+core/kernels/bf16_weights.py), each with its own ``linear``, or oneDNN's packed tensor
+(core/kernels/onednn_packed.py); ``TorchKernels.linear`` runs whichever the slot holds.
 ``FlashInferKernels`` swaps in flashinfer's fused CUDA kernels (one launch instead of several, no float32
 intermediates in memory), in bf16/fp16 on CUDA, and with ``gemv`` runs each one-row linear (decode at batch 1),
 with the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/kernels/gemv.py).
@@ -23,8 +27,12 @@ from torch import nn
 from core.kernels import onednn_packed
 from core.kernels.choices import KernelChoices
 from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
-from core.kernels.bf16_weights import Bf16Weight, bf16_linear
-from core.kernels.int8_weights import Int8Weight, int8_linear
+from core.kernels.bf16_weights import Bf16Weight
+from core.kernels.cpu_gemm import PanelWeight
+from core.kernels.int8_weights import Int8Weight
+
+# the forms of a weight that multiply by themselves (the ``linear`` method each has)
+WEIGHT_FORMS = (PanelWeight, Int8Weight, Bf16Weight)
 
 if TYPE_CHECKING:
     from core.layers.rope import RotaryEmbedding
@@ -92,9 +100,10 @@ class TorchKernels:
         return F.silu(gate).mul_(up)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-               packed_weight: torch.Tensor | None) -> torch.Tensor:
-        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's pre-packed copy, if any
-        (core/kernels/onednn_packed.py)."""
+               packed_weight: "torch.Tensor | PanelWeight | Int8Weight | Bf16Weight | None") -> torch.Tensor:
+        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's other form of the weight, if any (see above)."""
+        if isinstance(packed_weight, WEIGHT_FORMS):
+            return packed_weight.linear(x, bias)
         return onednn_packed.linear(x, weight, bias, packed_weight, self.packed_one_row)
 
     def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -195,34 +204,11 @@ class FlashInferKernels(TorchKernels):
         return super().silu_mul_linear(gate_up, weight, packed_weight)
 
 
-@dataclass(frozen=True)
-class Int8Kernels(TorchKernels):
-    """The torch kernels, with the linears whose weight was quantised (core/kernels/int8_weights.py) on int8."""
-
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-               packed_weight: torch.Tensor | Int8Weight | None) -> torch.Tensor:
-        if isinstance(packed_weight, Int8Weight):
-            return int8_linear(x, packed_weight, bias)
-        return super().linear(x, weight, bias, packed_weight)
-
-
-@dataclass(frozen=True)
-class Bf16Kernels(TorchKernels):
-    """The torch kernels, with the linears that hold a bf16 copy (core/kernels/bf16_weights.py) on it."""
-
-    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-               packed_weight: torch.Tensor | Bf16Weight | None) -> torch.Tensor:
-        if isinstance(packed_weight, Bf16Weight):
-            return bf16_linear(x, packed_weight, bias)
-        return super().linear(x, weight, bias, packed_weight)
-
-
 def kernels_for(choices: KernelChoices) -> TorchKernels:
     """The table that runs these choices."""
     if choices.flashinfer:
         return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv, pdl=choices.pdl and choices.gemv)
-    kernels = Int8Kernels if choices.int8_weights else Bf16Kernels if choices.bf16_linears else TorchKernels
-    return kernels(packed_one_row=choices.packed_one_row)
+    return TorchKernels(packed_one_row=choices.packed_one_row)
 
 
 def install_kernels(model: nn.Module, kernels: TorchKernels) -> None:

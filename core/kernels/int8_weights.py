@@ -14,7 +14,7 @@ and give the C step int8 copies made with ``Int8Weight.quantize``: torch's int8 
 float32's speed on an AVX2 CPU and an eighth on an AVX-512 one (core/engine/plan.py).
 
 The quantised weight takes the layer's ``packed`` slot (see core/kernels/onednn_packed.py) and the float32
-weight is freed; ``Int8Kernels`` (core/kernels/dispatch.py) routes a linear whose slot holds one here.
+weight is freed; the kernels table (core/kernels/dispatch.py) runs a linear whose slot holds one here.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ class Int8Weight:
 
     def dequantize(self) -> torch.Tensor:
         return self.values.float() * self.scales[:, None]
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return int8_linear(x, self, bias)
 
 
 def int8_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tensor | None = None) -> torch.Tensor:

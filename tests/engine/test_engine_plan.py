@@ -11,6 +11,7 @@ from core.engine import plan as plan_module
 from core.engine.plan import kernel_choices, plan_engine
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
+from core.kernels.cpu_features import cpu_features
 from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -67,7 +68,12 @@ def test_dependent_launches_only_where_the_gpu_has_them(triton_everywhere, monke
 def test_cpu_plan_and_the_switches_that_change_it(triton_everywhere, monkeypatch):
     plan = plan_engine(EngineConfig(), CPU, torch.float32)
     assert (plan.attention, plan.cuda_graph_max_bs, plan.overlap, plan.fp8_paged_decode) == ("torch", 0, False, False)
-    assert plan.kernels.packed_weights == torch.backends.mkldnn.is_available()
+    c_gemm = not plan_module.c_gemm_unavailable(CPU, torch.float32, cpu_features())  # AVX-512 and it builds
+    assert plan.kernels.c_gemm == c_gemm and not plan_engine(EngineConfig(), CPU, torch.bfloat16).kernels.c_gemm
+    assert plan.kernels.packed_weights == (torch.backends.mkldnn.is_available() and not c_gemm)
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_GEMM", "1")
+    kernels = plan_engine(EngineConfig(), CPU, torch.float32).kernels
+    assert not kernels.c_gemm and kernels.packed_weights == torch.backends.mkldnn.is_available()
     monkeypatch.setenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING", "1")
     assert not plan_engine(EngineConfig(), CPU, torch.float32).kernels.packed_weights
     assert plan_engine(EngineConfig(overlap=True), CPU, torch.float32).overlap
@@ -75,10 +81,11 @@ def test_cpu_plan_and_the_switches_that_change_it(triton_everywhere, monkeypatch
     assert not plan_engine(EngineConfig(overlap=True), CPU, torch.float32).overlap
 
 
-def test_one_row_goes_packed_only_with_more_than_one_thread():
+def test_one_row_goes_packed_only_with_more_than_one_thread(monkeypatch):
     """The BLAS's matrix-vector product runs on one thread, oneDNN's packed GEMM on all of them."""
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_GEMM", "1")  # oneDNN's packing is what a CPU without AVX-512 gets
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -94,9 +101,11 @@ def test_one_row_goes_packed_only_with_more_than_one_thread():
 
 def test_the_engine_builds_from_its_plan(monkeypatch):
     monkeypatch.setenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING", "1")
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_GEMM", "1")
     engine = LLM("random:tiny-qwen3", max_running_req=2, device="cpu", dtype="float32").engine
     monkeypatch.delenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING")  # decided at build: changing it later changes nothing
-    assert not engine.plan.kernels.packed_weights and engine.packed_linears == 0
+    monkeypatch.delenv("MINISGL_DISABLE_CPU_GEMM")
+    assert not engine.plan.kernels.packed_weights and not engine.plan.kernels.c_gemm and engine.packed_linears == 0
     assert all(layer.packed is None for layer in engine.model.modules() if hasattr(layer, "packed"))
     assert {type(m.kernels) for m in engine.model.modules() if hasattr(m, "kernels")} == {TorchKernels}
     assert "torch attention with torch kernels" in engine.describe() and "no CUDA graphs" in engine.describe()

@@ -13,10 +13,9 @@ from core import LLM
 from core.config import EngineConfig
 from core.engine.plan import plan_engine
 from core.errors import InvalidParamsError
-from core.kernels import cpu_decode
+from core.kernels import cpu_decode, cpu_gemm
 from core.kernels import cpu_features as features_module
 from core.kernels.bf16_weights import Bf16Weight, bf16_linear
-from core.kernels.dispatch import Bf16Kernels, Int8Kernels
 from core.kernels.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
 from core.kernels.onednn_packed import PACKED_MAX_ROWS
 from core.reference import HFReference, compare
@@ -26,6 +25,7 @@ from tests.support.cli import assert_user_error, run, write
 CPU = torch.device("cpu")
 C_DECODE_REASON = (cpu_decode.unsupported_reason(features_module.cpu_features().flags)
                    or cpu_decode.load_library().reason)
+C_GEMM_BUILDS = not cpu_gemm.load_library().reason  # the C GEMM's flags are faked below; its build is real
 
 
 @pytest.fixture
@@ -94,9 +94,12 @@ def test_fast_on_an_avx2_cpu_without_fma_keeps_float32_and_names_what_it_lacks(c
 def test_fast_where_the_c_step_runs_is_the_int8_step_with_float32_or_amx_batches(cpu_like, capability, flags):
     cpu_like(capability, *flags)
     plan = fast()
-    assert plan.precision.dtype == torch.float32 and not plan.kernels.int8_weights and plan.kernels.packed_weights
+    assert plan.precision.dtype == torch.float32 and not plan.kernels.int8_weights
     assert plan.precision.c_decode and plan.precision.c_int8 and plan.precision.int8_dots
     amx = "amx_bf16" in flags  # with AMX, prefill and batches on bf16 copies of the linears; else float32
+    # float32 linears on the C GEMM's panels with AVX-512 (where it builds), else on oneDNN's packing
+    assert plan.kernels.c_gemm == ("avx512f" in flags and not amx and C_GEMM_BUILDS)
+    assert plan.kernels.packed_weights == (not plan.kernels.c_gemm)
     assert plan.precision.bf16_linears == plan.kernels.bf16_linears == amx
     int8_note = fast(precision="int8").precision.note.removeprefix("precision int8: ")
     if amx:
@@ -160,7 +163,7 @@ def test_fast_with_amx_runs_batches_on_bf16_linears_with_no_differences_against_
         assert engine.bf16_linears == 4 * engine.model_config.num_layers + 1  # qkv, o, gate_up, down; the LM head
         assert isinstance(engine.model.lm_head.packed, Bf16Weight)
         layer = engine.model.model.layers[0].mlp.down_proj
-        assert isinstance(layer.kernels, Bf16Kernels) and isinstance(layer.packed, Bf16Weight)
+        assert isinstance(layer.packed, Bf16Weight)  # the kernels table runs the form in the slot
         assert layer.weight.dtype == torch.float32 and engine.kv_pool.dtype == torch.float32
         assert "bf16 linears (AMX) for prefill and batches" in engine.describe()
         outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))  # batched
@@ -183,7 +186,7 @@ def test_int8_is_for_float32_on_a_cpu_and_unknown_precisions_are_refused():
 def test_int8_runs_single_request_decode_in_c_where_the_cpu_has_avx2_and_fma(cpu_like, monkeypatch):
     cpu_like("AVX2", "avx", "avx2", "fma")  # torch's int8 kernel is slow here: prefill and batches on float32
     plan = fast(precision="int8")
-    assert not plan.kernels.int8_weights and plan.kernels.packed_weights
+    assert not plan.kernels.int8_weights and plan.kernels.packed_weights and not plan.kernels.c_gemm
     assert plan.precision.c_decode and plan.precision.c_int8 and plan.precision.int8_dots
     assert plan.precision.note.startswith("precision int8: one request's decode steps in C (AVX2 and FMA) on int8 "
                                           "weights with a scale per row (decoder linears and LM head) and int8 "
@@ -248,7 +251,7 @@ def test_int8_end_to_end_on_the_embedded_model_has_no_differences_against_transf
     with LLM(smollm2_dir, precision="int8", max_running_req=4) as llm:
         engine = llm.engine
         assert engine.int8_linears == 4 * engine.model_config.num_layers  # qkv, o, gate_up, down per layer
-        assert isinstance(engine.model.model.layers[0].mlp.down_proj.kernels, Int8Kernels)
+        assert isinstance(engine.model.model.layers[0].mlp.down_proj.packed, Int8Weight)
         assert "int8 weight-only linears" in engine.describe()
         outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
         ids = [llm.tokenizer.encode(p) for p in prompts]

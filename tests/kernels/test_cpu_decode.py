@@ -22,7 +22,7 @@ import torch
 from core import LLM
 from core.attention.context import get_context
 from core.engine import plan
-from core.kernels import c_build, cpu_decode, dispatch
+from core.kernels import c_build, cpu_decode, int8_weights
 from core.kernels.cpu_decode import QBLOCK
 from core.kernels.cpu_features import cpu_features
 from core.kernels.dispatch import install_kernels, kernels_for
@@ -102,7 +102,7 @@ def quantised_input_linear(x: torch.Tensor, weight: Int8Weight, bias: torch.Tens
 def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], precision: str = "exact",
                 monkeypatch: pytest.MonkeyPatch | None = None) -> Checked:
     if precision == "int8":  # the torch side's int8 products computing what the C step's integer dot products do
-        monkeypatch.setattr(dispatch, "int8_linear", quantised_input_linear)
+        monkeypatch.setattr(int8_weights, "int8_linear", quantised_input_linear)
     with LLM(model, precision=precision, page_size=PAGE, max_running_req=4) as llm:
         engine = llm.engine
         assert engine.cpu_decode is not None and "decode steps in C" in engine.describe()

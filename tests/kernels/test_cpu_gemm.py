@@ -1,0 +1,86 @@
+"""The C GEMM (core/kernels/cpu_gemm.c): float32 products close to float64's, every row count and shape edge, and
+a row's result the same whatever else shares its batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.kernels import cpu_gemm
+from core.kernels.cpu_features import cpu_features
+from core.kernels.cpu_gemm import PanelWeight, panel_linears
+
+REASON = cpu_gemm.unsupported_reason(cpu_features().flags) or cpu_gemm.load_library().reason
+pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "the C GEMM runs here")
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    out = x.double() @ weight.double().T
+    return out if bias is None else out + bias.double()
+
+
+# rows: one, a part block, a whole block, more than a chunk of rows; outputs: under one panel, a part panel, a
+# whole number of panels (SmolLM2's 576 and 960), more than a thread's share; inputs: short and wide
+@pytest.mark.parametrize("rows, out_features, in_features", [
+    (1, 5, 3), (7, 50, 17), (8, 96, 64), (9, 960, 576), (33, 576, 1536), (300, 100, 576), (130, 49, 1000)])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_products_are_within_float32_rounding_of_float64(rows, out_features, in_features, with_bias):
+    gen = torch.Generator().manual_seed(rows * 1000 + out_features)
+    weight = torch.randn(out_features, in_features, generator=gen)
+    x = torch.randn(rows, in_features, generator=gen)
+    bias = torch.randn(out_features, generator=gen) if with_bias else None
+    out = PanelWeight.of(weight, threads=2).linear(x, bias)
+    assert out.shape == (rows, out_features) and out.dtype == torch.float32
+    expected = reference(x, weight, bias)
+    # an in-order float32 sum of n products of unit normals: errors of order sqrt(n) * n * 2^-24 at most
+    bound = 4 * in_features * 2.0 ** -24 * x.abs().sum(1, keepdim=True).double() * weight.abs().max().item()
+    error = (out.double() - expected).abs()
+    assert bool((error <= bound).all()), float((error / bound).max())
+    assert torch.allclose(out.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_a_rows_result_does_not_depend_on_its_batch():
+    """One in-order sum per output: a request gets the same bits alone, first, or in the middle of a batch."""
+    gen = torch.Generator().manual_seed(3)
+    weight, x = torch.randn(200, 576, generator=gen), torch.randn(40, 576, generator=gen)
+    panels = PanelWeight.of(weight, threads=2)
+    whole = panels.linear(x)
+    for begin, end in ((5, 6), (0, 9), (13, 40), (31, 33)):
+        assert torch.equal(panels.linear(x[begin:end]), whole[begin:end])
+    assert torch.equal(PanelWeight.of(weight, threads=1).linear(x), whole)  # nor on the threads
+
+
+def test_leading_dimensions_are_kept_and_an_empty_batch_is_empty():
+    weight = torch.randn(20, 12)
+    panels = PanelWeight.of(weight, threads=2)
+    x = torch.randn(2, 3, 12)
+    out = panels.linear(x)
+    assert out.shape == (2, 3, 20)
+    assert torch.allclose(out, x @ weight.T, rtol=1e-5, atol=1e-5)
+    assert panels.linear(torch.randn(0, 12)).shape == (0, 20)
+
+
+def test_wrong_inputs_are_refused():
+    panels = PanelWeight.of(torch.randn(20, 12), threads=2)
+    with pytest.raises(ValueError, match=r"float32 \[\.\.\., 12\]"):
+        panels.linear(torch.randn(3, 11))
+    with pytest.raises(ValueError, match=r"float32 \[\.\.\., 12\]"):
+        panels.linear(torch.randn(3, 12, dtype=torch.float64))
+    with pytest.raises(ValueError, match="packs 2-D float32 CPU weights"):
+        PanelWeight.of(torch.randn(20, 12).to(torch.bfloat16), threads=2)
+
+
+def test_panel_linears_fills_only_empty_slots():
+    model = torch.nn.Module()
+    model.a, model.b = torch.nn.Linear(8, 4, bias=False), torch.nn.Linear(8, 4, bias=False)
+    model.a.packed, model.b.packed = None, "another form"
+    assert panel_linears(model, threads=2) == 1
+    assert isinstance(model.a.packed, PanelWeight) and model.b.packed == "another form"
+    x = torch.randn(3, 8)
+    assert torch.allclose(model.a.packed.linear(x), model.a(x), rtol=1e-5, atol=1e-6)
+
+
+def test_unsupported_cpus_are_named():
+    assert "lacks AVX-512F" in cpu_gemm.unsupported_reason(frozenset({"avx2", "fma"}), machine="x86_64")
+    assert "written for x86-64" in cpu_gemm.unsupported_reason(frozenset(), machine="aarch64")
+    assert cpu_gemm.unsupported_reason(frozenset({"avx512f", "fma"}), machine="x86_64") == ""
