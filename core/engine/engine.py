@@ -29,6 +29,7 @@ from core.kernels.dispatch import install_kernels, kernels_for
 from core.kernels import cpu_decode
 from core.kernels.bf16_weights import bf16_linears
 from core.kernels.cpu_attention import CDecodeAttention
+from core.kernels.cpu_features import cpu_features
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.cpu_gemm import panel_linears
 from core.kernels.onednn_packed import pack_linears
@@ -196,7 +197,8 @@ class Engine:
             return PagedTorchBackend(*args)
         from core.attention.torch_backend import TorchAttentionBackend
 
-        c_attention = (CDecodeAttention(cpu_decode.load_library().library, torch.get_num_threads())
+        c_attention = (CDecodeAttention(cpu_decode.load_library().library, torch.get_num_threads(),
+                                        avx512="avx512f" in cpu_features().flags)
                        if self.plan.c_attention else None)
         return TorchAttentionBackend(*args, c_attention=c_attention)
 

@@ -21,10 +21,12 @@ import torch
 
 @dataclass(frozen=True)
 class CDecodeAttention:
-    """The loaded library and the threads it runs on (torch's, read when the engine is built)."""
+    """The loaded library, the threads it runs on (torch's, read when the engine is built) and whether the CPU has
+    AVX-512 (the weighted values then take its wider registers)."""
 
     library: ctypes.CDLL
     threads: int
+    avx512: bool = False
 
     def __call__(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
                  lens: torch.Tensor, scale: float) -> torch.Tensor:
@@ -35,5 +37,5 @@ class CDecodeAttention:
         out = torch.empty_like(q)
         self.library.decode_attention(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(),
                                       lens.data_ptr(), batch, slots.numel() // batch, heads, k_cache.shape[1], dim,
-                                      scale, out.data_ptr(), self.threads)
+                                      scale, out.data_ptr(), self.threads, int(self.avx512))
         return out

@@ -101,7 +101,7 @@ def load_library() -> BuildResult:
         lib.tile_int8.argtypes = [_P, ctypes.c_int64, ctypes.c_int, _P]
         lib.tile_int8.restype = None
         lib.decode_attention.argtypes = [_P, _P, _P, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
-                                         ctypes.c_int, ctypes.c_float, _P, ctypes.c_int]
+                                         ctypes.c_int, ctypes.c_float, _P, ctypes.c_int, ctypes.c_int]
         lib.decode_attention.restype = None
     return built
 

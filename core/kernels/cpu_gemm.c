@@ -20,6 +20,7 @@
  * past the last output feature.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -92,7 +93,8 @@ __attribute__((target("avx512f,fma"), always_inline)) static inline void block(
     }
 }
 
-/* This thread's panels [begin, end) of `count`: contiguous stretches, as even as they divide. */
+/* This thread's items [begin, end) of `count` (panels, or a prologue's rows): contiguous stretches, as even as
+ * they divide. */
 static inline void share(int64_t count, int64_t *begin, int64_t *end) {
 #ifdef _OPENMP
     int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
@@ -104,34 +106,139 @@ static inline void share(int64_t count, int64_t *begin, int64_t *end) {
     *end = *begin + per + (t < extra);
 }
 
+/* This thread's share of the products: its panels, against every row of x, chunk by chunk of rows. */
+__attribute__((target("avx512f,fma"))) static void products(const float *x, int64_t m, int64_t k,
+                                                             const float *panels, int64_t n, const float *bias,
+                                                             float *y) {
+    int64_t count = (n + PANEL - 1) / PANEL, begin, end;
+    int64_t chunk = k > 0 ? CHUNK_BYTES / (4 * k) / ROWS * ROWS : MAX_CHUNK;
+    chunk = chunk < ROWS ? ROWS : chunk > MAX_CHUNK ? MAX_CHUNK : chunk;
+    share(count, &begin, &end);
+    for (int64_t m0 = 0; m0 < m; m0 += chunk) {
+        int64_t rows = m - m0 < chunk ? m - m0 : chunk, blocks = (rows + ROWS - 1) / ROWS;
+        for (int64_t p = begin; p < end; p++) {
+            const float *panel = panels + p * k * PANEL;
+            Prefetch pf = {p + 1 < end ? (const char *)(panel + k * PANEL) : 0, k * PANEL * 4 / 64, blocks * k, 0, 0};
+            int cols = n - p * PANEL < PANEL ? (int)(n - p * PANEL) : PANEL;
+            const float *b = bias ? bias + p * PANEL : 0;
+            for (int64_t blk = 0; blk < blocks; blk++) {
+                const float *xb = x + (m0 + blk * ROWS) * k;
+                float *yb = y + (m0 + blk * ROWS) * n + p * PANEL;
+                int64_t left = rows - blk * ROWS;
+                if (left >= ROWS)
+                    block(xb, k, panel, ROWS, b, yb, n, cols, &pf);
+                else
+                    block(xb, k, panel, (int)left, b, yb, n, cols, &pf);
+            }
+        }
+    }
+}
+
 /* y [m, n] = x [m, k] w^T + bias (bias may be NULL), w given as pack_panels made it. */
 __attribute__((target("avx512f,fma"))) void gemm_panels(const float *x, int64_t m, int64_t k, const float *panels,
                                                          int64_t n, const float *bias, float *y, int threads) {
-    int64_t count = (n + PANEL - 1) / PANEL;
-    int64_t chunk = k > 0 ? CHUNK_BYTES / (4 * k) / ROWS * ROWS : MAX_CHUNK;
-    chunk = chunk < ROWS ? ROWS : chunk > MAX_CHUNK ? MAX_CHUNK : chunk;
+#pragma omp parallel num_threads(threads)
+    products(x, m, k, panels, n, bias, y);
+}
+
+/* The products can start from work on their input's rows, done first by the same threads (rows shared out, one
+ * barrier): at a decode step's few rows that is one call where torch ran eight small ops for a norm, each with
+ * its own dispatch and threads. Whatever the rows, the prologue's floats are what torch's ops compute, up to the
+ * order of a norm's sum and the exponential's last bit. */
+
+static inline __mmask16 tail_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/* e^x for sixteen floats (Cephes' expf, as cpu_decode.c's exp8: x = n ln 2 + r, a polynomial for e^r, n added
+ * into the exponent's bits), with x clamped to [-87.3, 88.3], where e^x is a normal float. */
+__attribute__((target("avx512f,fma"))) static inline __m512 exp16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* Rows [begin, end) of x [rows, k]: out = rms_norm(v) * weight with v = x + residual, and sum = v (residual
+ * NULL: v is x and sum is not written). torch's float32 norm: sum(v^2) / k, + eps, 1 / sqrt, times v, times the
+ * weight. */
+__attribute__((target("avx512f,fma"))) static void norm_rows(const float *x, const float *residual, float *sum,
+                                                              const float *weight, int64_t begin, int64_t end,
+                                                              int64_t k, float eps, float *out) {
+    for (int64_t r = begin; r < end; r++) {
+        const float *xr = x + r * k;
+        float *vr = residual ? sum + r * k : (float *)xr;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < k; i += 16) {
+            __mmask16 mask = tail_mask(k - i);
+            __m512 v = _mm512_maskz_loadu_ps(mask, xr + i);
+            if (residual) {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual + r * k + i));
+                _mm512_mask_storeu_ps(vr + i, mask, v);
+            }
+            acc = _mm512_fmadd_ps(v, v, acc);
+        }
+        float inv = 1.0f / sqrtf(_mm512_reduce_add_ps(acc) / (float)k + eps);
+        __m512 scale = _mm512_set1_ps(inv);
+        for (int64_t i = 0; i < k; i += 16) {
+            __mmask16 mask = tail_mask(k - i);
+            __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, vr + i), scale);
+            _mm512_mask_storeu_ps(out + r * k + i, mask, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, weight + i)));
+        }
+    }
+}
+
+/* Rows [begin, end) of gate_up [rows, 2k] (gate then up): out [rows, k] = silu(gate) * up, silu(g) = g / (1 + e^-g). */
+__attribute__((target("avx512f,fma"))) static void silu_mul_rows(const float *gate_up, int64_t begin, int64_t end,
+                                                                  int64_t k, float *out) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t r = begin; r < end; r++) {
+        const float *gate = gate_up + r * 2 * k, *up = gate + k;
+        for (int64_t i = 0; i < k; i += 16) {
+            __mmask16 mask = tail_mask(k - i);
+            __m512 g = _mm512_maskz_loadu_ps(mask, gate + i);
+            __m512 silu = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+            _mm512_mask_storeu_ps(out + r * k + i, mask, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(mask, up + i)));
+        }
+    }
+}
+
+/* y = rms_norm(x + residual) w^T + bias, with normed [m, k] and sum [m, k] (x + residual; unwritten when residual
+ * is NULL) as the caller's buffers. */
+__attribute__((target("avx512f,fma"))) void norm_gemm_panels(const float *x, const float *residual,
+                                                              const float *norm_weight, float eps, int64_t m,
+                                                              int64_t k, const float *panels, int64_t n,
+                                                              const float *bias, float *normed, float *sum, float *y,
+                                                              int threads) {
 #pragma omp parallel num_threads(threads)
     {
         int64_t begin, end;
-        share(count, &begin, &end);
-        for (int64_t m0 = 0; m0 < m; m0 += chunk) {
-            int64_t rows = m - m0 < chunk ? m - m0 : chunk, blocks = (rows + ROWS - 1) / ROWS;
-            for (int64_t p = begin; p < end; p++) {
-                const float *panel = panels + p * k * PANEL;
-                Prefetch pf = {p + 1 < end ? (const char *)(panel + k * PANEL) : 0, k * PANEL * 4 / 64, blocks * k,
-                               0, 0};
-                int cols = n - p * PANEL < PANEL ? (int)(n - p * PANEL) : PANEL;
-                const float *b = bias ? bias + p * PANEL : 0;
-                for (int64_t blk = 0; blk < blocks; blk++) {
-                    const float *xb = x + (m0 + blk * ROWS) * k;
-                    float *yb = y + (m0 + blk * ROWS) * n + p * PANEL;
-                    int64_t left = rows - blk * ROWS;
-                    if (left >= ROWS)
-                        block(xb, k, panel, ROWS, b, yb, n, cols, &pf);
-                    else
-                        block(xb, k, panel, (int)left, b, yb, n, cols, &pf);
-                }
-            }
-        }
+        share(m, &begin, &end);
+        norm_rows(x, residual, sum, norm_weight, begin, end, k, eps, normed);
+#pragma omp barrier
+        products(normed, m, k, panels, n, bias, y);
+    }
+}
+
+/* y = (silu(gate) * up) w^T for gate_up [m, 2k], with act [m, k] the caller's buffer. */
+__attribute__((target("avx512f,fma"))) void silu_mul_gemm_panels(const float *gate_up, int64_t m, int64_t k,
+                                                                  const float *panels, int64_t n, float *act,
+                                                                  float *y, int threads) {
+#pragma omp parallel num_threads(threads)
+    {
+        int64_t begin, end;
+        share(m, &begin, &end);
+        silu_mul_rows(gate_up, begin, end, k, act);
+#pragma omp barrier
+        products(act, m, k, panels, n, 0, y);
     }
 }

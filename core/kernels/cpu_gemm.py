@@ -64,6 +64,12 @@ def load_library() -> BuildResult:
         lib.pack_panels.restype = None
         lib.gemm_panels.argtypes = [_P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int64, _P, _P, ctypes.c_int]
         lib.gemm_panels.restype = None
+        lib.norm_gemm_panels.argtypes = [_P, _P, _P, ctypes.c_float, ctypes.c_int64, ctypes.c_int64, _P,
+                                         ctypes.c_int64, _P, _P, _P, _P, ctypes.c_int]
+        lib.norm_gemm_panels.restype = None
+        lib.silu_mul_gemm_panels.argtypes = [_P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int64, _P, _P,
+                                             ctypes.c_int]
+        lib.silu_mul_gemm_panels.restype = None
     return built
 
 
@@ -97,16 +103,47 @@ class PanelWeight:
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ weight.T + bias`` for float32 x [..., in]."""
-        if x.dtype != torch.float32 or x.shape[-1] != self.in_features:
-            raise ValueError(f"the C GEMM takes float32 [..., {self.in_features}], got {x.dtype} {tuple(x.shape)}")
-        rows = x.reshape(math.prod(x.shape[:-1]), self.in_features).contiguous()
+        rows = self._rows(x, self.in_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
-        if bias is not None:
-            bias = bias.detach().contiguous()
         _library().gemm_panels(rows.data_ptr(), rows.shape[0], self.in_features, self.panels.data_ptr(),
-                               self.out_features, None if bias is None else bias.data_ptr(), out.data_ptr(),
-                               self.threads)
+                               self.out_features, _optional(bias), out.data_ptr(), self.threads)
         return out.reshape(*x.shape[:-1], self.out_features)
+
+    def norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
+                    bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(linear(rms_norm(x + residual)), x + residual) in one call, as TorchKernels.rms_norm_linear; with no
+        residual, x itself is normed and is the residual."""
+        rows = self._rows(x, self.in_features)
+        summed = None if residual is None else self._rows(residual, self.in_features)
+        normed, out = torch.empty_like(rows), torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
+        new_residual = rows if summed is None else torch.empty_like(rows)
+        _library().norm_gemm_panels(rows.data_ptr(), _optional(summed), _optional(norm_weight), eps, rows.shape[0],
+                                    self.in_features, self.panels.data_ptr(), self.out_features, _optional(bias),
+                                    normed.data_ptr(), new_residual.data_ptr(), out.data_ptr(), self.threads)
+        return out.reshape(*x.shape[:-1], self.out_features), new_residual.reshape(x.shape)
+
+    def silu_mul_linear(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """``(silu(gate) * up) @ weight.T`` for gate_up [..., 2 * in] (gate then up), in one call."""
+        rows = self._rows(gate_up, 2 * self.in_features)
+        act, out = torch.empty(rows.shape[0], self.in_features), torch.empty(rows.shape[0], self.out_features)
+        _library().silu_mul_gemm_panels(rows.data_ptr(), rows.shape[0], self.in_features, self.panels.data_ptr(),
+                                        self.out_features, act.data_ptr(), out.data_ptr(), self.threads)
+        return out.reshape(*gate_up.shape[:-1], self.out_features)
+
+    @staticmethod
+    def _rows(x: torch.Tensor, width: int) -> torch.Tensor:
+        if x.dtype != torch.float32 or x.shape[-1] != width:
+            raise ValueError(f"the C GEMM takes float32 [..., {width}], got {x.dtype} {tuple(x.shape)}")
+        return x.reshape(math.prod(x.shape[:-1]), width).contiguous()
+
+
+def _optional(t: torch.Tensor | None) -> int | None:
+    """A contiguous float32 tensor's address for the C code (a layer's bias or norm weight), or NULL."""
+    if t is None:
+        return None
+    if t.dtype != torch.float32 or not t.is_contiguous():
+        raise ValueError(f"the C GEMM reads contiguous float32 vectors, got {t.dtype} {tuple(t.shape)}")
+    return t.data_ptr()
 
 
 def panel_linears(model: nn.Module, threads: int) -> int:

@@ -109,7 +109,10 @@ class TorchKernels:
     def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
                         weight: torch.Tensor, bias: torch.Tensor | None,
                         packed_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(linear(rms_norm(x + residual)), x + residual); with no residual yet, x itself is the residual."""
+        """(linear(rms_norm(x + residual)), x + residual); with no residual yet, x itself is the residual. On the C
+        GEMM's panels the norm runs inside its call."""
+        if isinstance(packed_weight, PanelWeight):
+            return packed_weight.norm_linear(x, residual, norm_weight, eps, bias)
         if residual is None:
             residual, x = x, self.rms_norm(x, norm_weight, eps)
         else:
@@ -118,6 +121,8 @@ class TorchKernels:
 
     def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor,
                         packed_weight: torch.Tensor | None) -> torch.Tensor:
+        if isinstance(packed_weight, PanelWeight):  # SiLU-and-mul inside the C GEMM's call
+            return packed_weight.silu_mul_linear(gate_up)
         return self.linear(self.silu_and_mul(gate_up), weight, None, packed_weight)
 
     @staticmethod

@@ -32,11 +32,13 @@ def sdpa_reference(q, k_pool, v_pool, slots, lens):
     return torch.stack(out)
 
 
-@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 2, 128), (4, 4, 32)])
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 2, 128), (4, 4, 32), (10, 2, 48), (6, 3, 40)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_c_decode_attention_matches_sdpa_over_the_gathered_keys(heads, kv_heads, dim, threads):
+@pytest.mark.parametrize("avx512", [False, pytest.param(True, marks=pytest.mark.skipif(
+    "avx512f" not in cpu_features().flags, reason="this CPU has no AVX-512"))])
+def test_c_decode_attention_matches_sdpa_over_the_gathered_keys(heads, kv_heads, dim, threads, avx512):
     gen = torch.Generator().manual_seed(heads * dim + threads)
-    num_slots, lens = 600, torch.tensor([1, 37, 5, 200, 64, 129])
+    num_slots, lens = 600, torch.tensor([1, 37, 5, 200, 64, 129, 8, 16])
     max_len = int(lens.max())
     k_pool = torch.randn(num_slots, kv_heads, dim, generator=gen)
     v_pool = torch.randn(num_slots, kv_heads, dim, generator=gen)
@@ -44,7 +46,7 @@ def test_c_decode_attention_matches_sdpa_over_the_gathered_keys(heads, kv_heads,
     slots = torch.stack([torch.randperm(num_slots, generator=gen)[:max_len] for _ in lens])
     slots[0, 1:] = 10 ** 9  # would fault if read
     q = torch.randn(len(lens), heads, dim, generator=gen) * 3  # sharp softmaxes too
-    attend = CDecodeAttention(cpu_decode.load_library().library, threads)
+    attend = CDecodeAttention(cpu_decode.load_library().library, threads, avx512)
     out = attend(q, k_pool, v_pool, slots.reshape(-1).contiguous(), lens, dim ** -0.5)
     assert out.shape == q.shape and out.dtype == torch.float32
     torch.testing.assert_close(out.double(), sdpa_reference(q, k_pool, v_pool, slots, lens), rtol=1e-5, atol=1e-5)

@@ -9,6 +9,7 @@ import torch
 from core.kernels import cpu_gemm
 from core.kernels.cpu_features import cpu_features
 from core.kernels.cpu_gemm import PanelWeight, panel_linears
+from core.kernels.dispatch import TorchKernels
 
 REASON = cpu_gemm.unsupported_reason(cpu_features().flags) or cpu_gemm.load_library().reason
 pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "the C GEMM runs here")
@@ -84,3 +85,26 @@ def test_unsupported_cpus_are_named():
     assert "lacks AVX-512F" in cpu_gemm.unsupported_reason(frozenset({"avx2", "fma"}), machine="x86_64")
     assert "written for x86-64" in cpu_gemm.unsupported_reason(frozenset(), machine="aarch64")
     assert cpu_gemm.unsupported_reason(frozenset({"avx512f", "fma"}), machine="x86_64") == ""
+
+
+@pytest.mark.parametrize("rows, in_features, out_features", [(1, 576, 960), (32, 576, 3072), (5, 40, 50), (300, 64, 96)])
+def test_the_norm_and_the_activation_inside_the_call_match_torchs_ops_in_front_of_the_product(rows, in_features,
+                                                                                               out_features):
+    """What the decoder's layers call: rms_norm(x + residual) then the product, and SiLU-and-mul then the product,
+    against TorchKernels' own ops (the torch path, bit-exact with transformers) in front of the same product."""
+    gen = torch.Generator().manual_seed(rows + in_features)
+    torch_kernels = TorchKernels()
+    weight, bias = torch.randn(out_features, in_features, generator=gen) * 0.05, torch.randn(out_features, generator=gen)
+    panels = PanelWeight.of(weight, threads=2)
+    x, residual = torch.randn(rows, in_features, generator=gen), torch.randn(rows, in_features, generator=gen)
+    gain = torch.rand(in_features, generator=gen) + 0.5
+    for res in (None, residual):
+        out, new_residual = panels.norm_linear(x, res, gain, 1e-5, bias)
+        normed, expected_residual = (torch_kernels.rms_norm(x, gain, 1e-5), x) if res is None else \
+            torch_kernels.add_rms_norm(x, res, gain, 1e-5)
+        assert torch.equal(new_residual, expected_residual)  # the sum is one float add either way
+        torch.testing.assert_close(out, panels.linear(normed, bias), rtol=1e-5, atol=1e-5)
+    gate_up = torch.randn(rows, 2 * in_features, generator=gen) * 4  # saturated SiLUs too
+    torch.testing.assert_close(panels.silu_mul_linear(gate_up), panels.linear(torch_kernels.silu_and_mul(gate_up)),
+                               rtol=1e-5, atol=1e-5)
+    assert panels.silu_mul_linear(gate_up[:0]).shape == (0, out_features)
