@@ -1,8 +1,8 @@
 """Every float32 linear of a CPU engine as one C GEMM on a weight packed once into panels
 (core/kernels/cpu_gemm.c), on an x86-64 CPU with AVX-512.
 
-On a 2-vCPU AVX-512 Xeon, SmolLM2-135M's 30 layers of linears and its LM head took (best of five, each weight a
-tensor of its own so every read comes from memory):
+On a 2-vCPU AVX-512 Xeon, SmolLM2-135M's 30 layers of linears and its LM head took (best of five, one shape's 30
+weights after another, so they partly stayed in the host's large L3 cache):
 
 | rows | this kernel | oneDNN packed (up to 32 rows) or torch.mm |
 | --- | --- | --- |
@@ -13,12 +13,17 @@ tensor of its own so every read comes from memory):
 | 256 | 200 ms | 228 ms |
 | 2,048 | 1,557 ms | 1,609 ms |
 
-so it takes every row count: decode steps, batches and prefill alike. Each output is one in-order sum, so a
-request's products are the same whatever shares its batch, and close to (not bit-identical with) torch's.
+In the engine's order (a layer's four linears, then the next layer's: every weight comes from memory, not from the
+large L3 cache the table's same-shape runs partly hit), the whole set at 32 rows took 47.8 ms against oneDNN's
+62.4. Against torch's BLAS (``torch.mm``) in that order: 180 against 202 ms at 256 rows, level at 512, and
+1,723 against 1,508 ms at 2,387 (the ``cpu`` workload's prefill), where the BLAS's blocking for large products
+wins; so batches of up to ``MAX_ROWS`` rows take the panels and larger ones torch's BLAS (``takes``). Each output
+is one in-order sum, so a request's products are the same whatever shares its batch (of up to ``MAX_ROWS``
+rows), and close to (not bit-identical with) torch's.
 
-The panels take the layer's ``packed`` slot (as oneDNN's packed copy would); the float32 weight stays, for the C
-decode step of one request (core/kernels/cpu_decode.py), tensor-parallel slicing and the embedding lookup of a
-tied LM head.
+The panels take the layer's ``packed`` slot (as oneDNN's packed copy would); the float32 weight stays, for large
+batches, the C decode step of one request (core/kernels/cpu_decode.py), tensor-parallel slicing and the embedding
+lookup of a tied LM head.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ SOURCE = Path(__file__).with_name("cpu_gemm.c")
 # the AVX-512 code is marked in the source (target attributes): the rest builds for any x86-64 with AVX2
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-std=c11")
 NEEDED_FLAGS = {"avx512f": "AVX-512F", "fma": "FMA"}
+MAX_ROWS = 512  # larger batches run faster on torch's BLAS (see above)
 
 _P = ctypes.c_void_p
 
@@ -100,6 +106,11 @@ class PanelWeight:
         panels = torch.empty(lib.panel_floats(out_features, in_features), dtype=torch.float32)
         lib.pack_panels(weight.data_ptr(), out_features, in_features, panels.data_ptr())
         return cls(panels, out_features, in_features, threads)
+
+    @staticmethod
+    def takes(x: torch.Tensor) -> bool:
+        """Whether a batch of these rows runs on the panels (up to MAX_ROWS; above, torch's BLAS is faster)."""
+        return x.numel() <= MAX_ROWS * x.shape[-1]
 
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         """``x @ weight.T + bias`` for float32 x [..., in]."""

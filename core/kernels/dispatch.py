@@ -102,6 +102,8 @@ class TorchKernels:
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: "torch.Tensor | PanelWeight | Int8Weight | Bf16Weight | None") -> torch.Tensor:
         """``x @ weight.T + bias``; ``packed_weight`` is the CPU's other form of the weight, if any (see above)."""
+        if isinstance(packed_weight, PanelWeight) and not packed_weight.takes(x):
+            packed_weight = None  # a large batch: torch's BLAS on the float32 weight
         if isinstance(packed_weight, WEIGHT_FORMS):
             return packed_weight.linear(x, bias)
         return onednn_packed.linear(x, weight, bias, packed_weight, self.packed_one_row)
@@ -111,7 +113,7 @@ class TorchKernels:
                         packed_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(linear(rms_norm(x + residual)), x + residual); with no residual yet, x itself is the residual. On the C
         GEMM's panels the norm runs inside its call."""
-        if isinstance(packed_weight, PanelWeight):
+        if isinstance(packed_weight, PanelWeight) and packed_weight.takes(x):
             return packed_weight.norm_linear(x, residual, norm_weight, eps, bias)
         if residual is None:
             residual, x = x, self.rms_norm(x, norm_weight, eps)
@@ -121,7 +123,7 @@ class TorchKernels:
 
     def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor,
                         packed_weight: torch.Tensor | None) -> torch.Tensor:
-        if isinstance(packed_weight, PanelWeight):  # SiLU-and-mul inside the C GEMM's call
+        if isinstance(packed_weight, PanelWeight) and packed_weight.takes(gate_up):  # SiLU-and-mul in the call
             return packed_weight.silu_mul_linear(gate_up)
         return self.linear(self.silu_and_mul(gate_up), weight, None, packed_weight)
 

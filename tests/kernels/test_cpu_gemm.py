@@ -108,3 +108,16 @@ def test_the_norm_and_the_activation_inside_the_call_match_torchs_ops_in_front_o
     torch.testing.assert_close(panels.silu_mul_linear(gate_up), panels.linear(torch_kernels.silu_and_mul(gate_up)),
                                rtol=1e-5, atol=1e-5)
     assert panels.silu_mul_linear(gate_up[:0]).shape == (0, out_features)
+
+
+def test_large_batches_go_to_torchs_blas_and_small_ones_to_the_panels(monkeypatch):
+    weight = torch.randn(64, 32)
+    panels = PanelWeight.of(weight, threads=2)
+    assert panels.takes(torch.randn(cpu_gemm.MAX_ROWS, 32)) and not panels.takes(torch.randn(cpu_gemm.MAX_ROWS + 1, 32))
+    calls = []
+    monkeypatch.setattr(PanelWeight, "linear", lambda self, x, bias=None: calls.append(x.shape[0]) or x @ weight.T)
+    table = TorchKernels()
+    for rows in (3, cpu_gemm.MAX_ROWS + 1):
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(table.linear(x, weight, None, panels), x @ weight.T, rtol=1e-5, atol=1e-5)
+    assert calls == [3]  # the large batch ran torch.mm on the float32 weight
