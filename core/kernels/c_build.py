@@ -15,11 +15,13 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from core.env import home_dir
 
@@ -33,6 +35,17 @@ class BuildResult:
 
     library: ctypes.CDLL | None
     reason: str = ""
+
+
+def x86_unsupported_reason(what: str, needed: dict[str, str], flags: frozenset[str],
+                           machine: str | None = None) -> str:
+    """Why this CPU cannot run ``what`` ('' when it can): x86-64 code that needs the CPU flags ``needed`` (the
+    kernel's flag name -> the instructions' name, as the message says them)."""
+    machine = machine or platform.machine()
+    if machine.lower() not in ("x86_64", "amd64"):
+        return f"{what} is written for x86-64 (this CPU is {machine})"
+    missing = [name for flag, name in needed.items() if flag not in flags]
+    return f"this CPU lacks {' and '.join(missing)} for {what}" if missing else ""
 
 
 def find_compiler() -> str | None:
@@ -51,8 +64,14 @@ def _compiler_version(compiler: str) -> str:
     return done.stdout.splitlines()[0] if done.stdout else ""
 
 
-def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None = None) -> BuildResult:
-    """``source`` compiled with ``flags`` into a shared object in the cache (reused when it exists), loaded."""
+# a C function's ctypes signature: its argument types and its result type (None: void)
+Signature = tuple[list, Any]
+
+
+def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None = None,
+                  signatures: dict[str, Signature] | None = None) -> BuildResult:
+    """``source`` compiled with ``flags`` into a shared object in the cache (reused when it exists), loaded, with
+    each function named in ``signatures`` given its argument and result types."""
     compiler = find_compiler()
     if compiler is None:
         return BuildResult(None, f"no C compiler found (looked for {', '.join(COMPILERS)})")
@@ -65,9 +84,13 @@ def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None =
         if reason:
             return BuildResult(None, reason)
     try:
-        return BuildResult(ctypes.CDLL(str(target)))
+        library = ctypes.CDLL(str(target))
     except OSError as error:
         return BuildResult(None, f"the compiled {target.name} did not load ({error})")
+    for name, (argtypes, restype) in (signatures or {}).items():
+        function = getattr(library, name)
+        function.argtypes, function.restype = argtypes, restype
+    return BuildResult(library)
 
 
 def _compile(compiler: str, source: Path, flags: tuple[str, ...], target: Path) -> str:

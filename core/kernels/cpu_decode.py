@@ -30,14 +30,13 @@ This module knows the kernel's records and how to call it; the engine maps its m
 from __future__ import annotations
 
 import ctypes
-import platform
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
-from core.kernels.c_build import BuildResult, build_library
+from core.kernels.c_build import BuildResult, build_library, x86_unsupported_reason
 from core.kernels.int8_weights import Int8Weight
 
 SOURCE = Path(__file__).with_name("cpu_decode.c")
@@ -75,35 +74,25 @@ class _Step(ctypes.Structure):
 
 def unsupported_reason(flags: frozenset[str], machine: str | None = None) -> str:
     """Why this CPU cannot run the C step ('' when it can): it needs x86-64 with AVX2 and FMA."""
-    machine = machine or platform.machine()
-    if machine.lower() not in ("x86_64", "amd64"):
-        return f"the C decode step is written for x86-64 (this CPU is {machine})"
-    missing = [name for flag, name in NEEDED_FLAGS.items() if flag not in flags]
-    return f"this CPU lacks {' and '.join(missing)} for the C decode step" if missing else ""
+    return x86_unsupported_reason("the C decode step", NEEDED_FLAGS, flags, machine)
+
+
+_I64, _INT = ctypes.c_int64, ctypes.c_int
+SIGNATURES = {
+    "decode_step": ([ctypes.POINTER(_Shape), ctypes.POINTER(_Layer), ctypes.POINTER(_Step)], None),
+    "scratch_floats": ([ctypes.POINTER(_Shape), _I64], _I64),
+    "gemv": ([_P, _P, _I64, _INT, _P, _INT], None),
+    "gemv_int8": ([_P, _P, _P, _I64, _INT, _P, _INT], None),
+    "gemv_int8_dots": ([_P, _P, _P, _I64, _INT, _P, _INT, _P, _P], None),
+    "tile_int8": ([_P, _I64, _INT, _P], None),
+    "decode_attention": ([_P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _INT, ctypes.c_float, _P, _INT, _INT], None),
+}
 
 
 @lru_cache(maxsize=1)
 def load_library() -> BuildResult:
     """Built once per process (and once per machine: the object is cached in MINISGL_HOME)."""
-    built = build_library(SOURCE, FLAGS)
-    if built.library is not None:
-        lib = built.library
-        lib.decode_step.argtypes = [ctypes.POINTER(_Shape), ctypes.POINTER(_Layer), ctypes.POINTER(_Step)]
-        lib.decode_step.restype = None
-        lib.scratch_floats.argtypes = [ctypes.POINTER(_Shape), ctypes.c_int64]
-        lib.scratch_floats.restype = ctypes.c_int64
-        lib.gemv.argtypes = [_P, _P, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int]
-        lib.gemv.restype = None
-        lib.gemv_int8.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int]
-        lib.gemv_int8.restype = None
-        lib.gemv_int8_dots.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int, _P, _P]
-        lib.gemv_int8_dots.restype = None
-        lib.tile_int8.argtypes = [_P, ctypes.c_int64, ctypes.c_int, _P]
-        lib.tile_int8.restype = None
-        lib.decode_attention.argtypes = [_P, _P, _P, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, ctypes.c_int,
-                                         ctypes.c_int, ctypes.c_float, _P, ctypes.c_int, ctypes.c_int]
-        lib.decode_attention.restype = None
-    return built
+    return build_library(SOURCE, FLAGS, signatures=SIGNATURES)
 
 
 @dataclass(frozen=True)

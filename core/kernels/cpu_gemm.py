@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import platform
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -38,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.kernels.c_build import BuildResult, build_library
+from core.kernels.c_build import BuildResult, build_library, x86_unsupported_reason
 
 SOURCE = Path(__file__).with_name("cpu_gemm.c")
 # the AVX-512 code is marked in the source (target attributes): the rest builds for any x86-64 with AVX2
@@ -51,32 +50,23 @@ _P = ctypes.c_void_p
 
 def unsupported_reason(flags: frozenset[str], machine: str | None = None) -> str:
     """Why this CPU cannot run the GEMM ('' when it can): it needs x86-64 with AVX-512F and FMA."""
-    machine = machine or platform.machine()
-    if machine.lower() not in ("x86_64", "amd64"):
-        return f"the C GEMM is written for x86-64 (this CPU is {machine})"
-    missing = [name for flag, name in NEEDED_FLAGS.items() if flag not in flags]
-    return f"this CPU lacks {' and '.join(missing)} for the C GEMM" if missing else ""
+    return x86_unsupported_reason("the C GEMM", NEEDED_FLAGS, flags, machine)
+
+
+_I64, _INT = ctypes.c_int64, ctypes.c_int
+SIGNATURES = {
+    "panel_floats": ([_I64, _I64], _I64),
+    "pack_panels": ([_P, _I64, _I64, _P], None),
+    "gemm_panels": ([_P, _I64, _I64, _P, _I64, _P, _P, _INT], None),
+    "norm_gemm_panels": ([_P, _P, _P, ctypes.c_float, _I64, _I64, _P, _I64, _P, _P, _P, _P, _INT], None),
+    "silu_mul_gemm_panels": ([_P, _I64, _I64, _P, _I64, _P, _P, _INT], None),
+}
 
 
 @lru_cache(maxsize=1)
 def load_library() -> BuildResult:
     """Built once per process (and once per machine: the object is cached in MINISGL_HOME)."""
-    built = build_library(SOURCE, FLAGS)
-    if built.library is not None:
-        lib = built.library
-        lib.panel_floats.argtypes = [ctypes.c_int64, ctypes.c_int64]
-        lib.panel_floats.restype = ctypes.c_int64
-        lib.pack_panels.argtypes = [_P, ctypes.c_int64, ctypes.c_int64, _P]
-        lib.pack_panels.restype = None
-        lib.gemm_panels.argtypes = [_P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int64, _P, _P, ctypes.c_int]
-        lib.gemm_panels.restype = None
-        lib.norm_gemm_panels.argtypes = [_P, _P, _P, ctypes.c_float, ctypes.c_int64, ctypes.c_int64, _P,
-                                         ctypes.c_int64, _P, _P, _P, _P, ctypes.c_int]
-        lib.norm_gemm_panels.restype = None
-        lib.silu_mul_gemm_panels.argtypes = [_P, ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int64, _P, _P,
-                                             ctypes.c_int]
-        lib.silu_mul_gemm_panels.restype = None
-    return built
+    return build_library(SOURCE, FLAGS, signatures=SIGNATURES)
 
 
 def _library() -> ctypes.CDLL:
