@@ -1,16 +1,16 @@
 /* y = x w^T (+ bias) in float32 on an x86-64 CPU with AVX-512: every float32 linear of a CPU engine.
  *
  * Why it exists: a decode step of a few dozen requests multiplies a few dozen rows by every weight. oneDNN's
- * packed GEMM ran those at about half of this CPU's float32 matmul rate (SmolLM2-135M's linears and LM head at
- * 32 rows: 52 ms a step on a 2-vCPU AVX-512 Xeon; this kernel 34 ms), and torch's BLAS was slower still from 48
- * to 256 rows. The shape is the textbook one: the weight is packed once into panels of PANEL output features,
- * k-major, so that for each input feature a panel's PANEL weights are three contiguous 64-byte vectors; a block
- * of ROWS input rows is multiplied against a whole panel with ROWS x 3 vector accumulators (24 of the 32
- * registers), the input values broadcast one at a time. A panel is read from memory once per chunk of rows and
- * from the L2 cache for the chunk's other blocks; while a panel is in use, the next one is prefetched at the pace
- * the work consumes it (without the prefetch the same products took 52 ms, not 34: the hardware prefetcher does
- * not run far enough ahead of a stream this fast). The threads split the panels, so each streams its own
- * stretch of the weight and writes its own columns of y: no barrier inside a product.
+ * packed GEMM ran those well under this CPU's float32 matmul rate (SmolLM2-135M's linears and LM head at 32 rows,
+ * in the forward pass's order: 62 ms a step on a 2-vCPU AVX-512 Xeon; this kernel 48 ms), and torch's BLAS was
+ * slower still from 48 to 256 rows. The shape is the textbook one: the weight is packed once into panels of PANEL
+ * output features, k-major, so that for each input feature a panel's PANEL weights are three contiguous 64-byte
+ * vectors; a block of ROWS input rows is multiplied against a whole panel with ROWS x 3 vector accumulators (24
+ * of the 32 registers), the input values broadcast one at a time. A panel is read from memory once per chunk of
+ * rows and from the L2 cache for the chunk's other blocks; while a panel is in use, the next one is prefetched at
+ * the pace the work consumes it (without the prefetch, one shape's products at a time took 52 ms, not 34: the
+ * hardware prefetcher does not run far enough ahead of a stream this fast). The threads split the panels, so
+ * each streams its own stretch of the weight and writes its own columns of y: no barrier inside a product.
  *
  * Each output is one sum over k in order (one accumulator, fused multiply-adds), whatever the number of rows:
  * a request's products do not depend on which other requests share its batch. The order differs from torch's
