@@ -30,8 +30,8 @@ from core.kernels import cpu_decode
 from core.kernels.bf16_weights import bf16_linears
 from core.kernels.cpu_attention import CDecodeAttention
 from core.kernels.cpu_features import cpu_features
-from core.kernels.int8_weights import quantize_linears
 from core.kernels.cpu_gemm import panel_linears
+from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
