@@ -50,7 +50,8 @@ class TorchDecodeMetadata:
     # [batch, 1, 1, max_len] True where a key is visible; None for a single request, which sees every key
     # (SDPA without a mask skips turning it into additive biases: a quarter of a batch-1 call on a CPU)
     mask: torch.Tensor | None
-    lens: torch.Tensor  # [batch] int64: each request's cached tokens, the new one included
+    # [batch] int64: each request's cached tokens, the new one included; only for decode in C (else None)
+    lens: torch.Tensor | None
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -71,7 +72,8 @@ class TorchAttentionBackend(AttentionBackend):
         if len(batch.reqs) == 1:
             req = batch.reqs[0]
             batch.attn_metadata = TorchDecodeMetadata(self.page_table[req.table_idx, :req.device_len],
-                                                      req.device_len, None, torch.tensor([req.device_len]))
+                                                      req.device_len, None,
+                                                      torch.tensor([req.device_len]) if self.c_attention is not None else None)
             return
         device = self.page_table.device
         rows = torch.tensor([r.table_idx for r in batch.reqs], device=device)

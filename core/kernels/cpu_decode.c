@@ -660,12 +660,12 @@ static inline __m256 sums8(const __m256 a[8]) {
 }
 
 /* One query head's scaled scores against the key rows of tokens [0, len) (rows[t]: token t's key for this KV
- * head, dim a multiple of 8), eight tokens at a time; returns the largest. */
+ * head), eight tokens at a time where dim is a multiple of 8, the rest one at a time; returns the largest. */
 static float head_scores(const float *qh, const float *const *rows, int64_t len, int dim, float scale,
                          float *scores) {
     __m256 top8 = _mm256_set1_ps(-INFINITY), scale8 = _mm256_set1_ps(scale);
     int64_t t = 0;
-    for (; t + 8 <= len; t += 8) {
+    for (; dim % 8 == 0 && t + 8 <= len; t += 8) {
         __m256 acc[8];
         for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
         for (int c = 0; c < dim; c += 8) {
@@ -751,8 +751,8 @@ __attribute__((target("avx512f,fma"))) static void weighted_values_wide(const fl
  * differ in length). Scores come eight tokens at a time (eight accumulators summed in one vector: a horizontal
  * sum per score and a scalar expf per weight were most of the time), the exponentials eight at a time, and the
  * weighted values 16 floats of every head of the group at a time (64 with `avx512`, for a CPU that has it). Softmax
- * in float32 with the maximum subtracted. For a head size that is not a multiple of 16, one score and one value
- * row at a time. */
+ * in float32 with the maximum subtracted. For a head size that is not a multiple of 16, one value row at a time
+ * (and for one not a multiple of 8, one score at a time). */
 void decode_attention(const float *q, const float *k_cache, const float *v_cache, const int64_t *slots,
                       const int64_t *lens, int64_t batch, int64_t max_len, int heads, int kv_heads, int dim,
                       float scale, float *out, int threads, int avx512) {
@@ -774,16 +774,8 @@ void decode_attention(const float *q, const float *k_cache, const float *v_cache
             }
             float total[group];
             for (int h = 0; h < group; h++) {
-                float *sh = scores + h * len, top = -INFINITY;
-                if (blocked) {
-                    top = head_scores(qg + h * dim, keys, len, dim, scale, sh);
-                } else {
-                    for (int64_t t = 0; t < len; t++) {
-                        sh[t] = dot(qg + h * dim, keys[t], dim) * scale;
-                        top = sh[t] > top ? sh[t] : top;
-                    }
-                }
-                total[h] = exp_shifted(sh, len, top);
+                float *sh = scores + h * len;
+                total[h] = exp_shifted(sh, len, head_scores(qg + h * dim, keys, len, dim, scale, sh));
             }
             if (blocked && avx512) {
                 weighted_values_wide(scores, len, values, group, dim, og);
