@@ -71,9 +71,9 @@ class TorchAttentionBackend(AttentionBackend):
             return
         if len(batch.reqs) == 1:
             req = batch.reqs[0]
+            lens = torch.tensor([req.device_len]) if self.c_attention is not None else None
             batch.attn_metadata = TorchDecodeMetadata(self.page_table[req.table_idx, :req.device_len],
-                                                      req.device_len, None,
-                                                      torch.tensor([req.device_len]) if self.c_attention is not None else None)
+                                                      req.device_len, None, lens)
             return
         device = self.page_table.device
         rows = torch.tensor([r.table_idx for r in batch.reqs], device=device)

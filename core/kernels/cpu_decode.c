@@ -728,7 +728,8 @@ __attribute__((target("avx512f,fma"))) static void weighted_values_wide(const fl
                 for (int i = 0; i < 4; i++) acc[h][i] = _mm512_setzero_ps();
             for (int64_t t = 0; t < len; t++) {
                 __m512 v[4];
-                for (int i = 0; i < 4; i++) v[i] = i < vecs ? _mm512_loadu_ps(rows[t] + c + 16 * i) : _mm512_setzero_ps();
+                for (int i = 0; i < 4; i++)
+                    v[i] = i < vecs ? _mm512_loadu_ps(rows[t] + c + 16 * i) : _mm512_setzero_ps();
                 for (int h = 0; h < VALUE_HEADS; h++) {
                     if (h < n) {
                         __m512 w = _mm512_set1_ps(p[(h0 + h) * len + t]);
