@@ -38,7 +38,9 @@ class DecodeTile:
     registers per thread (None: the compiler's choice), which sets how many programs an SM holds at once.
     ``all_heads`` picks the variant with one program per (request, split) over whole token rows (the module's
     docstring says why); its ``splits`` are then programs per request, and ``head_dots`` batches its products
-    per KV head (3-D dots) instead of one block-diagonal product over whole rows."""
+    per KV head (3-D dots) instead of one block-diagonal product over whole rows. ``cuda_cores`` keeps the
+    per-head programs but multiplies on the CUDA cores over the group's real rows
+    (core/kernels/paged_decode_cores_triton.py); ``f16`` does not apply to it."""
 
     tokens: int
     warps: int
@@ -48,6 +50,7 @@ class DecodeTile:
     max_registers: int | None = None
     all_heads: bool = False
     head_dots: bool = False
+    cuda_cores: bool = False
 
 
 # fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
@@ -109,7 +112,11 @@ class PagedDecodeArgs:
 
 
 @functools.cache
-def _kernel(all_heads: bool, head_dots: bool):
+def _kernel(all_heads: bool, head_dots: bool, cuda_cores: bool):
+    if cuda_cores:  # imports triton
+        from core.kernels.paged_decode_cores_triton import paged_decode_cores_kernel
+
+        return paged_decode_cores_kernel
     if all_heads:  # imports triton
         from core.kernels.paged_decode_rows_triton import paged_decode_head_dots_kernel, paged_decode_rows_kernel
 
@@ -143,10 +150,15 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
         parts = (out, out, kv_last)  # unused pointers
     f16 = tile.f16 and pool.fp8 and q.dtype != torch.float32
     common = dict(NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
-                  GROUP=num_heads // num_kv_heads, BLOCK_T=tile.tokens, SPLITS=tile.splits, FP8=pool.fp8, F16=f16,
-                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tile.warps,
-                  num_stages=tile.stages, **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
-    if tile.all_heads:
+                  GROUP=num_heads // num_kv_heads, BLOCK_T=tile.tokens, SPLITS=tile.splits, FP8=pool.fp8,
+                  num_warps=tile.warps, num_stages=tile.stages,
+                  **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
+    if not tile.cuda_cores:
+        common.update(F16=f16, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    if tile.cuda_cores:
+        grid = (batch, num_kv_heads, tile.splits)
+        shape = dict(BLOCK_G=_pow2(num_heads // num_kv_heads))
+    elif tile.all_heads:
         grid = (batch, tile.splits)  # a row of every KV head's values: head_dim a power of two, heads padded
         block_kv = _pow2(num_kv_heads)
         if tile.head_dots:
@@ -156,7 +168,7 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     else:
         grid = (batch, num_kv_heads, tile.splits)
         shape = dict(BLOCK_G=block_g(num_heads, num_kv_heads))
-    kernel = _kernel(tile.all_heads, tile.head_dots)
+    kernel = _kernel(tile.all_heads, tile.head_dots, tile.cuda_cores)
     kernel[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out,
                  scale, **common, **shape)
     return out
