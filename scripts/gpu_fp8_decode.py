@@ -167,17 +167,17 @@ def all_heads_tiles(splits: tuple[int, ...]) -> list[DecodeTile]:
 
 
 # the CUDA-core sweep: tokens per iteration, warps, pipeline stages
-CUDA_CORE_TILES = [(8, 1, 2), (16, 1, 2), (16, 1, 3), (32, 1, 2), (16, 2, 2), (32, 2, 2), (32, 2, 3), (64, 2, 2),
-                   (32, 4, 2), (64, 4, 2), (64, 4, 3), (128, 4, 2)]
+CUDA_CORE_TILES = [(8, 1, 2, True), (8, 1, 3, True), (16, 1, 2, True), (16, 1, 3, True), (16, 2, 2, True),
+                   (32, 2, 2, True), (32, 4, 2, True), (32, 1, 2, False)]
 
 
 def cuda_core_tiles(splits: tuple[int, ...]) -> list[DecodeTile]:
-    return [DecodeTile(tokens, warps, stages, n, cuda_cores=True)
-            for (tokens, warps, stages), n in itertools.product(CUDA_CORE_TILES, splits)]
+    return [DecodeTile(tokens, warps, stages, n, cuda_cores=True, defer_sum=defer)
+            for (tokens, warps, stages, defer), n in itertools.product(CUDA_CORE_TILES, splits)]
 
 
 def describe(tile: DecodeTile) -> str:
-    products = "cuda cores" if tile.cuda_cores else "head dots" if tile.head_dots else "block-diagonal"
+    products = ("cuda cores, deferred sum" if tile.defer_sum else "cuda cores") if tile.cuda_cores else "head dots" if tile.head_dots else "block-diagonal"
     return f"{products} tokens {tile.tokens} warps {tile.warps} stages {tile.stages} splits {tile.splits}"
 
 

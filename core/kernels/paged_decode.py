@@ -40,7 +40,8 @@ class DecodeTile:
     docstring says why); its ``splits`` are then programs per request, and ``head_dots`` batches its products
     per KV head (3-D dots) instead of one block-diagonal product over whole rows. ``cuda_cores`` keeps the
     per-head programs but multiplies on the CUDA cores over the group's real rows
-    (core/kernels/paged_decode_cores_triton.py); ``f16`` does not apply to it."""
+    (core/kernels/paged_decode_cores_triton.py), with ``defer_sum`` summing p . v over the tokens once at the
+    end; ``f16`` does not apply to it."""
 
     tokens: int
     warps: int
@@ -51,6 +52,7 @@ class DecodeTile:
     all_heads: bool = False
     head_dots: bool = False
     cuda_cores: bool = False
+    defer_sum: bool = False
 
 
 # fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
@@ -157,7 +159,7 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
         common.update(F16=f16, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
     if tile.cuda_cores:
         grid = (batch, num_kv_heads, tile.splits)
-        shape = dict(BLOCK_G=_pow2(num_heads // num_kv_heads))
+        shape = dict(BLOCK_G=_pow2(num_heads // num_kv_heads), DEFER_SUM=tile.defer_sum)
     elif tile.all_heads:
         grid = (batch, tile.splits)  # a row of every KV head's values: head_dim a power of two, heads padded
         block_kv = _pow2(num_kv_heads)

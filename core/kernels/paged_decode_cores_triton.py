@@ -21,10 +21,12 @@ def paged_decode_cores_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_sc
                               kv_indices_ptr, kv_last_ptr, part_o_ptr, part_lse_ptr, counter_ptr, out_ptr, sm_scale,
                               NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                               PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
-                              BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, FP8: tl.constexpr):
+                              BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, FP8: tl.constexpr,
+                              DEFER_SUM: tl.constexpr):
     """One program per (request, KV head, split), as the per-head kernel (paged_decode_triton.py), with float32
     products on the CUDA cores. With FP8 the scales come out of the sums as there: q . k = k_scale * (q . k8)
-    and p . v = (p * v_scale) . v8."""
+    and p . v = (p * v_scale) . v8. DEFER_SUM keeps a [group, tokens, head_dim] accumulator and sums over the
+    tokens once at the end, so the loop's values stay in the layout they were loaded in."""
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -41,7 +43,10 @@ def paged_decode_cores_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_sc
 
     m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
     denom = tl.zeros((BLOCK_G,), tl.float32)
-    acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
+    if DEFER_SUM:
+        acc3 = tl.zeros((BLOCK_G, BLOCK_T, HEAD_DIM), tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
     for t0 in range(lo, hi, BLOCK_T):
         t = t0 + tl.arange(0, BLOCK_T)
         t_valid = t < hi
@@ -58,8 +63,13 @@ def paged_decode_cores_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_sc
         p, alpha, m_new, denom = softmax_step(scores, m, denom)
         if FP8:
             p = p * v_scale[None, :]
-        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        if DEFER_SUM:
+            acc3 = acc3 * alpha[:, None, None] + p[:, :, None] * v[None, :, :]
+        else:
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
         m = m_new
+    if DEFER_SUM:
+        acc = tl.sum(acc3, axis=1)
 
     if SPLITS == 1:
         tl.store(out_ptr + q_offs, (acc / denom[:, None]).to(q_raw.dtype), mask=g_valid[:, None])

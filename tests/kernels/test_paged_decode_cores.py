@@ -25,10 +25,11 @@ pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),
 @pytest.mark.parametrize("fp8", [False, True], ids=["plain", "fp8"])
 @pytest.mark.parametrize("shape", [(4, 2, 16, 4), (6, 2, 32, 1), (9, 3, 16, 2), (8, 8, 16, 4)],
                          ids=["group2-d16-p4", "group3-d32-p1", "group3-d16-p2", "group1-d16-p4"])
-def test_cuda_cores_match_float_attention(shape, fp8, q_dtype, splits):
+@pytest.mark.parametrize("defer_sum", [False, True], ids=["sum", "deferred"])
+def test_cuda_cores_match_float_attention(shape, fp8, q_dtype, splits, defer_sum):
     heads, kv_heads, dim, page_size = shape
     pool, q, pages, indptr, indices, last = scattered_case(heads, kv_heads, dim, page_size, fp8, q_dtype)
-    tile = DecodeTile(8, 1, 1, splits=splits, cuda_cores=True)
+    tile = DecodeTile(8, 1, 1, splits=splits, cuda_cores=True, defer_sum=defer_sum)
     buffers = SplitBuffers.make(len(LENGTHS), heads, kv_heads, dim, 4, q.device)
     got = paged_decode(q, pool, 0, indptr, indices, last, dim ** -0.5, tile=tile, split_buffers=buffers)
     want = float_attention(q, pool, 0, pages, LENGTHS, dim ** -0.5)
