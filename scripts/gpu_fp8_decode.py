@@ -9,9 +9,6 @@ over that time. Prints one line per case; ``--json PATH`` writes them too.
 ``--all-heads`` times the paged kernel's all-heads variant on fp8 pages (``DecodeTile.all_heads``) against
 the default fp8 tile and flashinfer's bf16 decode, at 256 and 64 rows: a sweep of its tiles, each checked
 against the default tile's output first (the run stops if one is off), and the best tile per case.
-``--cuda-cores`` does the same for the CUDA-core variant (``DecodeTile.cuda_cores``).
-
-    python3 scripts/gpu_fp8_decode.py --cuda-cores [--contexts 600,1100] [--json out.json]
 """
 
 from __future__ import annotations
@@ -166,22 +163,12 @@ def all_heads_tiles(splits: tuple[int, ...]) -> list[DecodeTile]:
             for (tokens, warps, stages), n in itertools.product(shapes, splits)]
 
 
-# the CUDA-core sweep: tokens per iteration, warps, pipeline stages
-CUDA_CORE_TILES = [(8, 1, 2, True), (8, 1, 3, True), (16, 1, 2, True), (16, 1, 3, True), (16, 2, 2, True),
-                   (32, 2, 2, True), (32, 4, 2, True), (32, 1, 2, False)]
-
-
-def cuda_core_tiles(splits: tuple[int, ...]) -> list[DecodeTile]:
-    return [DecodeTile(tokens, warps, stages, n, cuda_cores=True, defer_sum=defer)
-            for (tokens, warps, stages, defer), n in itertools.product(CUDA_CORE_TILES, splits)]
-
-
 def describe(tile: DecodeTile) -> str:
-    products = ("cuda cores, deferred sum" if tile.defer_sum else "cuda cores") if tile.cuda_cores else "head dots" if tile.head_dots else "block-diagonal"
+    products = "head dots" if tile.head_dots else "block-diagonal"
     return f"{products} tokens {tile.tokens} warps {tile.warps} stages {tile.stages} splits {tile.splits}"
 
 
-def checked_tiles(q, pool, indptr, indices, last, buffers, tiles, batch, context, label) -> list[DecodeTile]:
+def checked_tiles(q, pool, indptr, indices, last, buffers, tiles, batch, context) -> list[DecodeTile]:
     """The tiles that compile, each of whose output matches the default fp8 tile's (the per-head kernel):
     prints the largest difference, and stops the run if any tile is off."""
     want = paged_decode(q, pool, 0, indptr, indices, last, DIM ** -0.5, tile=TILES[True]).float()
@@ -198,29 +185,28 @@ def checked_tiles(q, pool, indptr, indices, last, buffers, tiles, batch, context
             off.append((describe(tile), diff))
         worst = max(worst, (diff, describe(tile)), key=lambda w: w[0])
         kept.append(tile)
-    print(f"CHECK rows {batch} context {context}: {len(kept)} {label} tiles against the default fp8 tile, "
+    print(f"CHECK rows {batch} context {context}: {len(kept)} all-heads tiles against the default fp8 tile, "
           f"max abs diff {worst[0]:.3e} ({worst[1]})", flush=True)
     if off or not kept:
-        print(f"FAIL: {label} output differs from the default fp8 tile's by more than {MATCH_TOLERANCE}: {off}"
-              if off else f"FAIL: no {label} tile ran", flush=True)
+        print(f"FAIL: all-heads output differs from the default fp8 tile's by more than {MATCH_TOLERANCE}: {off}"
+              if off else "FAIL: no all-heads tile ran", flush=True)
         sys.exit(1)
     return kept
 
 
-def variant_case(batch: int, context: int, label: str = "all-heads") -> list[dict]:
-    """At ``batch`` rows of ``context`` tokens: the default fp8 tile, flashinfer's bf16 decode and every tile of
-    the variant (``label``: all-heads or cuda-cores) that matches the default's output, each timed; prints the
-    variant's best tile."""
+def all_heads_case(batch: int, context: int) -> list[dict]:
+    """At ``batch`` rows of ``context`` tokens: the default fp8 tile, flashinfer's bf16 decode and every
+    all-heads tile that matches the default's output, each timed; prints the best all-heads tile."""
     device = torch.device(DEVICE)
     num_pages, indptr, order, last, q = layout(batch, context)
     pool = filled_pool(num_pages, fp8=True)
     buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, max(ALL_HEADS_SPLITS[batch]), device)
-    candidates = (all_heads_tiles if label == "all-heads" else cuda_core_tiles)(ALL_HEADS_SPLITS[batch])
-    tiles = checked_tiles(q, pool, indptr, order, last, buffers, candidates, batch, context, label)
+    tiles = checked_tiles(q, pool, indptr, order, last, buffers, all_heads_tiles(ALL_HEADS_SPLITS[batch]), batch,
+                          context)
     kv_bytes = batch * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8=True)
     out = torch.empty_like(q)
     rows = []
-    for name, tile in [("triton fp8 default tile (per head)", TILES[True])] + [(f"{label} {describe(t)}", t)
+    for name, tile in [("triton fp8 default tile (per head)", TILES[True])] + [(f"all-heads {describe(t)}", t)
                                                                             for t in tiles]:
         seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out, tile, buffers))
         rows.append({"kernel": name, "batch": batch, "context": context, "us": seconds * 1e6,
@@ -236,23 +222,22 @@ def variant_case(batch: int, context: int, label: str = "all-heads") -> list[dic
               f"(bf16 bytes)", flush=True)
     del bf16
     torch.cuda.empty_cache()
-    print(best_line(rows, label), flush=True)
+    print(best_line(rows), flush=True)
     return rows
 
 
-def best_line(rows: list[dict], label: str = "all-heads") -> str:
-    """The best tile of the variant of one case against the default fp8 tile and the best flashinfer bf16."""
-    best = min((r for r in rows if r["kernel"].startswith(label)), key=lambda r: r["us"])
+def best_line(rows: list[dict]) -> str:
+    """The best all-heads tile of one case against the default fp8 tile and the best flashinfer bf16."""
+    best = min((r for r in rows if r["kernel"].startswith("all-heads")), key=lambda r: r["us"])
     default = next(r for r in rows if r["kernel"].startswith("triton fp8 default"))
-    line = (f"BEST {label} rows {best['batch']} context {best['context']}: {best['kernel'][len(label) + 1:]}: "
+    line = (f"BEST all-heads rows {best['batch']} context {best['context']}: {best['kernel'][10:]}: "
             f"{best['us']:.1f} us, {best['tb_s']:.2f} TB/s; default fp8 tile {default['us']:.1f} us "
             f"({default['us'] / best['us']:.2f}x)")
     flashinfer = [r for r in rows if r["kernel"].startswith("flashinfer bf16")]
     if flashinfer:
         fastest = min(flashinfer, key=lambda r: r["us"])
         line += f"; {fastest['kernel']} {fastest['us']:.1f} us ({fastest['us'] / best['us']:.2f}x)"
-    return line + (f"; the engine's rule would take splits "
-                   f"{paged_splits(best['batch'], KV_HEADS, all_heads=label == 'all-heads')}")
+    return line + f"; the engine's rule would take splits {paged_splits(best['batch'], KV_HEADS, all_heads=True)}"
 
 
 def main() -> None:
@@ -261,23 +246,20 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="time the kernel's tile choices first")
     parser.add_argument("--all-heads", action="store_true",
                         help="the all-heads variant's sweep against the default fp8 tile and flashinfer bf16 only")
-    parser.add_argument("--cuda-cores", action="store_true",
-                        help="the CUDA-core variant's sweep against the default fp8 tile and flashinfer bf16 only")
     parser.add_argument("--contexts", default=None,
                         help="contexts of the kernel-against-flashinfer cases, comma-separated ('' for none; "
                              "default 600,1100,1600, with --all-heads 600,1100)")
     args = parser.parse_args()
-    variant = "all-heads" if args.all_heads else "cuda-cores" if args.cuda_cores else None
-    default_contexts = "600,1100" if variant else "600,1100,1600"
+    default_contexts = "600,1100" if args.all_heads else "600,1100,1600"
     contexts = [int(c) for c in (default_contexts if args.contexts is None else args.contexts).split(",") if c]
     if not torch.cuda.is_available():
         sys.exit("gpu_fp8_decode.py: needs a CUDA device (none found)")
-    if variant:
+    if args.all_heads:
         start = time.perf_counter()
-        rows = [r for b in (BATCH, 64) for c in contexts for r in variant_case(b, c, variant)]
-        print(f"gpu_fp8_decode.py --{variant}: {len(rows)} timings in {time.perf_counter() - start:.0f} s "
+        rows = [r for b in (BATCH, 64) for c in contexts for r in all_heads_case(b, c)]
+        print(f"gpu_fp8_decode.py --all-heads: {len(rows)} timings in {time.perf_counter() - start:.0f} s "
               f"(compiles included)", file=sys.stderr, flush=True)
-        print("\n".join(["SUMMARY"] + [best_line([r for r in rows if (r["batch"], r["context"]) == key], variant)
+        print("\n".join(["SUMMARY"] + [best_line([r for r in rows if (r["batch"], r["context"]) == key])
                                         for key in dict.fromkeys((r["batch"], r["context"]) for r in rows)]))
         if args.json:
             json.dump(rows, open(args.json, "w"), indent=1)

@@ -17,7 +17,8 @@ a second variant, ``DecodeTile.all_heads`` (core/kernels/paged_decode_rows_trito
 (request, split) loads whole token rows (a page's K for all heads is one contiguous block) and multiplies a
 query holding every head (block-diagonal over whole rows, or with ``head_dots`` a product per KV head with its
 query group on the product's narrow side), so the softmax runs on real rows only and the loads are few and
-large; its splits count on one counter per request.
+large; its splits count on one counter per request. (Multiplying the 2 real rows on the CUDA cores instead,
+as sums of products in Triton, was measured slower on an H200: 1.84 against 2.23 TB/s; docs/BENCHMARKS.md.)
 """
 
 from __future__ import annotations
@@ -38,10 +39,7 @@ class DecodeTile:
     registers per thread (None: the compiler's choice), which sets how many programs an SM holds at once.
     ``all_heads`` picks the variant with one program per (request, split) over whole token rows (the module's
     docstring says why); its ``splits`` are then programs per request, and ``head_dots`` batches its products
-    per KV head (3-D dots) instead of one block-diagonal product over whole rows. ``cuda_cores`` keeps the
-    per-head programs but multiplies on the CUDA cores over the group's real rows
-    (core/kernels/paged_decode_cores_triton.py), with ``defer_sum`` summing p . v over the tokens once at the
-    end; ``f16`` does not apply to it."""
+    per KV head (3-D dots) instead of one block-diagonal product over whole rows."""
 
     tokens: int
     warps: int
@@ -51,8 +49,6 @@ class DecodeTile:
     max_registers: int | None = None
     all_heads: bool = False
     head_dots: bool = False
-    cuda_cores: bool = False
-    defer_sum: bool = False
 
 
 # fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
@@ -114,11 +110,7 @@ class PagedDecodeArgs:
 
 
 @functools.cache
-def _kernel(all_heads: bool, head_dots: bool, cuda_cores: bool):
-    if cuda_cores:  # imports triton
-        from core.kernels.paged_decode_cores_triton import paged_decode_cores_kernel
-
-        return paged_decode_cores_kernel
+def _kernel(all_heads: bool, head_dots: bool):
     if all_heads:  # imports triton
         from core.kernels.paged_decode_rows_triton import paged_decode_head_dots_kernel, paged_decode_rows_kernel
 
@@ -152,15 +144,10 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
         parts = (out, out, kv_last)  # unused pointers
     f16 = tile.f16 and pool.fp8 and q.dtype != torch.float32
     common = dict(NUM_HEADS=num_heads, NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=pool.page_size,
-                  GROUP=num_heads // num_kv_heads, BLOCK_T=tile.tokens, SPLITS=tile.splits, FP8=pool.fp8,
-                  num_warps=tile.warps, num_stages=tile.stages,
-                  **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
-    if not tile.cuda_cores:
-        common.update(F16=f16, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
-    if tile.cuda_cores:
-        grid = (batch, num_kv_heads, tile.splits)
-        shape = dict(BLOCK_G=_pow2(num_heads // num_kv_heads), DEFER_SUM=tile.defer_sum)
-    elif tile.all_heads:
+                  GROUP=num_heads // num_kv_heads, BLOCK_T=tile.tokens, SPLITS=tile.splits, FP8=pool.fp8, F16=f16,
+                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=tile.warps,
+                  num_stages=tile.stages, **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
+    if tile.all_heads:
         grid = (batch, tile.splits)  # a row of every KV head's values: head_dim a power of two, heads padded
         block_kv = _pow2(num_kv_heads)
         if tile.head_dots:
@@ -170,7 +157,7 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     else:
         grid = (batch, num_kv_heads, tile.splits)
         shape = dict(BLOCK_G=block_g(num_heads, num_kv_heads))
-    kernel = _kernel(tile.all_heads, tile.head_dots, tile.cuda_cores)
+    kernel = _kernel(tile.all_heads, tile.head_dots)
     kernel[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out,
                  scale, **common, **shape)
     return out
