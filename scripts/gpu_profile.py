@@ -36,8 +36,8 @@ from core.engine.sampler import SampleArgs
 
 ROOT = Path(__file__).resolve().parents[1]  # where the output folder goes by default
 MODEL = "random:qwen3-0.6b"
-SECTIONS = ("engine", "graph_kernels", "attention", "kernels_off", "host", "eager", "pdl", "workload")
-DEFAULT_SECTIONS = SECTIONS[:-2]  # the dependent-launch comparison and the workload budget run when asked for
+SECTIONS = ("engine", "graph_kernels", "attention", "kernels_off", "host", "eager", "pdl", "workload", "prefill")
+DEFAULT_SECTIONS = SECTIONS[:-3]  # the dependent-launch comparison, the workload budget and prefill when asked for
 HOST_FLOOR_MODEL = "random:small-qwen3"  # 4 layers of width 512: a step's time is nearly all host work
 
 
@@ -178,6 +178,45 @@ def graph_kernel_table(llm: LLM, batch: int, context: int, path: Path) -> str:
     table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=30, max_name_column_width=90)
     path.write_text(table)
     return table
+
+
+def prefill_lines(path: Path, requests: int = 14, prompt: int = 585) -> list[str]:
+    """One prefill step of ``requests`` prompts of ``prompt`` tokens (8,190 tokens: one of the workload's
+    chunks), as the engine runs it at page size 16: its wall time over five runs against the FLOPs at the
+    matmul rate, then its kernels under torch.profiler (device times; the profiler slows only the host)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    llm = LLM(MODEL, page_size=16, max_running_req=256, max_seq_len=2048, kv_cache_gb=20.0)
+    rng = random.Random(3)
+    params = SamplingParams(max_tokens=1, ignore_eos=True)
+    steps: list = []
+    llm.add_step_callback(steps.append)
+    walls = []
+    for _ in range(6):  # the first is the warm-up
+        prompts = [[rng.randrange(10000) for _ in range(prompt)] for _ in range(requests)]
+        steps.clear()
+        llm.generate(prompts, params)
+        llm.reset_prefix_cache()
+        walls.append(sum(e.elapsed_s for e in steps if e.phase == "prefill") * 1e3)
+    costs = ModelCosts.of(llm.engine.model_config, 2.0, 0.0)  # the FLOPs only
+    body = costs.flops_per_token - 2 * llm.engine.model_config.vocab_size * llm.engine.model_config.hidden_size
+    # the LM head runs on each request's last token only
+    flops = (requests * prompt * body + requests * (costs.flops_per_token - body)
+             + requests * prompt * (prompt + 1) / 2 * costs.attn_flops_per_pair)
+    ceilings = measure_ceilings(llm.engine.device, torch.bfloat16)
+    floor_ms = flops / (ceilings.matmul_gflops * 1e9) * 1e3
+    lines = [f"prefill of {requests} x {prompt} tokens: {statistics.median(walls[1:]):.2f} ms "
+             f"(runs {', '.join(f'{w:.1f}' for w in walls[1:])}), floor {floor_ms:.2f} ms "
+             f"({flops / 1e12:.2f} TFLOP at {ceilings.matmul_gflops / 1e3:.0f} TFLOP/s)"]
+    prompts = [[rng.randrange(10000) for _ in range(prompt)] for _ in range(requests)]
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        llm.generate(prompts, params)
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90)
+    path.write_text(table)
+    llm.close()
+    return lines + [f"==== kernels of one prefill step (and its one decode-free finish)\n{table}"]
 
 
 def replays_with(variable: str, cases: tuple[tuple[int, int], ...]) -> list[tuple[int, int, float]]:
@@ -471,6 +510,11 @@ def main() -> int:
             for batch, context, ms in replays_with(variable, ((1, 300), (1, 2000), (4, 300), (256, 300))):
                 say(f"{what}, batch {batch} context {context}: graph replay {ms:.3f} ms")
             torch.cuda.empty_cache()
+
+    if "prefill" in sections:
+        for line in prefill_lines(out / "prefill_kernels.txt"):
+            say(line)
+        torch.cuda.empty_cache()
 
     if "pdl" in sections:
         for line in dependent_launch_lines():

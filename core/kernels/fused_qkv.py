@@ -55,8 +55,10 @@ def qkv_norm_rope_store(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, he
     norm = q_weight is not None
     weight = q_weight if norm else cos_sin  # an unused pointer when there is no QK-norm
     fp8 = k_scale is not None
-    _kernel()[(tokens, num_heads + 2 * num_kv_heads)](
+    block_h = 1 << (max(num_heads, num_kv_heads) - 1).bit_length()
+    _kernel()[(tokens, 3)](  # per token: its query heads, its key heads, its value heads
         qkv, q, k_cache, v_cache, k_scale if fp8 else cos_sin, v_scale if fp8 else cos_sin, positions, out_loc,
         cos_sin, weight, k_weight if norm else weight, eps, qkv.stride(0), NUM_HEADS=num_heads,
-        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, NORM=norm, FP8=fp8, num_warps=1)
+        NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, NORM=norm, FP8=fp8, BLOCK_H=block_h,
+        num_warps=4 if block_h * head_dim >= 1024 else 1)
     return q
