@@ -35,9 +35,10 @@ class _Paged:
             self.qo = torch.arange(len(self.last) + 1, dtype=torch.int32)
         self.scale = kwargs["sm_scale"]
 
-    def run(self, q, kv):
+    def run(self, q, kv, out=None):
+        """flashinfer's run: into ``out`` when given (rows it does not compute keep what they held)."""
         k_cache, v_cache = kv
-        out = torch.empty_like(q)
+        out = torch.empty_like(q) if out is None else out
         for i in range(len(self.last)):
             pages = self.indices[self.indptr[i]:self.indptr[i + 1]].long()
             kv_len = (len(pages) - 1) * self.page_size + int(self.last[i])
