@@ -216,7 +216,7 @@ def prefill_lines(path: Path, requests: int = 14, prompt: int = 585) -> list[str
     table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90)
     path.write_text(table)
     llm.close()
-    return lines + [f"==== kernels of one prefill step (and its one decode-free finish)\n{table}"]
+    return lines + [f"==== kernels of one prefill step (max_tokens 1: no decode step follows)\n{table}"]
 
 
 def replays_with(variable: str, cases: tuple[tuple[int, int], ...]) -> list[tuple[int, int, float]]:
