@@ -30,8 +30,8 @@ import torch
 
 from core import LLM, SamplingParams
 from core.bench.engine_run import sampling_params, warm_up
-from core.bench.floor import ModelCosts, measure_ceilings, workload_floor
-from core.bench.workload import make_workload, workload_spec
+from core.bench.floor import Ceilings, ModelCosts, measure_ceilings, workload_floor
+from core.bench.workload import BenchRequest, make_workload, workload_spec
 from core.engine.sampler import SampleArgs
 
 ROOT = Path(__file__).resolve().parents[1]  # where the output folder goes by default
@@ -199,10 +199,7 @@ def prefill_lines(path: Path, requests: int = 14, prompt: int = 585) -> list[str
         llm.reset_prefix_cache()
         walls.append(sum(e.elapsed_s for e in steps if e.phase == "prefill") * 1e3)
     costs = ModelCosts.of(llm.engine.model_config, 2.0, 0.0)  # the FLOPs only
-    body = costs.flops_per_token - 2 * llm.engine.model_config.vocab_size * llm.engine.model_config.hidden_size
-    # the LM head runs on each request's last token only
-    flops = (requests * prompt * body + requests * (costs.flops_per_token - body)
-             + requests * prompt * (prompt + 1) / 2 * costs.attn_flops_per_pair)
+    flops = workload_floor(costs, [BenchRequest([0] * prompt, 1)] * requests, Ceilings(1.0, 1.0)).prefill_flops
     ceilings = measure_ceilings(llm.engine.device, torch.bfloat16)
     floor_ms = flops / (ceilings.matmul_gflops * 1e9) * 1e3
     lines = [f"prefill of {requests} x {prompt} tokens: {statistics.median(walls[1:]):.2f} ms "

@@ -102,6 +102,8 @@ class ModelCosts:
     kv_bytes_per_token: float  # K and V of every layer, scales included
     flops_per_token: float  # body and LM head, 2 per weight
     attn_flops_per_pair: float  # QK^T and PV for one query-key pair over every layer
+    # the LM head's part of flops_per_token: a prompt passes it once (for its first token), not once a token
+    head_flops: float = 0.0
 
     @classmethod
     def of(cls, cfg: ModelConfig, weight_elem_bytes: float, kv_bytes_per_token: float, tp: int = 1,
@@ -113,7 +115,8 @@ class ModelCosts:
         body = body_params(cfg)
         head_bytes = weight_elem_bytes if head_elem_bytes is None else head_elem_bytes
         return cls((body * weight_elem_bytes + lm_head * head_bytes) / tp, kv_bytes_per_token / tp,
-                   2 * (body + lm_head) / tp, 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim / tp)
+                   2 * (body + lm_head) / tp, 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim / tp,
+                   2 * lm_head / tp)
 
 
 @dataclass(frozen=True)
@@ -142,15 +145,17 @@ def _sig(value: float) -> float:
 
 
 def workload_floor(costs: ModelCosts, requests: list[BenchRequest], ceilings: Ceilings) -> Floor:
-    """Prefill of every prompt at the matmul rate, then decode steps 1, 2, ... with every request that still
-    has tokens to make; step s reads the weights once and ``prompt + s`` cached tokens of each such request.
+    """Prefill of every prompt at the matmul rate (every token through the decoder, the LM head on the last
+    one), then decode steps 1, 2, ... with every request that still has tokens to make; step s reads the
+    weights once and ``prompt + s`` cached tokens of each such request.
 
     The first token of each request comes from its prefill, so a request of ``max_tokens`` takes part in
     ``max_tokens - 1`` decode steps.
     """
     bandwidth = ceilings.stream_gbps * 1e9
     rate = ceilings.matmul_gflops * 1e9
-    prefill_flops = sum(len(r.prompt_ids) * costs.flops_per_token
+    body_flops = costs.flops_per_token - costs.head_flops
+    prefill_flops = sum(len(r.prompt_ids) * body_flops + costs.head_flops  # logits for the last position only
                         + len(r.prompt_ids) * (len(r.prompt_ids) + 1) / 2 * costs.attn_flops_per_pair
                         for r in requests)
     prefill_s = max(prefill_flops / rate, costs.weight_bytes / bandwidth) if requests else 0.0

@@ -243,6 +243,28 @@ def test_floor_reads_the_weights_each_step_and_each_running_requests_context():
     assert floor.seconds == pytest.approx(floor.prefill_s + floor.decode_s)
 
 
+def test_prefill_floor_takes_the_lm_head_once_a_prompt():
+    """Only a prompt's last position needs logits: its other tokens cost the decoder's FLOPs alone."""
+    from core.bench.floor import Ceilings, ModelCosts, workload_floor
+
+    costs = ModelCosts(weight_bytes=1000.0, kv_bytes_per_token=10.0, flops_per_token=100.0, attn_flops_per_pair=1.0,
+                       head_flops=40.0)
+    requests = [BenchRequest([1] * 4, 3), BenchRequest([1] * 2, 2)]
+    floor = workload_floor(costs, requests, Ceilings(copy_gbps=1e9, matmul_gflops=1e-9))  # 1 FLOP/s
+    assert floor.prefill_flops == 6 * 60.0 + 2 * 40.0 + (4 * 5 / 2 + 2 * 3 / 2) * 1.0
+    assert floor.prefill_s == pytest.approx(floor.prefill_flops)
+    assert floor.decode_flops == 3 * 100.0 + (5 + 3 + 6) * 1.0  # every decode token samples: the head each time
+
+
+def test_model_costs_name_the_lm_heads_share(model_dirs):
+    from core.bench.floor import ModelCosts
+
+    cfg = read_model_config(Path(model_dirs["llama"]))
+    costs = ModelCosts.of(cfg, 4.0, 0.0, tp=2)
+    assert costs.head_flops == 2 * cfg.vocab_size * cfg.hidden_size / 2
+    assert costs.flops_per_token - costs.head_flops == 2 * body_params(cfg) / 2
+
+
 def test_floor_takes_the_flops_when_they_are_the_longer_term():
     from core.bench.floor import Ceilings, batch1_floor_ms, workload_floor
 
