@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -49,6 +50,17 @@ class Tmux:
                 return screen
             time.sleep(0.5)
         raise AssertionError(f"{marker!r} never appeared; the screen was:\n{self.screen()}")
+
+    def wait_for_match(self, pattern: str) -> tuple[re.Match, str]:
+        """The first match of ``pattern`` on the screen, and the screen it was on."""
+        deadline = time.monotonic() + HANG_LIMIT_S
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            found = re.search(pattern, screen)
+            if found:
+                return found, screen
+            time.sleep(0.5)
+        raise AssertionError(f"{pattern!r} never matched; the screen was:\n{self.screen()}")
 
     def cursor_visible(self) -> bool:
         return self("display-message", "-p", "-t", "t", "#{cursor_flag}").strip() == "1"
@@ -166,22 +178,27 @@ def test_generate_from_stdin_on_a_terminal_says_how_to_end(tmux, model_dirs):
 
 
 def test_ctrl_c_in_generate_keeps_the_finished_results(tmux, model_dirs, tmp_path):
-    """The bar counts tokens while the first request runs; Ctrl-C after it finished prints it whole, marks the
-    others interrupted and exits 130. The JSON lines are written to a file, the bar stays on the terminal."""
-    prompts = write(tmp_path / "p.txt", "one\ntwo\nthree\n")
+    """The bar counts tokens while the requests run one at a time; Ctrl-C once some have finished prints those
+    whole, marks the others interrupted and exits 130. The JSON lines are written to a file, the bar stays on
+    the terminal. (Eight prompts, so that the stretch between the first finish and the last is seconds long,
+    not one request's half second that a screen polled twice a second can miss.)"""
+    count, tokens = 8, 480
+    prompts = write(tmp_path / "p.txt", "".join(f"prompt {i}\n" for i in range(count)))
     out = tmp_path / "out.jsonl"
     tmux.start(paced(minisgl_command("generate", prompts, "--model", model_dirs["llama"], "--max-running", "1", "-n",
-                                     "480", "--ignore-eos", "--json")) + f" > {shlex.quote(str(out))}")
-    moving = tmux.wait_for("tokens · 0/3 requests")
-    assert "/1440 tokens" in moving  # per token, before any request has finished
-    tmux.wait_for("tokens · 1/3 requests")
+                                     str(tokens), "--ignore-eos", "--json")) + f" > {shlex.quote(str(out))}")
+    _, moving = tmux.wait_for_match(rf"tokens · [0-{count - 1}]/{count} requests")
+    assert f"/{count * tokens} tokens" in moving  # per token, before the run has finished
+    tmux.wait_for_match(rf"tokens · [1-{count - 1}]/{count} requests")
     tmux("send-keys", "-t", "t", "C-c")
     screen = tmux.wait_for("EXIT=")
     assert "EXIT=130" in screen and "Traceback" not in screen
-    assert "interrupted: 1 of 3 prompts had finished" in screen
+    finished = int(re.search(rf"interrupted: (\d+) of {count} prompts had finished", screen).group(1))
+    assert 1 <= finished < count
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["finish_reason"] for r in rows][0] == "length" and len(rows[0]["token_ids"]) == 480
-    assert [r["finish_reason"] for r in rows[1:]] == ["interrupted", "interrupted"]
+    assert len(rows) == count
+    assert all(r["finish_reason"] == "length" and len(r["token_ids"]) == tokens for r in rows[:finished])
+    assert [r["finish_reason"] for r in rows[finished:]] == ["interrupted"] * (count - finished)
 
 
 def test_a_single_prompt_streams_on_a_terminal(tmux, model_dirs, tmp_path):
