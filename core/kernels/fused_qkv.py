@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
+from core.arith import next_pow2
+
 
 @dataclass(frozen=True)
 class QKVSpec:
@@ -55,7 +57,7 @@ def qkv_norm_rope_store(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, he
     norm = q_weight is not None
     weight = q_weight if norm else cos_sin  # an unused pointer when there is no QK-norm
     fp8 = k_scale is not None
-    block_h = 1 << (max(num_heads, num_kv_heads) - 1).bit_length()
+    block_h = next_pow2(max(num_heads, num_kv_heads))
     _kernel()[(tokens, 3)](  # per token: its query heads, its key heads, its value heads
         qkv, q, k_cache, v_cache, k_scale if fp8 else cos_sin, v_scale if fp8 else cos_sin, positions, out_loc,
         cos_sin, weight, k_weight if norm else weight, eps, qkv.stride(0), NUM_HEADS=num_heads,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.arith import ceil_div
+from core.arith import ceil_div, next_pow2
 
 GEMV_MAX_ROWS = 1
 PDL_MAX_WEIGHT_BYTES = 64 << 20  # larger weights launch plainly (see _launch)
@@ -43,10 +43,6 @@ class GemvConfig:
     num_warps: int
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def gemv_config(out_features: int, in_features: int, prologue: int = PLAIN, pdl: bool = False) -> GemvConfig:
     """Tile sizes for a ``[1, in] x [out, in]^T`` product, from a sweep on an H200 (``scripts/gpu_gemv_sweep.py``).
 
@@ -60,7 +56,7 @@ def gemv_config(out_features: int, in_features: int, prologue: int = PLAIN, pdl:
     1.9 (8, 4 warps; 2.2), gate_up with its norm 4.5 (16, 8 warps; 5.2), down with SiLU-and-mul 3.5 (4, 8 warps;
     4.4).
     """
-    whole_row = _next_pow2(in_features)
+    whole_row = next_pow2(in_features)
     if pdl:
         return {NORM: GemvConfig(16, whole_row, 8), SILU_MUL: GemvConfig(4, whole_row, 8)}.get(
             prologue, GemvConfig(8, whole_row, 4))

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from core.arith import next_pow2
 from core.kernels.small_decode import block_g
 from core.kvcache.pool import KVPool
 
@@ -67,7 +68,7 @@ ALL_HEADS_TILE = DecodeTile(16, 4, 2, f16=True, all_heads=True, head_dots=True)
 def block_h(num_heads: int) -> int:
     """The all-heads variant's query rows: every head, padded to a power of two of at least 16 (a tensor-core
     product's rows)."""
-    return max(16, _pow2(num_heads))
+    return max(16, next_pow2(num_heads))
 
 
 @dataclass
@@ -85,7 +86,7 @@ class SplitBuffers:
     @classmethod
     def make(cls, rows: int, num_heads: int, num_kv_heads: int, head_dim: int, max_splits: int,
              device: torch.device) -> "SplitBuffers":
-        group_slots = _pow2(num_kv_heads) * _pow2(num_heads // num_kv_heads)  # the all-heads head-dots rows
+        group_slots = next_pow2(num_kv_heads) * next_pow2(num_heads // num_kv_heads)  # the all-heads head-dots rows
         rows_per_split = max(num_kv_heads * block_g(num_heads, num_kv_heads), block_h(num_heads), group_slots)
         parts = rows * max_splits * rows_per_split
         return cls(torch.empty(parts, head_dim, dtype=torch.float32, device=device),
@@ -149,9 +150,9 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
                   num_stages=tile.stages, **({"maxnreg": tile.max_registers} if tile.max_registers else {}))
     if tile.all_heads:
         grid = (batch, tile.splits)  # a row of every KV head's values: head_dim a power of two, heads padded
-        block_kv = _pow2(num_kv_heads)
+        block_kv = next_pow2(num_kv_heads)
         if tile.head_dots:
-            shape = dict(BLOCK_KV=block_kv, BLOCK_G=_pow2(num_heads // num_kv_heads))
+            shape = dict(BLOCK_KV=block_kv, BLOCK_G=next_pow2(num_heads // num_kv_heads))
         else:
             shape = dict(BLOCK_H=block_h(num_heads), BLOCK_ROW=head_dim * block_kv)
     else:
@@ -161,8 +162,3 @@ def paged_decode(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Ten
     kernel[grid](q.contiguous(), k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, *parts, out,
                  scale, **common, **shape)
     return out
-
-
-def _pow2(n: int) -> int:
-    """The smallest power of two at least ``n``."""
-    return 1 << (n - 1).bit_length()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from core.arith import next_pow2
 from core.kernels.fused_qkv import QKVSpec
 
 SMALL_DECODE_MAX_BS = 4
@@ -58,7 +59,7 @@ class SmallDecodePlan:
 def block_g(num_heads: int, num_kv_heads: int) -> int:
     """Query heads per KV head, padded to the 16 rows a tensor-core product needs."""
     group = num_heads // num_kv_heads
-    return max(16, 1 << (group - 1).bit_length())
+    return max(16, next_pow2(group))
 
 
 def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, scale: float,
