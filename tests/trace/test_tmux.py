@@ -43,13 +43,8 @@ class Tmux:
         return self("capture-pane", "-p", "-t", "t", "-S", "-200")
 
     def wait_for(self, marker: str) -> str:
-        deadline = time.monotonic() + HANG_LIMIT_S
-        while time.monotonic() < deadline:
-            screen = self.screen()
-            if marker in screen:
-                return screen
-            time.sleep(0.5)
-        raise AssertionError(f"{marker!r} never appeared; the screen was:\n{self.screen()}")
+        """The first screen that shows ``marker``."""
+        return self.wait_for_match(re.escape(marker))[1]
 
     def wait_for_match(self, pattern: str) -> tuple[re.Match, str]:
         """The first match of ``pattern`` on the screen, and the screen it was on."""
@@ -60,7 +55,7 @@ class Tmux:
             if found:
                 return found, screen
             time.sleep(0.5)
-        raise AssertionError(f"{pattern!r} never matched; the screen was:\n{self.screen()}")
+        raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{self.screen()}")
 
     def cursor_visible(self) -> bool:
         return self("display-message", "-p", "-t", "t", "#{cursor_flag}").strip() == "1"
