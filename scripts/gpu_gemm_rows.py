@@ -1,6 +1,7 @@
 """cuBLAS's bf16 GEMMs at a decode step's row counts on the Qwen3-0.6B shapes: how close each linear comes to
-reading its weight at the copy rate, and whether a pre-transposed weight (x @ W^T made contiguous) picks a better
-kernel than F.linear's x W^T.
+reading its weight at the copy rate, through torch's default cuBLAS path and through cuBLASLt
+(``torch.backends.cuda.preferred_blas_library``), whose heuristics may pick other kernels (split-K) for the narrow
+linears. (A pre-transposed weight, x @ W^T made contiguous, was measured too and picked no better kernel.)
 
     . scripts/gpu_env.sh && python3 scripts/gpu_gemm_rows.py
 
@@ -43,26 +44,32 @@ def replay_us(product: Callable[[int], torch.Tensor]) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def linear_us(x: torch.Tensor, weights: list[torch.Tensor], library: str) -> float:
+    torch.backends.cuda.preferred_blas_library(library)
+    try:
+        return replay_us(lambda i: F.linear(x, weights[i]))
+    finally:
+        torch.backends.cuda.preferred_blas_library("cublas")
+
+
 def main() -> None:
     torch.manual_seed(0)
-    print("linear rows: F.linear us | x @ W^T contiguous us | weight read TB/s | TFLOP/s (F.linear)")
+    print("linear rows: cuBLAS us | cuBLASLt us | weight read TB/s, cuBLAS / cuBLASLt")
     step = {rows: [0.0, 0.0] for rows in ROWS}
     for rows in ROWS:
         for name, (out_features, in_features) in SHAPES.items():
             weights = [torch.randn(out_features, in_features, device="cuda", dtype=torch.bfloat16)
                        for _ in range(COPIES)]
-            transposed = [w.t().contiguous() for w in weights]
             x = torch.randn(rows, in_features, device="cuda", dtype=torch.bfloat16)
-            linear = replay_us(lambda i: F.linear(x, weights[i]))
-            mm = replay_us(lambda i: torch.mm(x, transposed[i]))
+            plain, lt = linear_us(x, weights, "cublas"), linear_us(x, weights, "cublaslt")
             times = LAYERS if name != "lm_head" else 1
-            step[rows][0] += linear * times
-            step[rows][1] += mm * times
+            step[rows][0] += plain * times
+            step[rows][1] += lt * times
             size = out_features * in_features
-            print(f"{name:8s} {rows:4d}: {linear:7.1f} | {mm:7.1f} | {2 * size / linear / 1e6:5.2f} | "
-                  f"{2 * rows * size / linear / 1e6:6.1f}", flush=True)
-    for rows, (linear, mm) in step.items():
-        print(f"rows {rows}: a step's linears {linear / 1e3:.3f} ms with F.linear, {mm / 1e3:.3f} ms transposed")
+            print(f"{name:8s} {rows:4d}: {plain:7.1f} | {lt:7.1f} | {2 * size / plain / 1e6:5.2f} / "
+                  f"{2 * size / lt / 1e6:5.2f}", flush=True)
+    for rows, (plain, lt) in step.items():
+        print(f"rows {rows}: a step's linears {plain / 1e3:.3f} ms through cuBLAS, {lt / 1e3:.3f} ms through cuBLASLt")
 
 
 if __name__ == "__main__":
