@@ -58,6 +58,13 @@ class AttentionBackend(ABC):
     # fused kernel that also normalised and rotated them): when the engine's plan fuses the QKV path (only with
     # such a backend, core/engine/plan.py) the layers call ``attend_qkv`` instead of ``forward``.
 
+    def decode_from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
+                        batch: Batch) -> torch.Tensor | None:
+        """On the unfused path, a backend may still take a decode batch straight from the QKV projection's output
+        (QK-norm, RoPE, the KV write and attention in one call of its own) and return [tokens, heads, dim]; None
+        (this default) means the layer does those itself, then calls ``forward``."""
+        return None
+
     def attend(self, q: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         """Attention for a contiguous q once this step's k and v are in the pool at ``batch.out_loc``."""
         raise NotImplementedError(f"{type(self).__name__} needs k and v passed to forward")

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from core.attention.base import AttentionBackend
 from core.kernels.cpu_attention import CDecodeAttention
+from core.kernels.fused_qkv import QKVSpec
 from core.kvcache.pool import KVPool
 from core.request import Batch
 
@@ -91,6 +92,17 @@ class TorchAttentionBackend(AttentionBackend):
             out = self._attend(q, k, v, layer, meta, torch.float32)
             return out.to(out_dtype)
         return self._attend(q, k, v, layer, meta, q.dtype)
+
+    def decode_from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
+                        batch: Batch) -> torch.Tensor | None:
+        """Decode in C from the QKV output (``CDecodeAttention.from_qkv``) where decode runs in C at all, on the
+        float32 pool it reads."""
+        meta = batch.attn_metadata
+        if (self.c_attention is None or not isinstance(meta, TorchDecodeMetadata) or self.pool.fp8
+                or qkv.dtype != torch.float32):
+            return None
+        return self.c_attention.from_qkv(qkv, positions, spec, self.pool.k_layers[layer], self.pool.v_layers[layer],
+                                         batch.out_loc, meta.slots, meta.lens, self.scale)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
                 meta: TorchPrefillMetadata | TorchDecodeMetadata, dtype: torch.dtype) -> torch.Tensor:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from core.env import home_dir
 
 COMPILERS = ("cc", "gcc", "clang")
@@ -113,3 +115,12 @@ def _compile(compiler: str, source: Path, flags: tuple[str, ...], target: Path) 
         return f"{Path(compiler).name} could not build {source.name}: {errors[0].strip()}"
     os.replace(scratch, target)
     return ""
+
+
+def float32_address(t: torch.Tensor | None) -> int | None:
+    """A contiguous float32 tensor's address for the C code (a layer's bias or norm weight), or NULL."""
+    if t is None:
+        return None
+    if t.dtype != torch.float32 or not t.is_contiguous():
+        raise ValueError(f"the C code reads contiguous float32 vectors, got {t.dtype} {tuple(t.shape)}")
+    return t.data_ptr()

@@ -1,4 +1,5 @@
-"""Decode attention for a batch on a CPU as one C call (``decode_attention`` in core/kernels/cpu_decode.c).
+"""Decode attention for a batch on a CPU as one C call (``decode_attention`` in core/kernels/cpu_decode.c), or
+straight from the QKV projection's output with QK-norm, RoPE and the KV write in the same call (``from_qkv``).
 
 The torch backend's decode gathers every request's cached keys and values into one padded [batch, max_len]
 block and runs a masked SDPA over it: on a 2-vCPU Xeon, for the ``cpu`` workload's 32-request decode steps,
@@ -17,6 +18,9 @@ import ctypes
 from dataclasses import dataclass
 
 import torch
+
+from core.kernels.c_build import float32_address
+from core.kernels.fused_qkv import QKVSpec
 
 
 @dataclass(frozen=True)
@@ -39,3 +43,21 @@ class CDecodeAttention:
                                       lens.data_ptr(), batch, slots.numel() // batch, heads, k_cache.shape[1], dim,
                                       scale, out.data_ptr(), self.threads, int(self.avx512))
         return out
+
+    def from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, k_cache: torch.Tensor,
+                 v_cache: torch.Tensor, out_loc: torch.Tensor, slots: torch.Tensor, lens: torch.Tensor,
+                 scale: float) -> torch.Tensor:
+        """The same from qkv [batch, (heads + 2 kv_heads) * dim] float32 (q, k, v as the QKV projection lays them
+        out): QK-norm where the spec has it, RoPE at positions [batch] int64, the new k and v written to the pools
+        at out_loc [batch] int64, then attention; returns [batch, heads, dim]. One call where torch ran a split,
+        a rotation and two index copies."""
+        qkv = qkv.contiguous()
+        batch, heads, dim = qkv.shape[0], spec.num_heads, spec.head_dim
+        q, out = torch.empty(batch, heads, dim), torch.empty(batch, heads, dim)
+        self.library.decode_attention_qkv(
+            qkv.data_ptr(), positions.data_ptr(), spec.cos_sin.data_ptr(), float32_address(spec.q_norm_weight),
+            float32_address(spec.k_norm_weight), spec.eps, k_cache.data_ptr(), v_cache.data_ptr(), out_loc.data_ptr(),
+            slots.data_ptr(), lens.data_ptr(), batch, slots.numel() // batch, heads, spec.num_kv_heads, dim, scale,
+            q.data_ptr(), out.data_ptr(), self.threads, int(self.avx512))
+        return out
+

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.kernels.c_build import BuildResult, build_library, x86_unsupported_reason
+from core.kernels.c_build import BuildResult, build_library, float32_address, x86_unsupported_reason
 
 SOURCE = Path(__file__).with_name("cpu_gemm.c")
 # the AVX-512 code is marked in the source (target attributes): the rest builds for any x86-64 with AVX2
@@ -107,7 +107,7 @@ class PanelWeight:
         rows = self._rows(x, self.in_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
         _library().gemm_panels(rows.data_ptr(), rows.shape[0], self.in_features, self.panels.data_ptr(),
-                               self.out_features, _optional(bias), out.data_ptr(), self.threads)
+                               self.out_features, float32_address(bias), out.data_ptr(), self.threads)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -118,9 +118,10 @@ class PanelWeight:
         summed = None if residual is None else self._rows(residual, self.in_features)
         normed, out = torch.empty_like(rows), torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
         new_residual = rows if summed is None else torch.empty_like(rows)
-        _library().norm_gemm_panels(rows.data_ptr(), _optional(summed), _optional(norm_weight), eps, rows.shape[0],
-                                    self.in_features, self.panels.data_ptr(), self.out_features, _optional(bias),
-                                    normed.data_ptr(), new_residual.data_ptr(), out.data_ptr(), self.threads)
+        _library().norm_gemm_panels(rows.data_ptr(), float32_address(summed), float32_address(norm_weight), eps,
+                                    rows.shape[0], self.in_features, self.panels.data_ptr(), self.out_features,
+                                    float32_address(bias), normed.data_ptr(), new_residual.data_ptr(), out.data_ptr(),
+                                    self.threads)
         return out.reshape(*x.shape[:-1], self.out_features), new_residual.reshape(x.shape)
 
     def silu_mul_linear(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -136,15 +137,6 @@ class PanelWeight:
         if x.dtype != torch.float32 or x.shape[-1] != width:
             raise ValueError(f"the C GEMM takes float32 [..., {width}], got {x.dtype} {tuple(x.shape)}")
         return x.reshape(math.prod(x.shape[:-1]), width).contiguous()
-
-
-def _optional(t: torch.Tensor | None) -> int | None:
-    """A contiguous float32 tensor's address for the C code (a layer's bias or norm weight), or NULL."""
-    if t is None:
-        return None
-    if t.dtype != torch.float32 or not t.is_contiguous():
-        raise ValueError(f"the C GEMM reads contiguous float32 vectors, got {t.dtype} {tuple(t.shape)}")
-    return t.data_ptr()
 
 
 def panel_linears(model: nn.Module, threads: int) -> int:

@@ -13,6 +13,7 @@ from core.engine.plan import plan_engine
 from core.kernels import cpu_decode
 from core.kernels.cpu_attention import CDecodeAttention
 from core.kernels.cpu_features import cpu_features
+from core.kernels.fused_qkv import QKVSpec
 from core.reference import HFReference, compare
 from core.request import SamplingParams
 
@@ -75,3 +76,59 @@ def test_batched_decode_in_c_gives_transformers_tokens_on_the_embedded_model(smo
     verdicts = [compare(o["token_ids"], o["finish_reason"], reference.greedy(i, 12, ignore_eos=True), ())
                 for o, i in zip(outputs, ids)]
     assert [v.status for v in verdicts] == ["match"] * 4 and all(v.exact for v in verdicts)
+
+
+def rotated(x, cos_sin):
+    """Rotate-half RoPE of x [..., dim] with cos_sin [..., dim] (cos of each frequency, then its sin)."""
+    half = x.shape[-1] // 2
+    cos, sin = cos_sin[..., :half], cos_sin[..., half:]
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+
+
+def rms_normed(x, weight, eps):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+@pytest.mark.parametrize("heads, kv_heads, dim", [(9, 3, 64), (8, 2, 128), (6, 3, 40)])
+@pytest.mark.parametrize("qk_norm", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decode_from_the_qkv_output_rotates_writes_the_pool_and_attends(heads, kv_heads, dim, qk_norm, threads):
+    gen = torch.Generator().manual_seed(heads + dim + threads + qk_norm)
+    num_slots, lens = 500, torch.tensor([1, 37, 5, 90, 64, 8])
+    batch, max_len = len(lens), int(lens.max())
+    k_pool = torch.randn(num_slots, kv_heads, dim, generator=gen)
+    v_pool = torch.randn(num_slots, kv_heads, dim, generator=gen)
+    # each request's cached slots, its new token's slot (out_loc) last; past a request's length: never read
+    order = torch.randperm(num_slots, generator=gen)
+    slots = torch.full((batch, max_len), 10 ** 9, dtype=torch.int64)
+    out_loc = torch.empty(batch, dtype=torch.int64)
+    taken = 0
+    for b, length in enumerate(lens.tolist()):
+        slots[b, :length] = order[taken:taken + length]
+        out_loc[b] = slots[b, length - 1]
+        taken += length
+    positions = (lens - 1).to(torch.int64)
+    table = torch.randn(256, dim, generator=gen)  # stands in for the RoPE rows: any cos/sin table rotates alike
+    gains = (torch.rand(dim, generator=gen) + 0.5, torch.rand(dim, generator=gen) + 0.5)
+    q_norm, k_norm = gains if qk_norm else (None, None)
+    spec = QKVSpec(heads, kv_heads, dim, table, q_norm, k_norm, 1e-6)
+    qkv = torch.randn(batch, (heads + 2 * kv_heads) * dim, generator=gen)
+    untouched = torch.ones(num_slots, dtype=torch.bool)
+    untouched[out_loc] = False
+    k_before, v_before = k_pool.clone(), v_pool.clone()
+
+    attend = CDecodeAttention(cpu_decode.load_library().library, threads, "avx512f" in cpu_features().flags)
+    out = attend.from_qkv(qkv, positions, spec, k_pool, v_pool, out_loc, slots.reshape(-1).contiguous(), lens,
+                          dim ** -0.5)
+
+    q, k, v = qkv.double().split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q, k, v = q.view(batch, heads, dim), k.view(batch, kv_heads, dim), v.view(batch, kv_heads, dim)
+    if qk_norm:
+        q, k = rms_normed(q, q_norm.double(), 1e-6), rms_normed(k, k_norm.double(), 1e-6)
+    rows = table.double()[positions][:, None]
+    q, k = rotated(q, rows), rotated(k, rows)
+    torch.testing.assert_close(k_pool[out_loc].double(), k, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(v_pool[out_loc], v.float(), rtol=0, atol=0)  # values are copied as they are
+    assert torch.equal(k_pool[untouched], k_before[untouched]) and torch.equal(v_pool[untouched], v_before[untouched])
+    torch.testing.assert_close(out.double(), sdpa_reference(q, k_pool, v_pool, slots, lens), rtol=1e-5, atol=1e-5)
