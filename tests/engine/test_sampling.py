@@ -95,3 +95,26 @@ def test_greedy_on_a_cpu_picks_the_first_of_tied_maxima_as_argmax_does(dtype):
     greedy = Sampler(torch.device("cpu")).sample(logits, SampleArgs(logprobs=-1))
     assert torch.equal(greedy, logits.argmax(dim=-1))
     assert greedy[1] == 7 and greedy[2] == 0 and greedy[3] == 4098
+
+
+def test_a_mixed_batch_keeps_greedy_rows_greedy_and_draws_the_others_as_alone():
+    """Greedy rows beside sampled ones take their argmax; each sampled row draws what it draws in an all-sampled
+    batch (its seed and position alone decide)."""
+    from core.engine.sampler import SampleArgs, Sampler
+
+    gen = torch.Generator().manual_seed(5)
+    rows, vocab = 6, 3000
+    logits = torch.randn(rows, vocab, generator=gen) * 0.3  # flat: draws differ from the argmax
+    greedy_rows = torch.tensor([True, False, False, True, False, True])
+
+    def args(greedy: torch.Tensor) -> SampleArgs:
+        return SampleArgs(temperatures=torch.full((rows,), 1.0), top_k=torch.full((rows,), -1),
+                          top_p=torch.ones(rows), seeds=torch.arange(rows) + 11, positions=torch.full((rows,), 3),
+                          greedy_rows=greedy, any_greedy=bool(greedy.any()))
+
+    sampler = Sampler(torch.device("cpu"), compile=False)
+    all_sampled = sampler.sample(logits, args(torch.zeros(rows, dtype=torch.bool)))
+    mixed = sampler.sample(logits, args(greedy_rows))
+    assert torch.equal(mixed[greedy_rows], logits.argmax(dim=-1)[greedy_rows])
+    assert torch.equal(mixed[~greedy_rows], all_sampled[~greedy_rows])
+    assert not torch.equal(all_sampled, logits.argmax(dim=-1))  # the draws are not the argmax anyway
