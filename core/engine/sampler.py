@@ -30,7 +30,8 @@ class SampleArgs:
     seeds: torch.Tensor | None = None
     positions: torch.Tensor | None = None
     greedy_rows: torch.Tensor | None = None
-    any_greedy: bool = False  # some row of a sampled batch is greedy (else its argmax pass is skipped)
+    # some row of a sampled batch may be greedy; ``prepare`` says False when none is, and the argmax pass is skipped
+    any_greedy: bool = True
     filtered: bool = False  # some row has top-k or top-p below its "keep everything" value
     # the most logprob alternatives any row asked for; -1 when none asked (the fast path: nothing computed)
     logprobs: int = -1
