@@ -42,8 +42,14 @@ class Collector:
 
 
 def serve_in_thread(llm: LLM) -> threading.Thread:
+    """``serve_forever`` on a new thread, returned once that thread owns the loop (else a call made right after
+    could take the loop first and leave the thread to fail with EngineBusyError)."""
     thread = threading.Thread(target=llm.serve_forever, daemon=True)
     thread.start()
+    deadline = time.monotonic() + WAIT_S
+    while not llm.loop_running_elsewhere:
+        assert thread.is_alive() and time.monotonic() < deadline, "the serving thread never took the loop"
+        time.sleep(0.001)
     return thread
 
 
