@@ -58,6 +58,12 @@ def pdl_disabled() -> bool:
     return _flag("MINISGL_DISABLE_PDL")
 
 
+def triton_sampler_enabled() -> bool:
+    """MINISGL_TRITON_SAMPLER=1 draws sampled tokens on CUDA with the Triton race kernels (core/kernels/race.py)
+    instead of torch.compile's: opt-in until measured on a device."""
+    return _flag("MINISGL_TRITON_SAMPLER")
+
+
 def gemv_disabled() -> bool:
     """MINISGL_DISABLE_GEMV=1 runs small-batch linears on cuBLAS, with the norms and activations as kernels of
     their own (see core/kernels/gemv.py; for comparisons)."""

@@ -32,7 +32,7 @@ from core import LLM, SamplingParams
 from core.bench.engine_run import sampling_params, warm_up
 from core.bench.floor import Ceilings, ModelCosts, measure_ceilings, workload_floor
 from core.bench.workload import BenchRequest, make_workload, workload_spec
-from core.engine.sampler import SampleArgs
+from core.engine.sampler import SampleArgs, Sampler
 
 ROOT = Path(__file__).resolve().parents[1]  # where the output folder goes by default
 MODEL = "random:qwen3-0.6b"
@@ -106,8 +106,10 @@ def sampler_ms(llm: LLM, batch: int) -> dict[str, float]:
                       top_k=torch.full((batch,), -1, device=dev), greedy_rows=torch.zeros(batch, dtype=torch.bool,
                                                                                            device=dev))
     sampler = llm.engine.sampler
+    on_kernels = Sampler(dev, triton_race=True)  # core/kernels/race.py, opt-in in the engine until timed here
     return {"greedy": time_device(lambda: sampler.sample(logits, SampleArgs())),
             "temperature": time_device(lambda: sampler.sample(logits, args)),
+            "temperature, Triton race": time_device(lambda: on_kernels.sample(logits, args)),
             "logits.float()": time_device(lambda: logits.bfloat16().float())}
 
 

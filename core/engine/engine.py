@@ -118,7 +118,7 @@ class Engine:
                                             int8=self.plan.precision.c_int8,
                                             int8_dots=self.plan.precision.int8_dots)
                            if self.plan.precision.c_decode else None)
-        self.sampler = Sampler(self.device)
+        self.sampler = Sampler(self.device, triton_race=kernels.triton_sampler)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
         self.graph_runner = self._make_graph_runner(log)
@@ -262,7 +262,8 @@ def _kernel_words(plan: EnginePlan) -> str:
     kernels = plan.kernels
     fused = [what for on, what in ((kernels.fused_qkv, "fused QKV"), (kernels.gemv, "batch-1 GEMV"),
                                    (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode"),
-                                   (kernels.pdl, "dependent launches"), (plan.c_attention, "decode attention in C"))
+                                   (kernels.pdl, "dependent launches"), (kernels.triton_sampler, "Triton sampler"),
+                                   (plan.c_attention, "decode attention in C"))
              if on]
     return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
 

@@ -14,10 +14,9 @@ from typing import Callable
 
 import torch
 
+from core.kernels.race import COLUMN_MULTIPLIER, MASK31, mix, race_tokens, row_keys
 from core.request import Batch
 from core.transfer import upload_list
-
-_MASK31 = 0x7FFFFFFF
 
 
 @dataclass
@@ -41,23 +40,15 @@ class SampleArgs:
         return self.temperatures is None
 
 
-def _mix(x: torch.Tensor) -> torch.Tensor:
-    """A 31-bit integer hash (products stay below 2**62, so int64 never overflows)."""
-    x = ((x ^ (x >> 16)) * 0x45D9F3B) & _MASK31
-    x = ((x ^ (x >> 16)) * 0x45D9F3B) & _MASK31
-    return x ^ (x >> 16)
-
-
 def hashed_uniform(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
     """[rows, vocab] uniforms in (0, 1), a pure function of (seed, position, column).
 
     The row key is mixed thoroughly once per row; each of the rows x vocab elements gets one mix of the key
     with its scrambled column (the per-element work is what costs). 24 bits per uniform: exact in float32,
     never 0 or 1."""
-    seeds = seeds.to(torch.int64)
-    key = _mix(_mix((seeds ^ (seeds >> 31)) & _MASK31) ^ (positions.to(torch.int64) & _MASK31))
-    cols = (torch.arange(vocab, device=seeds.device, dtype=torch.int64) * 0x27D4EB2D) & _MASK31
-    bits = _mix((key[:, None] ^ cols[None, :]) & _MASK31) >> 7
+    key = row_keys(seeds, positions)
+    cols = (torch.arange(vocab, device=seeds.device, dtype=torch.int64) * COLUMN_MULTIPLIER) & MASK31
+    bits = mix((key[:, None] ^ cols[None, :]) & MASK31) >> 7
     return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
 
 
@@ -99,11 +90,13 @@ def _compiled_race() -> Callable:
 
 
 class Sampler:
-    def __init__(self, device: torch.device, compile: bool | None = None) -> None:
+    def __init__(self, device: torch.device, compile: bool | None = None, triton_race: bool = False) -> None:
+        """``triton_race``: temperature draws on the Triton kernels of core/kernels/race.py (the engine's plan,
+        KernelChoices.triton_sampler), else compiled on CUDA (``compile``, by default there) or eager."""
         self.device = device
         if compile is None:
             compile = device.type == "cuda"
-        self._race = _compiled_race() if compile else _race
+        self._race = race_tokens if triton_race else _compiled_race() if compile else _race
         self._greedy = _first_max if device.type == "cpu" else _argmax
 
     def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:

@@ -26,6 +26,10 @@ class KernelChoices:
     # capability 9.0 and up): each starts while the kernel before it finishes and reads what is fixed for the
     # step (weights, cached KV, page lists) before it waits for that kernel's output
     pdl: bool = False
+    # temperature draws (the sampler's exponential race) on two Triton kernels over chunks of the vocabulary
+    # (core/kernels/race.py) instead of torch.compile's one reduction per row; opt-in (MINISGL_TRITON_SAMPLER=1)
+    # until a device run has timed it
+    triton_sampler: bool = False
     # float32 CPU linears on weights packed once for oneDNN (core/kernels/onednn_packed.py)
     packed_weights: bool = False
     # float32 CPU linears through the C GEMM on weights packed once into its panels (core/kernels/cpu_gemm.py),

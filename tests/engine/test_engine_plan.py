@@ -16,7 +16,8 @@ from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
-            "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL")
+            "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL",
+            "MINISGL_TRITON_SAMPLER")
 
 
 @pytest.fixture
@@ -40,6 +41,13 @@ def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywh
     # the small-batch decode starts from the fused QKV path: off with it, so the graphs and the layers agree
     choices = kernel_choices("flashinfer", CUDA, torch.bfloat16)
     assert not choices.fused_qkv and not choices.small_decode
+
+
+def test_the_triton_sampler_is_opt_in_and_only_beside_flashinfers_kernels(triton_everywhere, monkeypatch):
+    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).triton_sampler
+    monkeypatch.setenv("MINISGL_TRITON_SAMPLER", "1")
+    assert kernel_choices("flashinfer", CUDA, torch.bfloat16).triton_sampler
+    assert kernel_choices("torch", CUDA, torch.bfloat16) == KernelChoices()  # the plain-torch reference stays so
 
 
 def test_torch_attention_runs_torch_kernels_and_no_triton_kernel(triton_everywhere):
