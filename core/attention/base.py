@@ -58,9 +58,9 @@ class AttentionBackend(ABC):
     # fused kernel that also normalised and rotated them): when the engine's plan fuses the QKV path (only with
     # such a backend, core/engine/plan.py) the layers call ``attend_qkv`` instead of ``forward``.
 
-    def decode_from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
+    def attend_from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
                         batch: Batch) -> torch.Tensor | None:
-        """On the unfused path, a backend may still take a decode batch straight from the QKV projection's output
+        """On the unfused path, a backend may still take a batch straight from the QKV projection's output
         (QK-norm, RoPE, the KV write and attention in one call of its own) and return [tokens, heads, dim]; None
         (this default) means the layer does those itself, then calls ``forward``."""
         return None

@@ -40,8 +40,19 @@ class PrefillSeq:
 
 
 @dataclass
+class CPrefillRows:
+    """A prefill's tokens as rows of the C attention, each over its sequence's slots up to its own position."""
+
+    slots: torch.Tensor  # [sequences * max_len] int64: each sequence's slots, row-major
+    max_len: int
+    lens: torch.Tensor  # [tokens] int64: a token's position + 1
+    row_seq: torch.Tensor  # [tokens] int64: its sequence
+
+
+@dataclass
 class TorchPrefillMetadata:
     seqs: list[PrefillSeq]
+    c_rows: CPrefillRows | None = None  # where the prefill's attention runs in C (short sequences)
 
 
 @dataclass
@@ -53,6 +64,11 @@ class TorchDecodeMetadata:
     mask: torch.Tensor | None
     # [batch] int64: each request's cached tokens, the new one included; only for decode in C (else None)
     lens: torch.Tensor | None
+
+
+# Prefills whose sequences are all at most this long run their attention in C, a token at a time over its prefix
+# (on a 2-vCPU Xeon the cpu workload's 32 prompts of 16-128 tokens: one C call a layer instead of 32 SDPA calls).
+C_PREFILL_MAX_LEN = 256
 
 
 class TorchAttentionBackend(AttentionBackend):
@@ -68,7 +84,7 @@ class TorchAttentionBackend(AttentionBackend):
                 slots = self.page_table[req.table_idx, : req.device_len] if req.cached_len else None
                 seqs.append(PrefillSeq(slots, start, req.extend_len, req.cached_len))
                 start += req.extend_len
-            batch.attn_metadata = TorchPrefillMetadata(seqs)
+            batch.attn_metadata = TorchPrefillMetadata(seqs, self._c_prefill_rows(batch))
             return
         if len(batch.reqs) == 1:
             req = batch.reqs[0]
@@ -93,16 +109,34 @@ class TorchAttentionBackend(AttentionBackend):
             return out.to(out_dtype)
         return self._attend(q, k, v, layer, meta, q.dtype)
 
-    def decode_from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
-                        batch: Batch) -> torch.Tensor | None:
-        """Decode in C from the QKV output (``CDecodeAttention.from_qkv``) where decode runs in C at all, on the
-        float32 pool it reads."""
-        meta = batch.attn_metadata
-        if (self.c_attention is None or not isinstance(meta, TorchDecodeMetadata) or self.pool.fp8
-                or qkv.dtype != torch.float32):
+    def _c_prefill_rows(self, batch: Batch) -> CPrefillRows | None:
+        """The rows for a prefill in C, where decode runs in C and every sequence is at most C_PREFILL_MAX_LEN
+        tokens long (each token reads its prefix again; SDPA's blocked kernel reads it once per block)."""
+        reqs = batch.reqs
+        max_len = max(r.device_len for r in reqs)
+        if self.c_attention is None or max_len > C_PREFILL_MAX_LEN:
             return None
-        return self.c_attention.from_qkv(qkv, positions, spec, self.pool.k_layers[layer], self.pool.v_layers[layer],
-                                         batch.out_loc, meta.slots, meta.lens, self.scale)
+        slots = self.page_table[torch.tensor([r.table_idx for r in reqs]), :max_len].reshape(-1)
+        lens = torch.cat([torch.arange(r.cached_len + 1, r.device_len + 1) for r in reqs])
+        row_seq = torch.repeat_interleave(torch.arange(len(reqs)), torch.tensor([r.extend_len for r in reqs]))
+        return CPrefillRows(slots, max_len, lens, row_seq)
+
+    def attend_from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
+                        batch: Batch) -> torch.Tensor | None:
+        """Attention in C from the QKV output (``CDecodeAttention.from_qkv``) where it runs at all, on the float32
+        pool it reads: every decode step, and prefills of short sequences."""
+        meta = batch.attn_metadata
+        if self.c_attention is None or self.pool.fp8 or qkv.dtype != torch.float32:
+            return None
+        k_cache, v_cache = self.pool.k_layers[layer], self.pool.v_layers[layer]
+        if isinstance(meta, TorchDecodeMetadata):
+            return self.c_attention.from_qkv(qkv, positions, spec, k_cache, v_cache, batch.out_loc, meta.slots,
+                                             meta.max_len, meta.lens, self.scale)
+        rows = meta.c_rows
+        if rows is None:
+            return None
+        return self.c_attention.from_qkv(qkv, positions, spec, k_cache, v_cache, batch.out_loc, rows.slots,
+                                         rows.max_len, rows.lens, self.scale, rows.row_seq)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
                 meta: TorchPrefillMetadata | TorchDecodeMetadata, dtype: torch.dtype) -> torch.Tensor:

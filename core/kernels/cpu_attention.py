@@ -45,19 +45,20 @@ class CDecodeAttention:
         return out
 
     def from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, out_loc: torch.Tensor, slots: torch.Tensor, lens: torch.Tensor,
-                 scale: float) -> torch.Tensor:
-        """The same from qkv [batch, (heads + 2 kv_heads) * dim] float32 (q, k, v as the QKV projection lays them
-        out): QK-norm where the spec has it, RoPE at positions [batch] int64, the new k and v written to the pools
-        at out_loc [batch] int64, then attention; returns [batch, heads, dim]. One call where torch ran a split,
-        a rotation and two index copies."""
+                 v_cache: torch.Tensor, out_loc: torch.Tensor, slots: torch.Tensor, max_len: int, lens: torch.Tensor,
+                 scale: float, row_seq: torch.Tensor | None = None) -> torch.Tensor:
+        """The same from qkv [rows, (heads + 2 kv_heads) * dim] float32 (q, k, v as the QKV projection lays them
+        out): QK-norm where the spec has it, RoPE at positions [rows] int64, the new k and v written to the pools
+        at out_loc [rows] int64, then attention; returns [rows, heads, dim]. One call where torch ran a split,
+        a rotation and two index copies. slots: slot lists of max_len entries, row-major; row b reads list
+        row_seq[b] (list b without row_seq) up to lens[b]: a prefill's tokens are rows over their sequence's list,
+        each up to its own position."""
         qkv = qkv.contiguous()
-        batch, heads, dim = qkv.shape[0], spec.num_heads, spec.head_dim
-        q, out = torch.empty(batch, heads, dim), torch.empty(batch, heads, dim)
-        self.library.decode_attention_qkv(
+        rows, heads, dim = qkv.shape[0], spec.num_heads, spec.head_dim
+        q, out = torch.empty(rows, heads, dim), torch.empty(rows, heads, dim)
+        self.library.attend_from_qkv(
             qkv.data_ptr(), positions.data_ptr(), spec.cos_sin.data_ptr(), float32_address(spec.q_norm_weight),
             float32_address(spec.k_norm_weight), spec.eps, k_cache.data_ptr(), v_cache.data_ptr(), out_loc.data_ptr(),
-            slots.data_ptr(), lens.data_ptr(), batch, slots.numel() // batch, heads, spec.num_kv_heads, dim, scale,
-            q.data_ptr(), out.data_ptr(), self.threads, int(self.avx512))
+            slots.data_ptr(), lens.data_ptr(), None if row_seq is None else row_seq.data_ptr(), rows, max_len, heads,
+            spec.num_kv_heads, dim, scale, q.data_ptr(), out.data_ptr(), self.threads, int(self.avx512))
         return out
-

@@ -753,12 +753,12 @@ __attribute__((target("avx512f,fma"))) static void weighted_values_wide(const fl
     }
 }
 
-/* This thread's units of a batch's decode attention (a unit: one request's KV head with the query heads that share
- * it, its group), taken dynamically (requests differ in length); called by every thread of a parallel region.
- * See decode_attention. */
+/* This thread's units of a batch's decode attention (a unit: one row's KV head with the query heads that share it,
+ * its group), taken dynamically (rows differ in length); called by every thread of a parallel region. Row b reads
+ * the slot list slots[row_seq[b]] (slots[b] when row_seq is NULL). See decode_attention. */
 static void attend_units(const float *q, const float *k_cache, const float *v_cache, const int64_t *slots,
-                         const int64_t *lens, int64_t batch, int64_t max_len, int heads, int kv_heads, int dim,
-                         float scale, float *out, int avx512) {
+                         const int64_t *lens, const int64_t *row_seq, int64_t batch, int64_t max_len, int heads,
+                         int kv_heads, int dim, float scale, float *out, int avx512) {
     int group = heads / kv_heads, blocked = dim % 16 == 0;
     int64_t row = (int64_t)kv_heads * dim, room = max_len > 0 ? max_len : 1;
     float *scores = malloc(sizeof(float) * (size_t)group * (size_t)room);
@@ -766,7 +766,7 @@ static void attend_units(const float *q, const float *k_cache, const float *v_ca
 #pragma omp for schedule(dynamic)
     for (int64_t unit = 0; unit < batch * kv_heads; unit++) {
         int64_t b = unit / kv_heads, g = unit % kv_heads, len = lens[b];
-        const int64_t *own = slots + b * max_len;
+        const int64_t *own = slots + (row_seq ? row_seq[b] : b) * max_len;
         const float *qg = q + (b * heads + g * group) * dim;
         float *og = out + (b * heads + g * group) * dim;
         for (int64_t t = 0; t < len; t++) {
@@ -811,7 +811,7 @@ void decode_attention(const float *q, const float *k_cache, const float *v_cache
                       const int64_t *lens, int64_t batch, int64_t max_len, int heads, int kv_heads, int dim,
                       float scale, float *out, int threads, int avx512) {
 #pragma omp parallel num_threads(threads)
-    attend_units(q, k_cache, v_cache, slots, lens, batch, max_len, heads, kv_heads, dim, scale, out, avx512);
+    attend_units(q, k_cache, v_cache, slots, lens, 0, batch, max_len, heads, kv_heads, dim, scale, out, avx512);
 }
 
 /* decode_attention straight from the QKV projection's output qkv [batch, (heads + 2 kv_heads) * dim] (q, then k,
@@ -820,11 +820,17 @@ void decode_attention(const float *q, const float *k_cache, const float *v_cache
  * new key and value into the pool at out_loc[b], then the attention. Through torch that was a split, a rotation of
  * several ops and two index copies per layer: a fifth of what a 32-request decode step on a 2-vCPU Xeon spent
  * outside its products. The rows are shared out first; the implicit barrier after them puts every new key in the
- * pool before any request attends. */
-void decode_attention_qkv(const float *qkv, const int64_t *positions, const float *rope, const float *q_norm,
-                          const float *k_norm, float qk_eps, float *k_cache, float *v_cache, const int64_t *out_loc,
-                          const int64_t *slots, const int64_t *lens, int64_t batch, int64_t max_len, int heads,
-                          int kv_heads, int dim, float scale, float *q, float *out, int threads, int avx512) {
+ * pool before any row attends.
+ *
+ * A row is a decode step's request, or a prefill's token: token i of a sequence is a row over the sequence's
+ * slots up to its own (lens[b] = its position + 1), all of a sequence's tokens reading one slot list (row_seq[b]:
+ * which row of slots; NULL for one list per row). Each token then reads its prefix's keys and values again, so
+ * this suits short sequences, whose keys and values stay in the cache from one token to the next. */
+void attend_from_qkv(const float *qkv, const int64_t *positions, const float *rope, const float *q_norm,
+                     const float *k_norm, float qk_eps, float *k_cache, float *v_cache, const int64_t *out_loc,
+                     const int64_t *slots, const int64_t *lens, const int64_t *row_seq, int64_t batch,
+                     int64_t max_len, int heads, int kv_heads, int dim, float scale, float *q, float *out,
+                     int threads, int avx512) {
     Shape shape = {0};
     shape.head_dim = dim;
     shape.qk_eps = qk_eps;
@@ -842,6 +848,7 @@ void decode_attention_qkv(const float *qkv, const int64_t *positions, const floa
             for (int h = 0; h < heads; h++) prepare_head(qb + h * dim, q_norm, cos_sin, &shape);
             for (int g = 0; g < kv_heads; g++) prepare_head(k_dst + g * dim, k_norm, cos_sin, &shape);
         }
-        attend_units(q, k_cache, v_cache, slots, lens, batch, max_len, heads, kv_heads, dim, scale, out, avx512);
+        attend_units(q, k_cache, v_cache, slots, lens, row_seq, batch, max_len, heads, kv_heads, dim, scale, out,
+                     avx512);
     }
 }

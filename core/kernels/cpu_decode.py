@@ -86,8 +86,8 @@ SIGNATURES = {
     "gemv_int8_dots": ([_P, _P, _P, _I64, _INT, _P, _INT, _P, _P], None),
     "tile_int8": ([_P, _I64, _INT, _P], None),
     "decode_attention": ([_P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _INT, ctypes.c_float, _P, _INT, _INT], None),
-    "decode_attention_qkv": ([_P, _P, _P, _P, _P, ctypes.c_float, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _INT,
-                              ctypes.c_float, _P, _P, _INT, _INT], None),
+    "attend_from_qkv": ([_P, _P, _P, _P, _P, ctypes.c_float, _P, _P, _P, _P, _P, _P, _I64, _I64, _INT, _INT, _INT,
+                         ctypes.c_float, _P, _P, _INT, _INT], None),
 }
 
 

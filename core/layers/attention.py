@@ -48,10 +48,9 @@ class SelfAttention(nn.Module):
         if self.kernels.fuses_qkv:
             out = ctx.backend.attend_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch)
             return self.o_proj(out.reshape(-1, self.q_size))
-        if ctx.batch.is_decode:
-            out = ctx.backend.decode_from_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch)
-            if out is not None:
-                return self.o_proj(out.reshape(-1, self.q_size))
+        out = ctx.backend.attend_from_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch)
+        if out is not None:
+            return self.o_proj(out.reshape(-1, self.q_size))
         qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
         qk = qk.view(-1, self.num_heads + self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)

@@ -119,8 +119,8 @@ def test_decode_from_the_qkv_output_rotates_writes_the_pool_and_attends(heads, k
     k_before, v_before = k_pool.clone(), v_pool.clone()
 
     attend = CDecodeAttention(cpu_decode.load_library().library, threads, "avx512f" in cpu_features().flags)
-    out = attend.from_qkv(qkv, positions, spec, k_pool, v_pool, out_loc, slots.reshape(-1).contiguous(), lens,
-                          dim ** -0.5)
+    out = attend.from_qkv(qkv, positions, spec, k_pool, v_pool, out_loc, slots.reshape(-1).contiguous(), max_len,
+                          lens, dim ** -0.5)
 
     q, k, v = qkv.double().split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     q, k, v = q.view(batch, heads, dim), k.view(batch, kv_heads, dim), v.view(batch, kv_heads, dim)
@@ -132,3 +132,37 @@ def test_decode_from_the_qkv_output_rotates_writes_the_pool_and_attends(heads, k
     torch.testing.assert_close(v_pool[out_loc], v.float(), rtol=0, atol=0)  # values are copied as they are
     assert torch.equal(k_pool[untouched], k_before[untouched]) and torch.equal(v_pool[untouched], v_before[untouched])
     torch.testing.assert_close(out.double(), sdpa_reference(q, k_pool, v_pool, slots, lens), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_prefills_tokens_attend_causally_over_their_sequences_slots(threads):
+    """Prefill as rows: two sequences (one with a cached prefix already in the pool), each token over its
+    sequence's slots up to its own position, against float64 causal attention over the rotated keys."""
+    gen = torch.Generator().manual_seed(threads)
+    heads, kv_heads, dim, num_slots = 6, 2, 32, 300
+    cached, new = (0, 5), (7, 4)  # per sequence: tokens already in the pool, tokens of this prefill
+    k_pool = torch.randn(num_slots, kv_heads, dim, generator=gen)
+    v_pool = torch.randn(num_slots, kv_heads, dim, generator=gen)
+    order = torch.randperm(num_slots, generator=gen)
+    max_len = max(c + n for c, n in zip(cached, new))
+    slots = torch.full((2, max_len), 10 ** 9, dtype=torch.int64)
+    slots[0, :7], slots[1, :9] = order[:7], order[7:16]
+    positions = torch.cat([torch.arange(c, c + n) for c, n in zip(cached, new)])
+    row_seq = torch.tensor([0] * 7 + [1] * 4)
+    out_loc = slots[row_seq, positions].contiguous()
+    table = torch.randn(64, dim, generator=gen)
+    spec = QKVSpec(heads, kv_heads, dim, table, None, None, 1e-6)
+    qkv = torch.randn(len(positions), (heads + 2 * kv_heads) * dim, generator=gen)
+    attend = CDecodeAttention(cpu_decode.load_library().library, threads, "avx512f" in cpu_features().flags)
+    out = attend.from_qkv(qkv, positions, spec, k_pool, v_pool, out_loc, slots.reshape(-1).contiguous(), max_len,
+                          positions + 1, dim ** -0.5, row_seq)
+
+    q, k, v = qkv.double().split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    rows = table.double()[positions][:, None]
+    q = rotated(q.view(-1, heads, dim), rows)
+    torch.testing.assert_close(k_pool[out_loc].double(), rotated(k.view(-1, kv_heads, dim), rows), rtol=1e-5,
+                               atol=1e-5)
+    torch.testing.assert_close(v_pool[out_loc], v.view(-1, kv_heads, dim).float(), rtol=0, atol=0)
+    own = torch.stack([slots[s] for s in row_seq.tolist()])
+    expected = sdpa_reference(q, k_pool, v_pool, own, positions + 1)  # each token over its prefix
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)

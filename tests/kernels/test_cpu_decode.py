@@ -139,8 +139,8 @@ def test_the_int8_c_step_matches_the_torch_int8_layers(model_dirs, family, monke
 
 
 def test_the_int8_c_step_on_a_random_shape_with_head_dim_128(monkeypatch):
-    checked = run_checked("random:small-qwen3", [list(range(1, 40))], [6], precision="int8", monkeypatch=monkeypatch)
-    assert len(checked.lengths) == 5 and checked.rounded_apart <= 1
+    checked = run_checked("random:small-qwen3", [list(range(1, 40))], [13], precision="int8", monkeypatch=monkeypatch)
+    assert len(checked.lengths) == 12 and checked.rounded_apart <= len(checked.lengths) // 4
 
 
 def test_the_int8_c_step_on_shapes_that_leave_rows_and_values_outside_the_tiles(monkeypatch):
