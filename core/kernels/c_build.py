@@ -118,7 +118,7 @@ def _compile(compiler: str, source: Path, flags: tuple[str, ...], target: Path) 
 
 
 def float32_address(t: torch.Tensor | None) -> int | None:
-    """A contiguous float32 tensor's address for the C code (a layer's bias or norm weight), or NULL."""
+    """A contiguous float32 tensor's address for the C code (a bias, a norm's weight, the RoPE table), or NULL."""
     if t is None:
         return None
     if t.dtype != torch.float32 or not t.is_contiguous():

@@ -55,10 +55,18 @@ class CDecodeAttention:
         each up to its own position."""
         qkv = qkv.contiguous()
         rows, heads, dim = qkv.shape[0], spec.num_heads, spec.head_dim
+        positions, out_loc, slots, lens = (_int64(t) for t in (positions, out_loc, slots, lens))
         q, out = torch.empty(rows, heads, dim), torch.empty(rows, heads, dim)
         self.library.attend_from_qkv(
-            qkv.data_ptr(), positions.data_ptr(), spec.cos_sin.data_ptr(), float32_address(spec.q_norm_weight),
+            qkv.data_ptr(), positions.data_ptr(), float32_address(spec.cos_sin), float32_address(spec.q_norm_weight),
             float32_address(spec.k_norm_weight), spec.eps, k_cache.data_ptr(), v_cache.data_ptr(), out_loc.data_ptr(),
-            slots.data_ptr(), lens.data_ptr(), None if row_seq is None else row_seq.data_ptr(), rows, max_len, heads,
-            spec.num_kv_heads, dim, scale, q.data_ptr(), out.data_ptr(), self.threads, int(self.avx512))
+            slots.data_ptr(), lens.data_ptr(), None if row_seq is None else _int64(row_seq).data_ptr(), rows, max_len,
+            heads, spec.num_kv_heads, dim, scale, q.data_ptr(), out.data_ptr(), self.threads, int(self.avx512))
         return out
+
+
+def _int64(t: torch.Tensor) -> torch.Tensor:
+    """An index vector as the C code reads it: contiguous int64."""
+    if t.dtype != torch.int64:
+        raise ValueError(f"the C attention reads int64 indices, got {t.dtype}")
+    return t.contiguous()
