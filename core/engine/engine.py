@@ -234,8 +234,10 @@ class Engine:
                 logits = self.graph_runner.run(batch)
             elif self.cpu_decode is not None and batch.is_decode and batch.size == 1:
                 req = batch.reqs[0]
+                # a greedy step that wants no log-probabilities needs only the largest logit exact
                 logits = self.cpu_decode(batch.input_ids, batch.positions,
-                                         self.page_table[req.table_idx, :req.device_len])
+                                         self.page_table[req.table_idx, :req.device_len],
+                                         screen=sample_args.all_greedy and sample_args.logprobs < 0)
             else:
                 self.attn_backend.begin_forward(batch)
                 logits = self.model(batch.input_ids, batch.positions, logits_indices)

@@ -59,6 +59,12 @@ typedef struct {
     const float *rope;        /* [positions, head_dim]: cos then sin */
     float *logits;            /* [vocab] out */
     float *scratch;           /* scratch_floats(shape, max_len) floats, len <= max_len */
+    /* A greedy step of a float32 LM head may screen its rows through an int8 copy (tile_int8's layout, a scale
+     * per row; values NULL: no screen) and each float32 row's sum of magnitudes: see screened_logits. */
+    Weight screen;
+    const float *screen_l1;   /* [vocab, blocks of QBLOCK inputs]: each row's sum of magnitudes per block */
+    float *screen_bounds;     /* [vocab]: the screen's bound per row */
+    float *screen_tops;       /* [threads]: what the threads share of the screen */
 } Step;
 
 static inline float hsum(__m256 v) {
@@ -573,6 +579,56 @@ static void mlp_block(const Shape *s, const Layer *L, const Buffers *b) {
 #pragma omp barrier
 }
 
+/* A greedy step's logits through the float32 LM head read mostly as its int8 copy: every row's logit estimated
+ * on the int8 copy and the quantised final hidden state (a quarter of the bytes), with a bound on the estimate's
+ * error; only the rows whose estimate could reach the best row's lower end are computed in float32, exactly as
+ * gemv_rows computes them, and the others are set to -infinity. The largest logit, and the first row holding it,
+ * are then the ones of the full float32 product.
+ *
+ * The bound, for row r with weights w (int8 copy s_r q, |w - s_r q| <= s_r / 2) and the hidden state h (block b
+ * quantised with scale t_b, |h - t_b p| <= t_b / 2): |w.h - approx| <= sum_b t_b / 2 |w_b|_1 + s_r / 2 |h~|_1,
+ * with |h~|_1 <= |h|_1 + sum_b t_b / 2 per value; each half taken as 0.5005 for the rounding of the quantisers and
+ * of the estimate's own float sums. The float32 sums of two exact rows differ from their true values by at most
+ * n 2^-24 |w|_1 max|h| each (taken twice over, for both), and a relative 1e-4 more covers what is left. */
+static void screened_logits(const Shape *s, const Step *st, const Buffers *b, int thread, int nthreads) {
+    int n = s->hidden, blocks = (n + QBLOCK - 1) / QBLOCK;
+    quantize_input(b->h, n, b->q8, b->q_scales);
+    Input in = {b->h, b->q8, b->q_scales};
+    float h_q = 0.0f, h_max = 0.0f;
+    for (int k = 0; k < n; k++) {
+        float a = fabsf(b->h[k]);
+        h_q += a;
+        h_max = a > h_max ? a : h_max;
+    }
+    for (int k = 0; k < blocks; k++) h_q += 0.5005f * b->q_scales[k] * (k + 1 < blocks ? QBLOCK : n - k * QBLOCK);
+    h_q *= 1.001f;
+    float rounding = (float)n * 2.4e-7f * h_max;
+    gemv_tiled(st->screen, in, s->vocab, n, 0, st->logits);
+    int64_t begin, end;
+    share(s->vocab, TILE, &begin, &end); /* the rows gemv_tiled gave this thread */
+    float top = -INFINITY;
+    for (int64_t r = begin; r < end; r++) {
+        const float *norms = st->screen_l1 + r * blocks;
+        float in_err = 0.0f, l1 = 0.0f;
+        for (int k = 0; k < blocks; k++) {
+            in_err += b->q_scales[k] * norms[k];
+            l1 += norms[k];
+        }
+        float bound = (0.5005f * (in_err + st->screen.scales[r] * h_q) + rounding * l1
+                       + 1e-4f * fabsf(st->logits[r])) * 1.0001f + 1e-5f;
+        st->screen_bounds[r] = bound;
+        float lower = st->logits[r] - bound;
+        top = lower > top ? lower : top;
+    }
+    st->screen_tops[thread] = top;
+#pragma omp barrier
+    for (int i = 0; i < nthreads; i++) top = st->screen_tops[i] > top ? st->screen_tops[i] : top;
+    Input exact = {b->h, 0, 0};
+    for (int64_t r = begin; r < end; r++)
+        st->logits[r] = st->logits[r] + st->screen_bounds[r] >= top ? row1(st->lm_head, r, exact, n) + 0.0f
+                                                                     : -INFINITY;
+}
+
 /* The whole step: embedding row, every layer, final norm and logits. */
 void decode_step(const Shape *s, const Layer *layers, const Step *st) {
     const float *row = st->embedding + *st->token * s->hidden;
@@ -590,7 +646,10 @@ void decode_step(const Shape *s, const Layer *layers, const Step *st) {
             mlp_block(s, &layers[layer], &b);
         }
         rms_norm(b.x, st->final_norm, s->hidden, s->eps, b.h);
-        gemv_rows(st->lm_head, input(s, b.h, s->hidden, &b), s->vocab, s->hidden, 0, st->logits);
+        if (st->screen.values)
+            screened_logits(s, st, &b, thread, nthreads);
+        else
+            gemv_rows(st->lm_head, input(s, b.h, s->hidden, &b), s->vocab, s->hidden, 0, st->logits);
     }
 }
 

@@ -69,7 +69,8 @@ class _Shape(ctypes.Structure):
 
 class _Step(ctypes.Structure):
     _fields_ = [("token", _P), ("position", _P), ("slots", _P), ("len", ctypes.c_int64), ("embedding", _P),
-                ("final_norm", _P), ("lm_head", _Weight)] + [(name, _P) for name in ("rope", "logits", "scratch")]
+                ("final_norm", _P), ("lm_head", _Weight)] + [(name, _P) for name in ("rope", "logits", "scratch")] + \
+               [("screen", _Weight), ("screen_l1", _P), ("screen_bounds", _P), ("screen_tops", _P)]
 
 
 def unsupported_reason(flags: frozenset[str], machine: str | None = None) -> str:
@@ -152,6 +153,16 @@ def tiled(lib: ctypes.CDLL, w: torch.Tensor | Int8Weight) -> torch.Tensor | Int8
     return Int8Weight(out, w.scales)
 
 
+def block_magnitudes(weight: torch.Tensor) -> torch.Tensor:
+    """[rows, blocks]: each row's sum of magnitudes over each block of QBLOCK inputs (the last block shorter), in
+    float64 and rounded up to float32, so that the screen's bound never comes out low."""
+    w = weight.detach().double().abs()
+    rows, cols = w.shape
+    blocks = -(-cols // QBLOCK)
+    w = torch.nn.functional.pad(w, (0, blocks * QBLOCK - cols)).view(rows, blocks, QBLOCK).sum(dim=2)
+    return torch.nextafter(w.float(), torch.tensor(float("inf"))).contiguous()
+
+
 def _layer(w: LayerWeights) -> _Layer:
     return _Layer(**{name: (_weight(getattr(w, name)) if name in LINEARS else _ptr(getattr(w, name)))
                      for name, _ in _Layer._fields_})
@@ -163,6 +174,8 @@ class CpuDecodeStep:
     def __init__(self, shape: DecodeShape, layers: list[LayerWeights], embedding: torch.Tensor,
                  final_norm: torch.Tensor, lm_head: torch.Tensor | Int8Weight, rope_cos_sin: torch.Tensor,
                  max_len: int, threads: int, int_dots: bool = False) -> None:
+        """A float32 ``lm_head`` also gets an int8 copy and its rows' sums of magnitudes, for greedy steps
+        (``screen``: cpu_decode.c's screened_logits)."""
         lib = load_library().library
         if lib is None:
             raise RuntimeError("the C decode step is not built")
@@ -182,10 +195,17 @@ class CpuDecodeStep:
         self.vocab = shape.vocab
         self.step = _Step(None, None, None, 0, _ptr(embedding), _ptr(final_norm), _weight(self._head),
                           _ptr(rope_cos_sin), None, _ptr(self.scratch))
+        self._screen: tuple[Int8Weight, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        if not isinstance(lm_head, Int8Weight):
+            self._screen = (tiled(lib, Int8Weight.quantize(lm_head)), block_magnitudes(lm_head),
+                            torch.empty(shape.vocab, dtype=torch.float32), torch.empty(threads, dtype=torch.float32))
 
-    def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor,
+                 screen: bool = False) -> torch.Tensor:
         """token, position: one-element int64 tensors; slots: the request's int64 KV slots, the new token's last
-        (its K and V are written there)."""
+        (its K and V are written there). ``screen`` (a greedy step that wants no log-probabilities): with a
+        float32 LM head only the rows that can hold the largest logit are computed in float32, the others come back
+        as -inf; the largest logit and its first row are the full product's."""
         if not (token.dtype == position.dtype == slots.dtype == torch.int64) or not slots.is_contiguous():
             raise ValueError("the C decode step takes int64 token, position and contiguous slots")
         length = slots.shape[0]
@@ -196,5 +216,10 @@ class CpuDecodeStep:
         step.token, step.position, step.slots = token.data_ptr(), position.data_ptr(), slots.data_ptr()
         step.len = length
         step.logits = logits.data_ptr()
+        screened = self._screen if screen else None
+        step.screen = _weight(screened[0]) if screened else _Weight(None, None)
+        step.screen_l1 = _ptr(screened[1]) if screened else None
+        step.screen_bounds = _ptr(screened[2]) if screened else None
+        step.screen_tops = _ptr(screened[3]) if screened else None
         self._lib.decode_step(ctypes.byref(self.shape), self.layers, ctypes.byref(step))
         return logits

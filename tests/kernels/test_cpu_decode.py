@@ -51,8 +51,9 @@ class Checked:
     quantised_inputs: bool = False
     rounded_apart: int = 0
 
-    def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-        engine, batch = self.engine, get_context().batch
+    def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor,
+                 screen: bool = False) -> torch.Tensor:
+        engine, batch = self.engine, get_context().batch  # every logit is compared: the step runs unscreened
         assert int(slots[-1]) == int(batch.out_loc[0]) and int(position[0]) == slots.shape[0] - 1
         ours = self.step(token, position, slots).clone()
         pool, slot = engine.kv_pool, int(slots[-1])
@@ -251,3 +252,43 @@ def test_the_off_switch_keeps_the_torch_path(monkeypatch, cpu_without_amx):
         assert llm.engine.cpu_decode is None and "MINISGL_DISABLE_CPU_DECODE" in llm.precision_note
     with LLM("random:tiny-qwen3") as llm:
         assert llm.engine.cpu_decode is None
+
+
+class Screening:
+    """Wraps the engine's C step: each greedy step runs unscreened and then screened on the same inputs (the second
+    run writes the same K and V again), and the two are compared."""
+
+    def __init__(self, step: cpu_decode.CpuDecodeStep) -> None:
+        self.step, self.steps, self.candidates = step, 0, []
+
+    def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor,
+                 screen: bool = False) -> torch.Tensor:
+        full = self.step(token, position, slots)
+        if not screen:
+            return full
+        screened = self.step(token, position, slots, screen=True)
+        kept = torch.isfinite(screened)
+        assert torch.equal(screened[kept], full[kept])  # the rows computed in float32 are the full product's
+        assert int(screened.argmax()) == int(full.argmax())
+        assert bool(kept[0, int(full.argmax())])
+        self.steps += 1
+        self.candidates.append(int(kept.sum()))
+        return screened
+
+
+@pytest.mark.parametrize("model", ["smollm2", "random:small-qwen3", "llama3-rope-tied"])
+def test_a_screened_greedy_step_keeps_the_full_products_largest_logit(model, model_dirs, smollm2_dir):
+    path = smollm2_dir if model == "smollm2" else model if model.startswith("random:") else model_dirs[model]
+    gen = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (7, 30)]
+    with LLM(path, page_size=PAGE, max_running_req=1) as llm:  # one request at a time: every step is the C step
+        screening = llm.engine.cpu_decode = Screening(llm.engine.cpu_decode)
+        greedy = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+        assert screening.steps == 2 * 11
+        vocab = llm.engine.model_config.vocab_size
+        assert max(screening.candidates) < vocab // 4, screening.candidates  # the screen leaves most rows out
+        # log-probabilities and sampled steps see every logit: no screen
+        asked = llm.generate(prompts[:1], SamplingParams(max_tokens=4, ignore_eos=True, logprobs=2))
+        sampled = llm.generate(prompts[:1], SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.8, seed=1))
+        assert screening.steps == 2 * 11
+    assert asked[0]["token_ids"] == greedy[0]["token_ids"][:4] and len(sampled[0]["token_ids"]) == 4
