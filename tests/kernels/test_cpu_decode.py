@@ -276,8 +276,12 @@ class Screening:
         return screened
 
 
-@pytest.mark.parametrize("model", ["smollm2", "random:small-qwen3", "llama3-rope-tied"])
-def test_a_screened_greedy_step_keeps_the_full_products_largest_logit(model, model_dirs, smollm2_dir):
+@pytest.mark.parametrize("model", ["smollm2", "random:small-qwen3", "llama3-rope-tied", "random:odd-qwen3"])
+def test_a_screened_greedy_step_keeps_the_full_products_largest_logit(model, model_dirs, smollm2_dir, monkeypatch):
+    """The embedded model; head dim 128; tied embeddings; widths off the tiles and blocks (vocab 301, hidden 72)."""
+    tiny = random_spec.SPECS["tiny-qwen3"]
+    odd = replace(tiny.config, vocab_size=301, hidden_size=72, intermediate_size=100)
+    monkeypatch.setitem(random_spec.SPECS, "odd-qwen3", replace(tiny, name="odd-qwen3", config=odd))
     path = smollm2_dir if model == "smollm2" else model if model.startswith("random:") else model_dirs[model]
     gen = torch.Generator().manual_seed(4)
     prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (7, 30)]
@@ -285,8 +289,8 @@ def test_a_screened_greedy_step_keeps_the_full_products_largest_logit(model, mod
         screening = llm.engine.cpu_decode = Screening(llm.engine.cpu_decode)
         greedy = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
         assert screening.steps == 2 * 11
-        vocab = llm.engine.model_config.vocab_size
-        assert max(screening.candidates) < vocab // 4, screening.candidates  # the screen leaves most rows out
+        if model == "smollm2":  # on a trained model's peaked logits the screen leaves almost every row out
+            assert max(screening.candidates) < llm.engine.model_config.vocab_size // 100, screening.candidates
         # log-probabilities and sampled steps see every logit: no screen
         asked = llm.generate(prompts[:1], SamplingParams(max_tokens=4, ignore_eos=True, logprobs=2))
         sampled = llm.generate(prompts[:1], SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.8, seed=1))
