@@ -587,9 +587,12 @@ static void mlp_block(const Shape *s, const Layer *L, const Buffers *b) {
  *
  * The bound, for row r with weights w (int8 copy s_r q, |w - s_r q| <= s_r / 2) and the hidden state h (block b
  * quantised with scale t_b, |h - t_b p| <= t_b / 2): |w.h - approx| <= sum_b t_b / 2 |w_b|_1 + s_r / 2 |h~|_1,
- * with |h~|_1 <= |h|_1 + sum_b t_b / 2 per value; each half taken as 0.5005 for the rounding of the quantisers and
- * of the estimate's own float sums. The float32 sums of two exact rows differ from their true values by at most
- * n 2^-24 |w|_1 max|h| each (taken twice over, for both), and a relative 1e-4 more covers what is left. */
+ * with |h~|_1 <= |h|_1 + sum_b t_b / 2 per value; each half taken as 0.5005 for the rounding of the quantisers.
+ * The estimate's own float sums (a block's integer sum times its scale, at most 127 |h~_b|_1 in size, summed over
+ * the blocks) are off by at most s_r |h~|_1 127 (blocks + 4) 2^-24, taken twice over; the float32 sum of an exact
+ * row by at most n 2^-24 |w|_1 max|h|, taken twice over, and a relative 1e-4 more covers what is left. A bound on
+ * |float32 row - estimate| is all it takes: the best float32 row's estimate plus its bound is at least its
+ * float32 logit, at least every other row's, at least every row's estimate minus its bound; so it is kept. */
 static void screened_logits(const Shape *s, const Step *st, const Buffers *b, int thread, int nthreads) {
     int n = s->hidden, blocks = (n + QBLOCK - 1) / QBLOCK;
     quantize_input(b->h, n, b->q8, b->q_scales);
@@ -602,7 +605,7 @@ static void screened_logits(const Shape *s, const Step *st, const Buffers *b, in
     }
     for (int k = 0; k < blocks; k++) h_q += 0.5005f * b->q_scales[k] * (k + 1 < blocks ? QBLOCK : n - k * QBLOCK);
     h_q *= 1.001f;
-    float rounding = (float)n * 2.4e-7f * h_max;
+    float rounding = (float)n * 1.2e-7f * h_max, estimate_rounding = 127.0f * (float)(blocks + 4) * 1.2e-7f;
     gemv_tiled(st->screen, in, s->vocab, n, 0, st->logits);
     int64_t begin, end;
     share(s->vocab, TILE, &begin, &end); /* the rows gemv_tiled gave this thread */
@@ -614,8 +617,8 @@ static void screened_logits(const Shape *s, const Step *st, const Buffers *b, in
             in_err += b->q_scales[k] * norms[k];
             l1 += norms[k];
         }
-        float bound = (0.5005f * (in_err + st->screen.scales[r] * h_q) + rounding * l1
-                       + 1e-4f * fabsf(st->logits[r])) * 1.0001f + 1e-5f;
+        float bound = (0.5005f * in_err + (0.5005f + estimate_rounding) * st->screen.scales[r] * h_q
+                       + rounding * l1 + 1e-4f * fabsf(st->logits[r])) * 1.0001f + 1e-5f;
         st->screen_bounds[r] = bound;
         float lower = st->logits[r] - bound;
         top = lower > top ? lower : top;
