@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from core.attention.base import AttentionBackend
-from core.kernels.cpu_attention import CDecodeAttention
+from core.kernels.cpu_attention import AttentionRows, CDecodeAttention
 from core.kernels.fused_qkv import QKVSpec
 from core.kvcache.pool import KVPool
 from core.request import Batch
@@ -40,19 +40,10 @@ class PrefillSeq:
 
 
 @dataclass
-class CPrefillRows:
-    """A prefill's tokens as rows of the C attention, each over its sequence's slots up to its own position."""
-
-    slots: torch.Tensor  # [sequences * max_len] int64: each sequence's slots, row-major
-    max_len: int
-    lens: torch.Tensor  # [tokens] int64: a token's position + 1
-    row_seq: torch.Tensor  # [tokens] int64: its sequence
-
-
-@dataclass
 class TorchPrefillMetadata:
     seqs: list[PrefillSeq]
-    c_rows: CPrefillRows | None = None  # where the prefill's attention runs in C (short sequences)
+    # where the prefill's attention runs in C (short sequences): its tokens as rows over their sequences' slots
+    c_rows: AttentionRows | None = None
 
 
 @dataclass
@@ -64,6 +55,11 @@ class TorchDecodeMetadata:
     mask: torch.Tensor | None
     # [batch] int64: each request's cached tokens, the new one included; only for decode in C (else None)
     lens: torch.Tensor | None
+
+    @property
+    def c_rows(self) -> AttentionRows | None:
+        """The requests as rows of the C attention, each over its own slots."""
+        return None if self.lens is None else AttentionRows(self.slots, self.max_len, self.lens)
 
 
 # Prefills whose sequences are all at most this long run their attention in C, a token at a time over its prefix
@@ -112,7 +108,7 @@ class TorchAttentionBackend(AttentionBackend):
             return out.to(out_dtype)
         return self._attend(q, k, v, layer, meta, q.dtype)
 
-    def _c_prefill_rows(self, batch: Batch) -> CPrefillRows | None:
+    def _c_prefill_rows(self, batch: Batch) -> AttentionRows | None:
         """The rows for a prefill in C, where decode runs in C and every sequence is at most C_PREFILL_MAX_LEN
         tokens long (each token reads its prefix again; SDPA's blocked kernel reads it once per block)."""
         reqs = batch.reqs
@@ -122,24 +118,17 @@ class TorchAttentionBackend(AttentionBackend):
         slots = self.page_table[torch.tensor([r.table_idx for r in reqs]), :max_len].reshape(-1)
         lens = torch.cat([torch.arange(r.cached_len + 1, r.device_len + 1) for r in reqs])
         row_seq = torch.repeat_interleave(torch.arange(len(reqs)), torch.tensor([r.extend_len for r in reqs]))
-        return CPrefillRows(slots, max_len, lens, row_seq)
+        return AttentionRows(slots, max_len, lens, row_seq)
 
     def attend_from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
                         batch: Batch) -> torch.Tensor | None:
         """Attention in C from the QKV output (``CDecodeAttention.from_qkv``) where it runs at all, on the float32
         pool it reads: every decode step, and prefills of short sequences."""
-        meta = batch.attn_metadata
-        if self.c_attention is None or self.pool.fp8 or qkv.dtype != torch.float32:
+        rows = batch.attn_metadata.c_rows
+        if self.c_attention is None or rows is None or self.pool.fp8 or qkv.dtype != torch.float32:
             return None
-        k_cache, v_cache = self.pool.k_layers[layer], self.pool.v_layers[layer]
-        if isinstance(meta, TorchDecodeMetadata):
-            return self.c_attention.from_qkv(qkv, positions, spec, k_cache, v_cache, batch.out_loc, meta.slots,
-                                             meta.max_len, meta.lens, self.scale)
-        rows = meta.c_rows
-        if rows is None:
-            return None
-        return self.c_attention.from_qkv(qkv, positions, spec, k_cache, v_cache, batch.out_loc, rows.slots,
-                                         rows.max_len, rows.lens, self.scale, rows.row_seq)
+        return self.c_attention.from_qkv(qkv, positions, spec, self.pool.k_layers[layer], self.pool.v_layers[layer],
+                                         batch.out_loc, rows, self.scale)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
                 meta: TorchPrefillMetadata | TorchDecodeMetadata, dtype: torch.dtype) -> torch.Tensor:

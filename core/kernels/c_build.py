@@ -117,10 +117,10 @@ def _compile(compiler: str, source: Path, flags: tuple[str, ...], target: Path) 
     return ""
 
 
-def float32_address(t: torch.Tensor | None) -> int | None:
-    """A contiguous float32 tensor's address for the C code (a bias, a norm's weight, the RoPE table), or NULL."""
+def address(t: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> int | None:
+    """A tensor's address for the C code, or NULL for None: it must be a contiguous CPU tensor of ``dtype``."""
     if t is None:
         return None
-    if t.dtype != torch.float32 or not t.is_contiguous():
-        raise ValueError(f"the C code reads contiguous float32 vectors, got {t.dtype} {tuple(t.shape)}")
+    if t.dtype != dtype or not t.is_contiguous() or t.device.type != "cpu":
+        raise ValueError(f"the C code takes contiguous {dtype} CPU tensors, got {t.dtype} {tuple(t.shape)}")
     return t.data_ptr()

@@ -19,8 +19,21 @@ from dataclasses import dataclass
 
 import torch
 
-from core.kernels.c_build import float32_address
+from core.kernels.c_build import address
 from core.kernels.fused_qkv import QKVSpec
+
+
+@dataclass(frozen=True)
+class AttentionRows:
+    """What each row of ``CDecodeAttention.from_qkv`` attends over: slot lists of ``max_len`` entries, row-major
+    ([lists * max_len] int64); row b reads list ``row_seq[b]`` (list b when ``row_seq`` is None) up to ``lens[b]``
+    ([rows] int64). A decode step's rows are its requests, one list each; a prefill's rows are its tokens, each
+    over its sequence's list up to its own position."""
+
+    slots: torch.Tensor
+    max_len: int
+    lens: torch.Tensor
+    row_seq: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -45,28 +58,19 @@ class CDecodeAttention:
         return out
 
     def from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, k_cache: torch.Tensor,
-                 v_cache: torch.Tensor, out_loc: torch.Tensor, slots: torch.Tensor, max_len: int, lens: torch.Tensor,
-                 scale: float, row_seq: torch.Tensor | None = None) -> torch.Tensor:
+                 v_cache: torch.Tensor, out_loc: torch.Tensor, rows: AttentionRows, scale: float) -> torch.Tensor:
         """The same from qkv [rows, (heads + 2 kv_heads) * dim] float32 (q, k, v as the QKV projection lays them
         out): QK-norm where the spec has it, RoPE at positions [rows] int64, the new k and v written to the pools
-        at out_loc [rows] int64, then attention; returns [rows, heads, dim]. One call where torch ran a split,
-        a rotation and two index copies. slots: slot lists of max_len entries, row-major; row b reads list
-        row_seq[b] (list b without row_seq) up to lens[b]: a prefill's tokens are rows over their sequence's list,
-        each up to its own position."""
+        at out_loc [rows] int64, then attention over what ``rows`` names; returns [rows, heads, dim]. One call
+        where torch ran a split, a rotation and two index copies."""
         qkv = qkv.contiguous()
-        rows, heads, dim = qkv.shape[0], spec.num_heads, spec.head_dim
-        positions, out_loc, slots, lens = (_int64(t) for t in (positions, out_loc, slots, lens))
-        q, out = torch.empty(rows, heads, dim), torch.empty(rows, heads, dim)
+        count, heads, dim = qkv.shape[0], spec.num_heads, spec.head_dim
+        q, out = torch.empty(count, heads, dim), torch.empty(count, heads, dim)
+        indices = [None if t is None else address(t.contiguous(), torch.int64)
+                   for t in (positions, out_loc, rows.slots, rows.lens, rows.row_seq)]
         self.library.attend_from_qkv(
-            qkv.data_ptr(), positions.data_ptr(), float32_address(spec.cos_sin), float32_address(spec.q_norm_weight),
-            float32_address(spec.k_norm_weight), spec.eps, k_cache.data_ptr(), v_cache.data_ptr(), out_loc.data_ptr(),
-            slots.data_ptr(), lens.data_ptr(), None if row_seq is None else _int64(row_seq).data_ptr(), rows, max_len,
-            heads, spec.num_kv_heads, dim, scale, q.data_ptr(), out.data_ptr(), self.threads, int(self.avx512))
+            qkv.data_ptr(), indices[0], address(spec.cos_sin), address(spec.q_norm_weight),
+            address(spec.k_norm_weight), spec.eps, k_cache.data_ptr(), v_cache.data_ptr(), *indices[1:], count,
+            rows.max_len, heads, spec.num_kv_heads, dim, scale, q.data_ptr(), out.data_ptr(), self.threads,
+            int(self.avx512))
         return out
-
-
-def _int64(t: torch.Tensor) -> torch.Tensor:
-    """An index vector as the C code reads it: contiguous int64."""
-    if t.dtype != torch.int64:
-        raise ValueError(f"the C attention reads int64 indices, got {t.dtype}")
-    return t.contiguous()

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from core.kernels.c_build import BuildResult, build_library, x86_unsupported_reason
+from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
 from core.kernels.int8_weights import Int8Weight
 
 SOURCE = Path(__file__).with_name("cpu_decode.c")
@@ -128,18 +128,10 @@ class LayerWeights:
     v_cache: torch.Tensor
 
 
-def _ptr(t: torch.Tensor | None, dtype: torch.dtype = torch.float32) -> int | None:
-    if t is None:
-        return None
-    if t.dtype != dtype or not t.is_contiguous() or t.device.type != "cpu":
-        raise ValueError(f"the C decode step takes contiguous {dtype} CPU tensors, got {t.dtype} {tuple(t.shape)}")
-    return t.data_ptr()
-
-
 def _weight(w: torch.Tensor | Int8Weight) -> _Weight:
     if isinstance(w, Int8Weight):
-        return _Weight(_ptr(w.values, torch.int8), _ptr(w.scales))
-    return _Weight(_ptr(w), None)
+        return _Weight(address(w.values, torch.int8), address(w.scales))
+    return _Weight(address(w), None)
 
 
 def tiled(lib: ctypes.CDLL, w: torch.Tensor | Int8Weight) -> torch.Tensor | Int8Weight:
@@ -149,7 +141,7 @@ def tiled(lib: ctypes.CDLL, w: torch.Tensor | Int8Weight) -> torch.Tensor | Int8
         return w
     rows, cols = w.values.shape
     out = torch.empty_like(w.values)
-    lib.tile_int8(_ptr(w.values, torch.int8), rows, cols, out.data_ptr())
+    lib.tile_int8(address(w.values, torch.int8), rows, cols, out.data_ptr())
     return Int8Weight(out, w.scales)
 
 
@@ -164,7 +156,7 @@ def block_magnitudes(weight: torch.Tensor) -> torch.Tensor:
 
 
 def _layer(w: LayerWeights) -> _Layer:
-    return _Layer(**{name: (_weight(getattr(w, name)) if name in LINEARS else _ptr(getattr(w, name)))
+    return _Layer(**{name: (_weight(getattr(w, name)) if name in LINEARS else address(getattr(w, name)))
                      for name, _ in _Layer._fields_})
 
 
@@ -193,12 +185,19 @@ class CpuDecodeStep:
         self.max_len = max_len
         self.scratch = torch.empty(lib.scratch_floats(ctypes.byref(self.shape), max_len), dtype=torch.float32)
         self.vocab = shape.vocab
-        self.step = _Step(None, None, None, 0, _ptr(embedding), _ptr(final_norm), _weight(self._head),
-                          _ptr(rope_cos_sin), None, _ptr(self.scratch))
+        self.step = _Step(None, None, None, 0, address(embedding), address(final_norm), _weight(self._head),
+                          address(rope_cos_sin), None, address(self.scratch))
+        # the screen's tensors (kept alive here) and the step's fields that point at them, set per greedy call
         self._screen: tuple[Int8Weight, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._screen_fields: dict[str, object] = {}
         if not isinstance(lm_head, Int8Weight):
-            self._screen = (tiled(lib, Int8Weight.quantize(lm_head)), block_magnitudes(lm_head),
-                            torch.empty(shape.vocab, dtype=torch.float32), torch.empty(threads, dtype=torch.float32))
+            head8, l1 = tiled(lib, Int8Weight.quantize(lm_head)), block_magnitudes(lm_head)
+            bounds, tops = torch.empty(shape.vocab, dtype=torch.float32), torch.empty(threads, dtype=torch.float32)
+            self._screen = (head8, l1, bounds, tops)
+            self._screen_fields = dict(screen=_weight(head8), screen_l1=address(l1), screen_bounds=address(bounds),
+                                       screen_tops=address(tops))
+        self._no_screen: dict[str, object] = dict(screen=_Weight(None, None), screen_l1=None, screen_bounds=None,
+                                                  screen_tops=None)
 
     def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor,
                  screen: bool = False) -> torch.Tensor:
@@ -216,10 +215,7 @@ class CpuDecodeStep:
         step.token, step.position, step.slots = token.data_ptr(), position.data_ptr(), slots.data_ptr()
         step.len = length
         step.logits = logits.data_ptr()
-        screened = self._screen if screen else None
-        step.screen = _weight(screened[0]) if screened else _Weight(None, None)
-        step.screen_l1 = _ptr(screened[1]) if screened else None
-        step.screen_bounds = _ptr(screened[2]) if screened else None
-        step.screen_tops = _ptr(screened[3]) if screened else None
+        for name, value in (self._screen_fields if screen and self._screen_fields else self._no_screen).items():
+            setattr(step, name, value)
         self._lib.decode_step(ctypes.byref(self.shape), self.layers, ctypes.byref(step))
         return logits

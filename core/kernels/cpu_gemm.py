@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from core.kernels.c_build import BuildResult, build_library, float32_address, x86_unsupported_reason
+from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
 
 SOURCE = Path(__file__).with_name("cpu_gemm.c")
 # the AVX-512 code is marked in the source (target attributes): the rest builds for any x86-64 with AVX2
@@ -107,7 +107,7 @@ class PanelWeight:
         rows = self._rows(x, self.in_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
         _library().gemm_panels(rows.data_ptr(), rows.shape[0], self.in_features, self.panels.data_ptr(),
-                               self.out_features, float32_address(bias), out.data_ptr(), self.threads)
+                               self.out_features, address(bias), out.data_ptr(), self.threads)
         return out.reshape(*x.shape[:-1], self.out_features)
 
     def norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -118,9 +118,9 @@ class PanelWeight:
         summed = None if residual is None else self._rows(residual, self.in_features)
         normed, out = torch.empty_like(rows), torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
         new_residual = rows if summed is None else torch.empty_like(rows)
-        _library().norm_gemm_panels(rows.data_ptr(), float32_address(summed), float32_address(norm_weight), eps,
+        _library().norm_gemm_panels(rows.data_ptr(), address(summed), address(norm_weight), eps,
                                     rows.shape[0], self.in_features, self.panels.data_ptr(), self.out_features,
-                                    float32_address(bias), normed.data_ptr(), new_residual.data_ptr(), out.data_ptr(),
+                                    address(bias), normed.data_ptr(), new_residual.data_ptr(), out.data_ptr(),
                                     self.threads)
         return out.reshape(*x.shape[:-1], self.out_features), new_residual.reshape(x.shape)
 

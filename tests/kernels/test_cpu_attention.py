@@ -11,7 +11,7 @@ from core import LLM
 from core.config import EngineConfig
 from core.engine.plan import plan_engine
 from core.kernels import cpu_decode
-from core.kernels.cpu_attention import CDecodeAttention
+from core.kernels.cpu_attention import AttentionRows, CDecodeAttention
 from core.kernels.cpu_features import cpu_features
 from core.kernels.fused_qkv import QKVSpec
 from core.reference import HFReference, compare
@@ -119,8 +119,8 @@ def test_decode_from_the_qkv_output_rotates_writes_the_pool_and_attends(heads, k
     k_before, v_before = k_pool.clone(), v_pool.clone()
 
     attend = CDecodeAttention(cpu_decode.load_library().library, threads, "avx512f" in cpu_features().flags)
-    out = attend.from_qkv(qkv, positions, spec, k_pool, v_pool, out_loc, slots.reshape(-1).contiguous(), max_len,
-                          lens, dim ** -0.5)
+    out = attend.from_qkv(qkv, positions, spec, k_pool, v_pool, out_loc,
+                          AttentionRows(slots.reshape(-1).contiguous(), max_len, lens), dim ** -0.5)
 
     q, k, v = qkv.double().split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     q, k, v = q.view(batch, heads, dim), k.view(batch, kv_heads, dim), v.view(batch, kv_heads, dim)
@@ -154,8 +154,8 @@ def test_a_prefills_tokens_attend_causally_over_their_sequences_slots(threads):
     spec = QKVSpec(heads, kv_heads, dim, table, None, None, 1e-6)
     qkv = torch.randn(len(positions), (heads + 2 * kv_heads) * dim, generator=gen)
     attend = CDecodeAttention(cpu_decode.load_library().library, threads, "avx512f" in cpu_features().flags)
-    out = attend.from_qkv(qkv, positions, spec, k_pool, v_pool, out_loc, slots.reshape(-1).contiguous(), max_len,
-                          positions + 1, dim ** -0.5, row_seq)
+    out = attend.from_qkv(qkv, positions, spec, k_pool, v_pool, out_loc,
+                          AttentionRows(slots.reshape(-1).contiguous(), max_len, positions + 1, row_seq), dim ** -0.5)
 
     q, k, v = qkv.double().split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     rows = table.double()[positions][:, None]
