@@ -26,23 +26,7 @@ if [ "$STATUS" -gt 128 ] && [ "$LEFT" -gt 90 ]; then
         --skip-pytest "$@" 2>&1 | tee "$OUT/plain/gpu_check.log"
 fi
 
-# save compiled kernels (flashinfer .so files in AOT layout, inductor and triton caches) for the next run
-if [ -n "$FI_JIT" ]; then
-    PACK=$CACHE/pack
-    rm -rf "$PACK" && mkdir -p "$PACK/aot"
-    for so in "$FI_JIT"/*/*.so "$FI_AOT"/*/*.so; do
-        [ -f "$so" ] || continue
-        name=$(basename "$(dirname "$so")")
-        mkdir -p "$PACK/aot/$name" && cp "$so" "$PACK/aot/$name/"
-    done
-    cp -r "$CACHE/inductor" "$CACHE/triton" "$PACK/" 2>/dev/null
-    tar -czf "$CACHE/jit.tar.gz" -C "$PACK" .
-    if [ "$(stat -c %s "$CACHE/jit.tar.gz")" -lt $((44 << 20)) ]; then  # what a run can carry beside the wheels
-        split -b 15m -d "$CACHE/jit.tar.gz" "$OUT/jit.tar.gz."
-    else
-        echo "gpu_check: compiled kernels ($(du -h "$CACHE/jit.tar.gz" | cut -f1)) too large to return" >&2
-    fi
-    echo "gpu_check: saved compiled kernels: $(du -ch "$OUT"/jit.tar.gz.* | tail -1 | cut -f1) in $(ls "$OUT"/jit.tar.gz.* | wc -l) parts" >&2
-fi
+# save compiled kernels for the next run
+. scripts/gpu_save_cache.sh
 echo "gpu_check: $(( $(date +%s) - START ))s in all, exit $STATUS"
 exit "$STATUS"
