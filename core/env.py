@@ -58,10 +58,10 @@ def pdl_disabled() -> bool:
     return _flag("MINISGL_DISABLE_PDL")
 
 
-def triton_sampler_enabled() -> bool:
-    """MINISGL_TRITON_SAMPLER=1 draws sampled tokens on CUDA with the Triton race kernels (core/kernels/race.py)
-    instead of torch.compile's: opt-in until measured on a device."""
-    return _flag("MINISGL_TRITON_SAMPLER")
+def triton_sampler_disabled() -> bool:
+    """MINISGL_DISABLE_TRITON_SAMPLER=1 draws sampled tokens on CUDA with torch.compile's exponential race
+    instead of the Triton race kernels (core/kernels/race.py; the same tokens; for comparisons)."""
+    return _flag("MINISGL_DISABLE_TRITON_SAMPLER")
 
 
 def gemv_disabled() -> bool:

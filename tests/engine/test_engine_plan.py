@@ -17,7 +17,7 @@ from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
             "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL",
-            "MINISGL_TRITON_SAMPLER")
+            "MINISGL_DISABLE_TRITON_SAMPLER")
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def triton_everywhere(monkeypatch):
 
 def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywhere, monkeypatch):
     assert kernel_choices("flashinfer", CUDA, torch.bfloat16) == KernelChoices(
-        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, packed_weights=False)
+        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, triton_sampler=True, packed_weights=False)
     monkeypatch.setenv("MINISGL_DISABLE_PDL", "1")
     assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).pdl
     monkeypatch.delenv("MINISGL_DISABLE_PDL")
@@ -43,10 +43,10 @@ def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywh
     assert not choices.fused_qkv and not choices.small_decode
 
 
-def test_the_triton_sampler_is_opt_in_and_only_beside_flashinfers_kernels(triton_everywhere, monkeypatch):
-    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).triton_sampler
-    monkeypatch.setenv("MINISGL_TRITON_SAMPLER", "1")
+def test_the_triton_sampler_runs_beside_flashinfers_kernels_unless_disabled(triton_everywhere, monkeypatch):
     assert kernel_choices("flashinfer", CUDA, torch.bfloat16).triton_sampler
+    monkeypatch.setenv("MINISGL_DISABLE_TRITON_SAMPLER", "1")
+    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).triton_sampler
     assert kernel_choices("torch", CUDA, torch.bfloat16) == KernelChoices()  # the plain-torch reference stays so
 
 
