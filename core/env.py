@@ -64,6 +64,12 @@ def triton_sampler_disabled() -> bool:
     return _flag("MINISGL_DISABLE_TRITON_SAMPLER")
 
 
+def cuda_fp8_decode_disabled() -> bool:
+    """MINISGL_DISABLE_CUDA_FP8_DECODE=1 decodes an fp8 KV cache with the Triton paged kernel instead of the CUDA
+    one (core/kernels/fp8_decode_cuda.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_CUDA_FP8_DECODE")
+
+
 def gemv_disabled() -> bool:
     """MINISGL_DISABLE_GEMV=1 runs small-batch linears on cuBLAS, with the norms and activations as kernels of
     their own (see core/kernels/gemv.py; for comparisons)."""

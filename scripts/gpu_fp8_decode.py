@@ -71,20 +71,43 @@ def filled_pool(num_pages: int, fp8: bool) -> KVPool:
     return pool
 
 
-def case(context: int) -> list[dict]:
-    num_pages, indptr, order, last, q = layout(BATCH, context)
+def case(context: int, batch: int = BATCH) -> list[dict]:
+    num_pages, indptr, order, last, q = layout(batch, context)
     rows = []
     for fp8 in (True, False):
         pool = filled_pool(num_pages, fp8)
         out = torch.empty_like(q)
         seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out))
-        kv_bytes = BATCH * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8)
-        rows.append({"kernel": f"triton {'fp8' if fp8 else 'bf16'}", "context": context, "us": seconds * 1e6,
+        kv_bytes = batch * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8)
+        rows.append({"kernel": f"triton {'fp8' if fp8 else 'bf16'}", "batch": batch, "context": context, "us": seconds * 1e6,
                      "tb_s": kv_bytes / seconds / 1e12})
+        if fp8:
+            rows += _cuda(q, pool, indptr, order, last, context, out)
         rows += _flashinfer(q, pool, indptr, order, last, context)
         del pool
         torch.cuda.empty_cache()
     return [r for r in rows if r]
+
+
+def _cuda(q, pool, indptr, indices, last, context, triton_out) -> list[dict]:
+    """The CUDA fp8 decode (core/kernels/fp8_decode_cuda.py) on the same pages, at 1, 2 and 4 splits, each
+    checked against the Triton kernel's output first."""
+    from core.kernels.fp8_decode_cuda import fp8_decode_cuda, unavailable_reason
+
+    reason = unavailable_reason(q.device)
+    if reason:
+        print(f"cuda fp8: {reason}")
+        return []
+    kv_bytes = q.shape[0] * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, True)
+    rows = []
+    for splits in (1, 2, 4):
+        out = torch.empty_like(q)
+        fp8_decode_cuda(q, pool, 0, indptr, indices, last, DIM ** -0.5, out, splits)
+        error = (out.float() - triton_out.float()).abs().max().item()
+        seconds = timed(lambda: fp8_decode_cuda(q, pool, 0, indptr, indices, last, DIM ** -0.5, out, splits))
+        rows.append({"kernel": f"cuda fp8 splits {splits}", "batch": q.shape[0], "context": context,
+                     "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12, "max_diff_to_triton": error})
+    return rows
 
 
 def _flashinfer(q, pool, indptr, indices, last, context) -> list[dict]:
@@ -246,6 +269,7 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="time the kernel's tile choices first")
     parser.add_argument("--all-heads", action="store_true",
                         help="the all-heads variant's sweep against the default fp8 tile and flashinfer bf16 only")
+    parser.add_argument("--batches", default=str(BATCH), help="rows of the kernel-against-flashinfer cases")
     parser.add_argument("--contexts", default=None,
                         help="contexts of the kernel-against-flashinfer cases, comma-separated ('' for none; "
                              "default 600,1100,1600, with --all-heads 600,1100)")
@@ -265,10 +289,11 @@ def main() -> None:
             json.dump(rows, open(args.json, "w"), indent=1)
         return
     rows = [r for b in (BATCH, 64) for r in sweep(1100, b)] if args.sweep else []
-    for context in contexts:
-        for row in case(context):
-            print(f"{row['kernel']:<16} context {row['context']:>5}: {row['us']:8.1f} us per layer, "
-                  f"{row['tb_s']:.2f} TB/s of KV", flush=True)
+    for context, batch in itertools.product(contexts, [int(b) for b in args.batches.split(",")]):
+        for row in case(context, batch):
+            diff = f", max diff to triton {row['max_diff_to_triton']:.1e}" if "max_diff_to_triton" in row else ""
+            print(f"{row['kernel']:<20} rows {row.get('batch', BATCH):>3} context {row['context']:>5}: "
+                  f"{row['us']:8.1f} us per layer, {row['tb_s']:.2f} TB/s of KV{diff}", flush=True)
             rows.append(row)
     if args.json:
         json.dump(rows, open(args.json, "w"), indent=1)

@@ -39,6 +39,7 @@ from core.errors import InvalidParamsError
 from core.kernels.fused_qkv import QKVSpec
 from core.kernels.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
                                        small_decode_attention)
+from core.kernels.fp8_decode_cuda import shape_unsupported_reason
 from core.kernels.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
 from core.kvcache.pool import KVPool
 from core.request import Batch
@@ -92,10 +93,11 @@ class FlashInferMetadata:
 
 class FlashInferBackend(AttentionBackend):
     def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
-                 head_dim: int, small_decode: bool = False, pdl: bool = False) -> None:
+                 head_dim: int, small_decode: bool = False, pdl: bool = False, fp8_cuda: bool = False) -> None:
         """``small_decode``: captured batches of a few rows run the one-kernel Triton decode; the engine's plan
         sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from.
-        ``pdl``: that kernel runs as a programmatic dependent launch (KernelChoices.pdl)."""
+        ``pdl``: that kernel runs as a programmatic dependent launch (KernelChoices.pdl). ``fp8_cuda``: an fp8
+        pool's decode runs the CUDA kernel (core/kernels/fp8_decode_cuda.py) where it takes this shape."""
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
         assert not (small_decode and pool.fp8), "the small-batch decode reads bf16 pages (the plan says so)"
         self.small_decode = small_decode
@@ -107,6 +109,8 @@ class FlashInferBackend(AttentionBackend):
         self.page_size = pool.page_size
         self.dtype = pool.dtype  # what attention computes in (an fp8 pool's values come back in it)
         self.fp8 = pool.fp8
+        self.fp8_cuda = self.fp8 and fp8_cuda and not shape_unsupported_reason(num_heads, num_kv_heads, head_dim,
+                                                                               pool.dtype)
         self.device = pool.k.device
         self.tensor_cores = use_tensor_core_decode(num_heads, num_kv_heads)
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
@@ -194,7 +198,7 @@ class FlashInferBackend(AttentionBackend):
         buffers = self._split_buffers
         if splits == 1 or buffers is None or len(buffers.counters) < size * self.num_kv_heads:
             buffers = None  # none needed, or an eager batch over the graphs' cap: paged_decode makes its own
-        return PagedDecodeArgs(indptr, indices, last, tile, buffers)
+        return PagedDecodeArgs(indptr, indices, last, tile, buffers, cuda=self.fp8_cuda)
 
     def _plan_decode(self, wrapper: Any, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
         self._wait_last_plan()

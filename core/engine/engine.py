@@ -190,7 +190,8 @@ class Engine:
             from core.attention.flashinfer_backend import FlashInferBackend
 
             kernels = self.plan.kernels
-            return FlashInferBackend(*args, small_decode=kernels.small_decode, pdl=kernels.pdl and kernels.small_decode)
+            return FlashInferBackend(*args, small_decode=kernels.small_decode, pdl=kernels.pdl and kernels.small_decode,
+                                     fp8_cuda=self.plan.fp8_cuda_decode)
         if self.plan.fp8_paged_decode:
             from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
 
@@ -265,7 +266,8 @@ def _kernel_words(plan: EnginePlan) -> str:
     fused = [what for on, what in ((kernels.fused_qkv, "fused QKV"), (kernels.gemv, "batch-1 GEMV"),
                                    (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode"),
                                    (kernels.pdl, "dependent launches"), (kernels.triton_sampler, "Triton sampler"),
-                                   (plan.c_attention, "decode attention in C"))
+                                   (plan.c_attention, "decode attention in C"),
+                                   (plan.fp8_cuda_decode, "CUDA fp8 decode"))
              if on]
     return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
 

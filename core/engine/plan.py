@@ -20,6 +20,7 @@ from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
 from core.kernels.cpu_features import CpuFeatures, cpu_features
 from core.kernels import cpu_decode, cpu_gemm
+from core.kernels.fp8_decode_cuda import unavailable_reason as fp8_cuda_unavailable
 from core.kernels.onednn_packed import packing_available
 from core.kernels.triton_available import triton_runs_on
 
@@ -40,6 +41,9 @@ class EnginePlan:
     # torch attention's decode steps in one C call per layer over a float32 CPU pool
     # (core/kernels/cpu_attention.py) instead of a gather and a masked SDPA
     c_attention: bool = False
+    # an fp8 pool's decode steps under flashinfer attention on the CUDA kernel (core/kernels/fp8_decode_cuda.py)
+    # instead of the Triton paged kernel, where nvcc builds it for this GPU
+    fp8_cuda_decode: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,14 @@ def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtyp
     return "torch"
 
 
+def fp8_cuda_decode_runs(device: torch.device, attention: str, kv_fp8: bool) -> bool:
+    """The CUDA fp8 decode for an fp8 pool under flashinfer attention, where the GPU has fp8 conversions and nvcc
+    builds the kernel (once, to know); MINISGL_DISABLE_CUDA_FP8_DECODE=1 keeps the Triton paged kernel."""
+    if not kv_fp8 or attention != "flashinfer" or env.cuda_fp8_decode_disabled():
+        return False
+    return not fp8_cuda_unavailable(device)
+
+
 def dependent_launch_runs_on(device: torch.device) -> bool:
     """Programmatic dependent launch needs compute capability 9.0 (Hopper) or later; Triton's interpreter has
     no use for it."""
@@ -258,4 +270,5 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
         kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8, precision.bf16_linears),
         cuda_graph_max_bs=graph_max_bs(config, device, attention),
         overlap=overlap_enabled(config, device), precision=precision,
-        c_attention=c_attention_runs(device, dtype, attention, kv_fp8))
+        c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
+        fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8))

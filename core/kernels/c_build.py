@@ -63,7 +63,7 @@ def _compiler_version(compiler: str) -> str:
         done = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return ""
-    return done.stdout.splitlines()[0] if done.stdout else ""
+    return done.stdout  # all of it: nvcc's first line names the driver, its last the release
 
 
 # a C function's ctypes signature: its argument types and its result type (None: void)
@@ -71,10 +71,12 @@ Signature = tuple[list, Any]
 
 
 def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None = None,
-                  signatures: dict[str, Signature] | None = None) -> BuildResult:
+                  signatures: dict[str, Signature] | None = None, compiler: str | None = None,
+                  pic: tuple[str, ...] = ("-fPIC",)) -> BuildResult:
     """``source`` compiled with ``flags`` into a shared object in the cache (reused when it exists), loaded, with
-    each function named in ``signatures`` given its argument and result types."""
-    compiler = find_compiler()
+    each function named in ``signatures`` given its argument and result types. ``compiler``: the system's C
+    compiler unless given (nvcc for CUDA sources, with ``pic`` passed through to its host compiler)."""
+    compiler = compiler or find_compiler()
     if compiler is None:
         return BuildResult(None, f"no C compiler found (looked for {', '.join(COMPILERS)})")
     text = source.read_bytes()
@@ -82,7 +84,7 @@ def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None =
     cache_dir = cache_dir or home_dir() / "kernels"
     target = cache_dir / f"{source.stem}-{key}.so"
     if not target.exists():
-        reason = _compile(compiler, source, flags, target)
+        reason = _compile(compiler, source, (*flags, *pic), target)
         if reason:
             return BuildResult(None, reason)
     try:
@@ -103,7 +105,7 @@ def _compile(compiler: str, source: Path, flags: tuple[str, ...], target: Path) 
         os.close(fd)
     except OSError as error:
         return f"cannot write the kernel cache {target.parent} ({error})"
-    command = [compiler, *flags, "-shared", "-fPIC", str(source), "-o", scratch, "-lm"]
+    command = [compiler, *flags, "-shared", str(source), "-o", scratch, "-lm"]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as error:

@@ -97,15 +97,26 @@ class SplitBuffers:
 @dataclass
 class PagedDecodeArgs:
     """One step's inputs to the paged decode besides q: the page lists on the device, and the tile and split
-    buffers (None: TILES' default, buffers made on the spot), as an attention backend keeps them per step."""
+    buffers (None: TILES' default, buffers made on the spot), as an attention backend keeps them per step.
+    ``cuda``: an fp8 pool is read by the CUDA kernel (core/kernels/fp8_decode_cuda.py) with the tile's splits,
+    not by Triton's."""
 
     kv_indptr: torch.Tensor  # [batch + 1] int32
     kv_indices: torch.Tensor  # int32 pages
     kv_last: torch.Tensor  # [batch] int32
     tile: DecodeTile | None = None
     split_buffers: SplitBuffers | None = None
+    cuda: bool = False
 
     def attend(self, q: torch.Tensor, pool: KVPool, layer: int, scale: float) -> torch.Tensor:
+        if self.cuda:
+            from core.kernels.fp8_decode_cuda import fp8_decode_cuda
+
+            splits = self.tile.splits if self.tile else 1
+            buffers = self.split_buffers
+            return fp8_decode_cuda(q, pool, layer, self.kv_indptr, self.kv_indices, self.kv_last, scale,
+                                   splits=splits, part_o=buffers.part_o if buffers else None,
+                                   part_lse=buffers.part_lse if buffers else None)
         return paged_decode(q, pool, layer, self.kv_indptr, self.kv_indices, self.kv_last, scale, tile=self.tile,
                             split_buffers=self.split_buffers)
 
