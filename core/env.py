@@ -64,10 +64,10 @@ def triton_sampler_disabled() -> bool:
     return _flag("MINISGL_DISABLE_TRITON_SAMPLER")
 
 
-def cuda_fp8_decode_enabled() -> bool:
-    """MINISGL_CUDA_FP8_DECODE=1 decodes an fp8 KV cache with the CUDA kernel (core/kernels/fp8_decode_cuda.py)
-    instead of the Triton paged kernel: opt-in until it has run on a GPU."""
-    return _flag("MINISGL_CUDA_FP8_DECODE")
+def cuda_fp8_decode_disabled() -> bool:
+    """MINISGL_DISABLE_CUDA_FP8_DECODE=1 decodes an fp8 KV cache with the Triton paged kernel instead of the CUDA
+    one (core/kernels/fp8_decode_cuda.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_CUDA_FP8_DECODE")
 
 
 def gemv_disabled() -> bool:

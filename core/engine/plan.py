@@ -42,7 +42,7 @@ class EnginePlan:
     # (core/kernels/cpu_attention.py) instead of a gather and a masked SDPA
     c_attention: bool = False
     # an fp8 pool's decode steps under flashinfer attention on the CUDA kernel (core/kernels/fp8_decode_cuda.py)
-    # instead of the Triton paged kernel, where nvcc builds it for this GPU (opt-in: MINISGL_CUDA_FP8_DECODE=1)
+    # instead of the Triton paged kernel, where nvcc builds it for this GPU
     fp8_cuda_decode: bool = False
 
 
@@ -210,9 +210,8 @@ def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtyp
 
 def fp8_cuda_decode_runs(device: torch.device, attention: str, kv_fp8: bool) -> bool:
     """The CUDA fp8 decode for an fp8 pool under flashinfer attention, where the GPU has fp8 conversions and nvcc
-    builds the kernel (once, to know); opt-in (MINISGL_CUDA_FP8_DECODE=1) until it has run on a GPU, the Triton
-    paged kernel otherwise."""
-    if not kv_fp8 or attention != "flashinfer" or not env.cuda_fp8_decode_enabled():
+    builds the kernel (once, to know); MINISGL_DISABLE_CUDA_FP8_DECODE=1 keeps the Triton paged kernel."""
+    if not kv_fp8 or attention != "flashinfer" or env.cuda_fp8_decode_disabled():
         return False
     return not fp8_cuda_unavailable(device)
 

@@ -17,7 +17,7 @@ from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
             "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL",
-            "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_CUDA_FP8_DECODE")
+            "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_DISABLE_CUDA_FP8_DECODE")
 
 
 @pytest.fixture
@@ -138,18 +138,16 @@ def test_an_fp8_kv_cache_on_cuda_takes_flashinfer_with_graphs_but_not_the_small_
 
 
 def test_an_fp8_cache_under_flashinfer_decodes_on_the_cuda_kernel_where_it_builds(triton_everywhere, monkeypatch):
-    """Asked for (MINISGL_CUDA_FP8_DECODE=1; the Triton paged kernel otherwise), only for an fp8 pool under
-    flashinfer attention and only where the kernel builds for the GPU; the engine's description names it."""
+    """Only an fp8 pool under flashinfer attention, only where the kernel builds for the GPU, and not with
+    MINISGL_DISABLE_CUDA_FP8_DECODE=1 (the Triton paged kernel then); the engine's description names it."""
     from core.engine.engine import _kernel_words
 
     monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
-    monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "")
-    assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode  # not asked for
-    monkeypatch.setenv("MINISGL_CUDA_FP8_DECODE", "1")
-    monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "no nvcc")
     assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode  # did not build
     monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "")
     plan = plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16)
     assert plan.fp8_cuda_decode and "CUDA fp8 decode" in _kernel_words(plan)
     assert not plan_engine(EngineConfig(), CUDA, torch.bfloat16).fp8_cuda_decode  # a bf16 pool
     assert not plan_engine(EngineConfig(kv_dtype="fp8", attention="torch"), CUDA, torch.bfloat16).fp8_cuda_decode
+    monkeypatch.setenv("MINISGL_DISABLE_CUDA_FP8_DECODE", "1")
+    assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode
