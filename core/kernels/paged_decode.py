@@ -4,7 +4,8 @@ flashinfer's paged decode runs no faster on fp8 pages than on bf16 ones at the b
 an H200: it moves bf16 at 4.0 TB/s and fp8 at 2.0), so halving the bytes gained nothing there. This kernel
 reads each page once per (request, KV head, split) program, the whole query group against each tile of cached
 tokens, and folds the per-(slot, head) fp8 scales into the two products instead of dequantising the tiles.
-The page lists are flashinfer's CSR form (core/attention/paging.py).
+The page lists are flashinfer's CSR form (core/attention/paging.py). Where nvcc builds it, an fp8 pool's
+decode runs the CUDA kernel instead (core/kernels/fp8_decode_cuda.py: 1.5x this one on an H200).
 
 A request's cached tokens can be split over several programs (``DecodeTile.splits``): each writes a partial
 result and its log-sum-exp, and the last to finish merges them (a per-(request, KV head) counter that the
