@@ -79,8 +79,8 @@ def case(context: int, batch: int = BATCH) -> list[dict]:
         out = torch.empty_like(q)
         seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out))
         kv_bytes = batch * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, fp8)
-        rows.append({"kernel": f"triton {'fp8' if fp8 else 'bf16'}", "batch": batch, "context": context, "us": seconds * 1e6,
-                     "tb_s": kv_bytes / seconds / 1e12})
+        rows.append({"kernel": f"triton {'fp8' if fp8 else 'bf16'}", "batch": batch, "context": context,
+                     "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12})
         if fp8:
             rows += _cuda(q, pool, indptr, order, last, context, out)
         rows += _flashinfer(q, pool, indptr, order, last, context)
@@ -292,7 +292,7 @@ def main() -> None:
     for context, batch in itertools.product(contexts, [int(b) for b in args.batches.split(",")]):
         for row in case(context, batch):
             diff = f", max diff to triton {row['max_diff_to_triton']:.1e}" if "max_diff_to_triton" in row else ""
-            print(f"{row['kernel']:<20} rows {row.get('batch', BATCH):>3} context {row['context']:>5}: "
+            print(f"{row['kernel']:<20} rows {row['batch']:>3} context {row['context']:>5}: "
                   f"{row['us']:8.1f} us per layer, {row['tb_s']:.2f} TB/s of KV{diff}", flush=True)
             rows.append(row)
     if args.json:

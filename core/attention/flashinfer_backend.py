@@ -72,10 +72,9 @@ def use_tensor_core_decode(num_heads: int, num_kv_heads: int) -> bool:
 
 
 def paged_splits(batch_size: int, num_kv_heads: int, all_heads: bool = False, cuda: bool = False) -> int:
-    """Programs per (request, KV head) for the fp8 decode (blocks, for the CUDA kernel), or per request for the
-    all-heads variant: one at
-    large batches (measured on an H200 at 256 rows: splitting only slowed the per-head kernel), a few for small
-    ones, a power of two."""
+    """Programs per (request, KV head) for the fp8 decode (blocks, for the CUDA kernel, whatever ``all_heads``
+    says), or per request for the all-heads variant: one at large batches (measured on an H200 at 256 rows:
+    splitting only slowed the per-head kernel), a few for small ones, a power of two."""
     if cuda:
         splits = CUDA_TARGET_BLOCKS // (batch_size * num_kv_heads)
     elif all_heads:
@@ -199,7 +198,7 @@ class FlashInferBackend(AttentionBackend):
 
     def _paged_args(self, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
                     size: int) -> PagedDecodeArgs:
-        splits = paged_splits(size, self.num_kv_heads, TILES[True].all_heads and not self.fp8_cuda, self.fp8_cuda)
+        splits = paged_splits(size, self.num_kv_heads, TILES[True].all_heads, cuda=self.fp8_cuda)
         tile = replace(TILES[True], splits=splits)
         buffers = self._split_buffers
         if splits == 1 or buffers is None or len(buffers.counters) < size * self.num_kv_heads:

@@ -57,20 +57,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-template <typename T>
-__device__ __forceinline__ float to_float(T x);
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half(x); }
-
 // The slot of token t of a request whose pages start at kv_indices + first.
 __device__ __forceinline__ int64_t slot_of(const int32_t* __restrict__ kv_indices, int first, int t, int page) {
     return static_cast<int64_t>(kv_indices[first + t / page]) * page + t % page;
@@ -113,8 +99,8 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
         const T* qrow = q + (static_cast<int64_t>(b) * num_heads + h * group + (real ? g : 0)) * D + c * (D / 4);
 #pragma unroll
         for (int j = 0; j < CHUNKS; ++j) {
-            float x0 = to_float(qrow[4 * j]), x1 = to_float(qrow[4 * j + 1]);
-            float x2 = to_float(qrow[4 * j + 2]), x3 = to_float(qrow[4 * j + 3]);
+            float x0 = static_cast<float>(qrow[4 * j]), x1 = static_cast<float>(qrow[4 * j + 1]);
+            float x2 = static_cast<float>(qrow[4 * j + 2]), x3 = static_cast<float>(qrow[4 * j + 3]);
             qf[j][0] = real ? pack_f16x2(x0, x1) : 0u;
             qf[j][1] = real ? pack_f16x2(x2, x3) : 0u;
         }
@@ -281,7 +267,7 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
         const float value = sum > 0.f ? o / sum : 0.f;
         const int64_t qh = static_cast<int64_t>(b) * num_heads + h * group + head;
         if (splits == 1) {
-            out[qh * D + d] = from_float<T>(value);
+            out[qh * D + d] = T(value);
         } else {
             const int64_t part = qh * splits + split;
             part_o[part * D + d] = value;
@@ -306,7 +292,7 @@ __global__ void merge_splits(const float* __restrict__ part_o, const float* __re
             o += part_o[(qh * splits + s) * D + d] * f;
         }
     }
-    out[qh * D + d] = from_float<T>(sum > 0.f ? o / sum : 0.f);
+    out[qh * D + d] = T(sum > 0.f ? o / sum : 0.f);
 }
 
 template <typename T, int D>

@@ -69,14 +69,21 @@ def load_library(arch: str) -> BuildResult:
     return build_library(SOURCE, flags, signatures=SIGNATURES, compiler=nvcc, pic=("-Xcompiler", "-fPIC"))
 
 
+@functools.cache
+def library_for(device: torch.device) -> BuildResult:
+    """The kernel built for ``device``'s architecture, or why there is none; asked once per device, so a decode
+    call costs no capability query."""
+    reason = device_unsupported_reason(device)
+    if reason:
+        return BuildResult(None, reason)
+    major, minor = torch.cuda.get_device_capability(device)
+    return load_library(f"{major}{minor}")
+
+
 def unavailable_reason(device: torch.device) -> str:
     """Why the engine on ``device`` cannot decode fp8 pages with this kernel ('' when it can); builds it (once) to
     know."""
-    reason = device_unsupported_reason(device)
-    if reason:
-        return reason
-    major, minor = torch.cuda.get_device_capability(device)
-    return load_library(f"{major}{minor}").reason
+    return library_for(device).reason
 
 
 def fp8_decode_cuda(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
@@ -93,8 +100,7 @@ def fp8_decode_cuda(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.
     num_kv_heads = k_cache.shape[1]
     reason = shape_unsupported_reason(num_heads, num_kv_heads, head_dim, q.dtype)
     assert not reason, reason
-    major, minor = torch.cuda.get_device_capability(q.device)
-    library = load_library(f"{major}{minor}").library
+    library = library_for(q.device).library
     assert library is not None, "the plan chose the CUDA fp8 decode where it did not build"
     q = q.contiguous()
     out = torch.empty_like(q) if out is None else out
