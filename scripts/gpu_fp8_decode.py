@@ -5,10 +5,14 @@ over that time. Prints one line per case; ``--json PATH`` writes them too.
 
     python3 scripts/gpu_fp8_decode.py [--sweep] [--contexts 600,1100,1600] [--json out.json]
     python3 scripts/gpu_fp8_decode.py --all-heads [--contexts 600,1100] [--json out.json]
+    python3 scripts/gpu_fp8_decode.py --variants [--contexts 600,1100] [--batches 256,64]
 
 ``--all-heads`` times the paged kernel's all-heads variant on fp8 pages (``DecodeTile.all_heads``) against
 the default fp8 tile and flashinfer's bf16 decode, at 256 and 64 rows: a sweep of its tiles, each checked
 against the default tile's output first (the run stops if one is off), and the best tile per case.
+
+``--variants`` times builds of the CUDA fp8 decode with its choices turned off one by one (``VARIANTS``)
+against the default build, in alternating rounds, each checked against the default build's output first.
 """
 
 from __future__ import annotations
@@ -135,6 +139,53 @@ def _flashinfer(q, pool, indptr, indices, last, context) -> list[dict]:
         name = f"flashinfer {'fp8' if pool.fp8 else 'bf16'}{' tc' if tensor_cores else ''}"
         rows.append({"kernel": name, "batch": q.shape[0], "context": context, "us": seconds * 1e6,
                      "tb_s": kv_bytes / seconds / 1e12})
+    return rows
+
+
+# builds of the CUDA fp8 decode: the defaults, then each of fp8_decode.cu's choices turned off
+VARIANTS = {"default": (), "no index prefetch": ("MINISGL_FP8_PREFETCH_INDEX=0",),
+            "request-major, no index prefetch": ("MINISGL_FP8_HEAD_MAJOR=0", "MINISGL_FP8_PREFETCH_INDEX=0")}
+VARIANT_ROUNDS = 3
+
+
+def variants_case(context: int, batch: int) -> list[dict]:
+    """The CUDA fp8 decode's builds (``VARIANTS``) on the same pages, one split, ``VARIANT_ROUNDS`` rounds in
+    turn; each build's output checked against the default build's first (the run stops if one is off)."""
+    from core.kernels.fp8_decode_cuda import fp8_decode_cuda, load_library
+
+    major, minor = torch.cuda.get_device_capability()
+    libraries = {}
+    for name, defines in VARIANTS.items():
+        built = load_library(f"{major}{minor}", defines)
+        if built.library is None:
+            sys.exit(f"gpu_fp8_decode.py: the {name!r} build failed: {built.reason}")
+        libraries[name] = built.library
+    num_pages, indptr, order, last, q = layout(batch, context)
+    pool = filled_pool(num_pages, fp8=True)
+    kv_bytes = batch * context * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, True)
+    outs = {name: torch.empty_like(q) for name in VARIANTS}
+
+    def run(name):
+        return fp8_decode_cuda(q, pool, 0, indptr, order, last, DIM ** -0.5, outs[name], library=libraries[name])
+
+    for name in VARIANTS:
+        run(name)
+        diff = (outs[name].float() - outs["default"].float()).abs().max().item()
+        if not diff <= 1e-6:
+            sys.exit(f"gpu_fp8_decode.py: the {name!r} build differs from the default one by {diff}")
+    times = {name: [] for name in VARIANTS}
+    for _ in range(VARIANT_ROUNDS):
+        for name in VARIANTS:
+            times[name].append(timed(lambda: run(name)))
+    rows = []
+    for name, seconds in times.items():
+        best = min(seconds)
+        rows.append({"kernel": f"cuda fp8 {name}", "batch": batch, "context": context, "us": best * 1e6,
+                     "tb_s": kv_bytes / best / 1e12, "rounds_us": [round(t * 1e6, 1) for t in seconds]})
+        print(f"VARIANT rows {batch} context {context} {name:<34}: {best * 1e6:7.1f} us ({rows[-1]['tb_s']:.2f} TB/s"
+              f" of KV; rounds {', '.join(f'{t * 1e6:.1f}' for t in seconds)})", flush=True)
+    del pool
+    torch.cuda.empty_cache()
     return rows
 
 
@@ -269,6 +320,8 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="time the kernel's tile choices first")
     parser.add_argument("--all-heads", action="store_true",
                         help="the all-heads variant's sweep against the default fp8 tile and flashinfer bf16 only")
+    parser.add_argument("--variants", action="store_true",
+                        help="the CUDA fp8 decode's builds with its choices turned off, against the default build")
     parser.add_argument("--batches", default=str(BATCH), help="rows of the kernel-against-flashinfer cases")
     parser.add_argument("--contexts", default=None,
                         help="contexts of the kernel-against-flashinfer cases, comma-separated ('' for none; "
@@ -285,6 +338,11 @@ def main() -> None:
               f"(compiles included)", file=sys.stderr, flush=True)
         print("\n".join(["SUMMARY"] + [best_line([r for r in rows if (r["batch"], r["context"]) == key])
                                         for key in dict.fromkeys((r["batch"], r["context"]) for r in rows)]))
+        if args.json:
+            json.dump(rows, open(args.json, "w"), indent=1)
+        return
+    if args.variants:
+        rows = [r for c in contexts for b in (int(b) for b in args.batches.split(",")) for r in variants_case(c, b)]
         if args.json:
             json.dump(rows, open(args.json, "w"), indent=1)
         return

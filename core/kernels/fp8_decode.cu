@@ -22,9 +22,18 @@
 //   B [16, 8]:  reg0 (k 2c..2c+1, col g), reg1 (k 2c+8..2c+9, col g)
 //   C [16, 8]:  c0, c1 (row g, cols 2c, 2c+1), c2, c3 (row g+8, cols 2c, 2c+1), float32
 //
-// Work: one block of WARPS warps per (request, KV head, split); warp w takes the split's tiles w, w + WARPS,
+// Work: one block of WARPS warps per (KV head, request, split); warp w takes the split's tiles w, w + WARPS,
 // ...; the warps' online-softmax states merge through shared memory at the end. With splits > 1 each block
 // writes its normalised partial and log-sum-exp, and merge_splits combines them.
+//
+// Two choices that keep the memory system busy (each can be turned off for the microbench's A/B,
+// scripts/gpu_fp8_decode.py --variants):
+// - HEAD_MAJOR: the KV head is the grid's fastest index, so the blocks of one request's heads run side by side.
+//   A slot's scales of every head share one 32-byte sector; blocks that read it at the same time read it from
+//   memory once, where request-major blocks (each head's pass over the whole batch apart from the next) read a
+//   whole sector for 4 bytes: 56 bytes a slot and head on top of 264.
+// - PREFETCH_INDEX: a warp loads the page number of its next tile while the current one is in flight, so the
+//   tile's loads do not wait on a dependent index load first.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -37,6 +46,14 @@ constexpr int WARPS = 4;
 constexpr int TILE = 16;  // tokens per warp iteration: the products' M (scores) and K (values)
 constexpr int MAX_GROUP = 8;  // query heads per KV head: the products' N
 constexpr float LOG2E = 1.4426950408889634f;
+#ifndef MINISGL_FP8_HEAD_MAJOR
+#define MINISGL_FP8_HEAD_MAJOR 1
+#endif
+#ifndef MINISGL_FP8_PREFETCH_INDEX
+#define MINISGL_FP8_PREFETCH_INDEX 1
+#endif
+constexpr bool HEAD_MAJOR = MINISGL_FP8_HEAD_MAJOR;
+constexpr bool PREFETCH_INDEX = MINISGL_FP8_PREFETCH_INDEX;
 
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffff), __NV_E4M3);
@@ -81,7 +98,8 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
     constexpr int CHUNKS = D / 16;    // k-chunks of the scores product = 32-bit words a thread reads of a K row
     constexpr int V_WORDS = D / 32;   // words a thread reads of a V row (its D / 8 dims)
     constexpr int M_TILES = D / 16;   // 16-dim tiles of the values product
-    const int b = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
+    const int h = HEAD_MAJOR ? blockIdx.x : blockIdx.y, b = HEAD_MAJOR ? blockIdx.y : blockIdx.x;
+    const int split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int group = num_heads / num_kv_heads;
     const int first = kv_indptr[b];
@@ -113,13 +131,22 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
     for (int i = 0; i < M_TILES; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
 
     const bool tile_pages = page % TILE == 0;  // a tile never crosses a page: one page lookup per tile
-    for (int t0 = lo + warp * TILE; t0 < hi; t0 += WARPS * TILE) {
+    constexpr int STRIDE = WARPS * TILE;
+    const int t_first = lo + warp * TILE;
+    int page_id = (tile_pages && PREFETCH_INDEX && t_first < hi) ? kv_indices[first + t_first / page] : 0;
+    for (int t0 = t_first; t0 < hi; t0 += STRIDE) {
         // slots of this thread's tokens: K rows g, g + 8; V rows 2c, 2c + 1, 2c + 8, 2c + 9 (invalid -> t0)
         int kt[2] = {t0 + g, t0 + g + 8};
         int vt[4] = {t0 + 2 * c, t0 + 2 * c + 1, t0 + 2 * c + 8, t0 + 2 * c + 9};
         int64_t ks[2], vs[4];
         if (tile_pages) {
-            int64_t base = static_cast<int64_t>(kv_indices[first + t0 / page]) * page + t0 % page - t0;
+            int this_page = page_id;
+            if (PREFETCH_INDEX) {
+                page_id = t0 + STRIDE < hi ? __ldg(kv_indices + first + (t0 + STRIDE) / page) : 0;
+            } else {
+                this_page = kv_indices[first + t0 / page];
+            }
+            int64_t base = static_cast<int64_t>(this_page) * page + t0 % page - t0;
 #pragma unroll
             for (int r = 0; r < 2; ++r) ks[r] = base + (kt[r] < hi ? kt[r] : t0);
 #pragma unroll
@@ -300,7 +327,7 @@ int launch(const void* q, const void* k_cache, const void* v_cache, const float*
            const int32_t* kv_indptr, const int32_t* kv_indices, const int32_t* kv_last, void* out, float* part_o,
            float* part_lse, int batch, int num_heads, int num_kv_heads, int page, int splits, float sm_scale,
            cudaStream_t stream) {
-    dim3 grid(batch, num_kv_heads, splits);
+    dim3 grid = HEAD_MAJOR ? dim3(num_kv_heads, batch, splits) : dim3(batch, num_kv_heads, splits);
     fp8_decode_kernel<T, D><<<grid, WARPS * 32, 0, stream>>>(
         static_cast<const T*>(q), static_cast<const uint8_t*>(k_cache), static_cast<const uint8_t*>(v_cache),
         k_scale, v_scale, kv_indptr, kv_indices, kv_last, static_cast<T*>(out), part_o, part_lse, num_heads,
@@ -325,6 +352,7 @@ int minisgl_fp8_decode(const void* q, const void* k_cache, const void* v_cache, 
                        int num_kv_heads, int head_dim, int page, int splits, float sm_scale, int q_bf16,
                        void* stream) {
     if (num_heads % num_kv_heads != 0 || num_heads / num_kv_heads > MAX_GROUP || splits < 1) return -1;
+    if (batch > 65535 || num_kv_heads > 65535 || splits > 65535) return -1;  // the grid's y and z limits
     cudaStream_t s = static_cast<cudaStream_t>(stream);
 #define MINISGL_LAUNCH(T, D)                                                                                  \
     return launch<T, D>(q, k_cache, v_cache, k_scale, v_scale, kv_indptr, kv_indices, kv_last, out, part_o, \

@@ -60,12 +60,14 @@ def device_unsupported_reason(device: torch.device) -> str:
 
 
 @functools.cache
-def load_library(arch: str) -> BuildResult:
-    """The kernel built for ``arch`` (e.g. '90'), once per process; the result says why not if it cannot be."""
+def load_library(arch: str, defines: tuple[str, ...] = ()) -> BuildResult:
+    """The kernel built for ``arch`` (e.g. '90'), once per process; the result says why not if it cannot be.
+    ``defines`` ('NAME=VALUE') turn the kernel's choices off for the microbench's A/B (fp8_decode.cu names them);
+    the engine builds the defaults."""
     nvcc = find_nvcc()
     if nvcc is None:
         return BuildResult(None, "no nvcc found for the CUDA fp8 decode (the CUDA toolkit's compiler)")
-    flags = ("-O3", "-std=c++17", f"-arch=sm_{arch}")
+    flags = ("-O3", "-std=c++17", f"-arch=sm_{arch}", *(f"-D{d}" for d in defines))
     return build_library(SOURCE, flags, signatures=SIGNATURES, compiler=nvcc, pic=("-Xcompiler", "-fPIC"))
 
 
@@ -88,19 +90,21 @@ def unavailable_reason(device: torch.device) -> str:
 
 def fp8_decode_cuda(q: torch.Tensor, pool: KVPool, layer: int, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
                     kv_last: torch.Tensor, scale: float, out: torch.Tensor | None = None, splits: int = 1,
-                    part_o: torch.Tensor | None = None, part_lse: torch.Tensor | None = None) -> torch.Tensor:
+                    part_o: torch.Tensor | None = None, part_lse: torch.Tensor | None = None,
+                    library: ctypes.CDLL | None = None) -> torch.Tensor:
     """What ``paged_decode`` computes on an fp8 pool: q [batch, heads, head_dim] bf16 or float16, the pages of
     request i ``kv_indices[kv_indptr[i]:kv_indptr[i + 1]]`` with ``kv_last[i]`` tokens in the last; returns
     [batch, heads, head_dim] in q's dtype. ``splits`` blocks per (request, KV head) each write a partial into
     ``part_o`` ([>= batch * heads * splits, head_dim] float32) and ``part_lse`` (made here when not given: not
-    under a graph), merged by a second kernel."""
+    under a graph), merged by a second kernel. ``library``: a build of other choices (``load_library``'s
+    defines) instead of the device's default one."""
     assert pool.fp8, "the CUDA decode reads fp8 pages"
     batch, num_heads, head_dim = q.shape
     k_cache, v_cache = pool.k_layers[layer], pool.v_layers[layer]
     num_kv_heads = k_cache.shape[1]
     reason = shape_unsupported_reason(num_heads, num_kv_heads, head_dim, q.dtype)
     assert not reason, reason
-    library = library_for(q.device).library
+    library = library or library_for(q.device).library
     assert library is not None, "the plan chose the CUDA fp8 decode where it did not build"
     q = q.contiguous()
     out = torch.empty_like(q) if out is None else out

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The peer table in one device call, from the repository root of a CUDA machine (carry .whl, .peer and, when
+# an earlier call saved one, .jitcache; ../shared/peers/prepare.sh makes .peer):
+#   bash scripts/gpu_peer.sh                       # minisgl bf16, minisgl fp8, mini-sglang, then the ratios
+#   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
+# Stages, in the order given: tests (the CUDA fp8 decode's GPU tests), variants (its builds' A/B,
+# scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
+# bf16 or fp8), peer (mini-sglang on the same workload). Each stage has a time limit (T_<stage>, seconds) and
+# writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
+# stage, so a call cut short still leaves the next one warm.
+set -u
+cd "$(dirname "$0")/.."
+START=$(date +%s)
+OUT=${OUT:-$PWD/out/gpu}
+mkdir -p "$OUT"
+. scripts/gpu_env.sh
+STAGES=${STAGES:-bf16 fp8 peer}
+
+run_stage() {  # name, then the command; its limit from T_<name>
+    local name=$1 limit_var="T_$1" t0=$(date +%s)
+    shift
+    timeout "${!limit_var:-300}" "$@" > "$OUT/$name.log" 2>&1
+    echo "gpu_peer: $name rc=$? $(( $(date +%s) - t0 ))s (at $(( $(date +%s) - START ))s)" >&2
+    grep -v Capturing "$OUT/$name.log" | tail -n "${TAIL:-4}" >&2
+}
+
+for stage in $STAGES; do
+    case $stage in
+        tests) run_stage tests python3 -m pytest -q -x tests/gpu/test_fp8_decode_cuda.py ;;
+        variants) run_stage variants python3 scripts/gpu_fp8_decode.py --variants --contexts 600,1100 \
+            --batches 256,64 --json "$OUT/variants.json" ;;
+        bf16) MINISGL_KW='{"page_size": 16}' run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"
+            . scripts/gpu_save_cache.sh ;;
+        fp8) MINISGL_KW='{"page_size": 16, "kv_dtype": "fp8"}' run_stage fp8 python3 .peer/peer_bench.py minisgl \
+            "$OUT/fp8.json"
+            . scripts/gpu_save_cache.sh ;;
+        peer) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/peer .peer/whl/*.whl
+            PYTHONPATH=/tmp/peer:/tmp/site:$PWD/.peer/mini-sglang/python run_stage peer \
+                python3 .peer/peer_bench.py minisglang "$OUT/peer.json" "$PWD/.peer/qwen3-cfg"
+            . scripts/gpu_save_cache.sh ;;
+        *) echo "gpu_peer: unknown stage $stage (tests, variants, bf16, fp8, peer)" >&2; exit 2 ;;
+    esac
+done
+
+python3 - "$OUT" <<'EOF'
+import json, os, sys
+runs = {}
+for name in ("bf16", "fp8", "peer"):
+    path = os.path.join(sys.argv[1], f"{name}.json")
+    if os.path.exists(path):
+        runs[name] = json.load(open(path))
+for name, run in runs.items():
+    print(f"{name}: {run['tok_s']:.0f} tok/s, batch-1 decode {run['batch1_ms']:.3f} ms")
+peer = runs.get("peer")
+for name in ("bf16", "fp8"):
+    if peer and name in runs:
+        print(f"minisgl {name} / mini-sglang: throughput {runs[name]['tok_s'] / peer['tok_s']:.2f}x, "
+              f"batch-1 {peer['batch1_ms'] / runs[name]['batch1_ms']:.2f}x faster")
+EOF
+echo "gpu_peer: $(( $(date +%s) - START ))s in all" >&2
