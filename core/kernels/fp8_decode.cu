@@ -32,8 +32,8 @@
 //   A slot's scales of every head share one 32-byte sector; blocks that read it at the same time read it from
 //   memory once, where request-major blocks (each head's pass over the whole batch apart from the next) read a
 //   whole sector for 4 bytes: 56 bytes a slot and head on top of 264.
-// - PREFETCH_INDEX: a warp loads the page number of its next tile while the current one is in flight, so the
-//   tile's loads do not wait on a dependent index load first.
+// - PIPELINE: a warp issues its next tile's loads before it computes the current one, so its bytes stay in flight
+//   through the products (two tiles of registers: 3 blocks an SM instead of 4).
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -49,11 +49,14 @@ constexpr float LOG2E = 1.4426950408889634f;
 #ifndef MINISGL_FP8_HEAD_MAJOR
 #define MINISGL_FP8_HEAD_MAJOR 1
 #endif
-#ifndef MINISGL_FP8_PREFETCH_INDEX
-#define MINISGL_FP8_PREFETCH_INDEX 1
+#ifndef MINISGL_FP8_PIPELINE
+#define MINISGL_FP8_PIPELINE 1
 #endif
 constexpr bool HEAD_MAJOR = MINISGL_FP8_HEAD_MAJOR;
-constexpr bool PREFETCH_INDEX = MINISGL_FP8_PREFETCH_INDEX;
+constexpr bool PIPELINE = MINISGL_FP8_PIPELINE;
+#ifndef MINISGL_FP8_MIN_BLOCKS  // blocks an SM must hold: caps the registers a thread may use
+#define MINISGL_FP8_MIN_BLOCKS (MINISGL_FP8_PIPELINE ? 3 : 4)
+#endif
 
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffff), __NV_E4M3);
@@ -87,8 +90,69 @@ __device__ __forceinline__ void split_range(int length, int split, int splits, i
     hi = min((split + 1) * per * TILE, length);
 }
 
+// One warp's tile in registers: thread (g, c) holds K rows g and g + 8 at bytes [c * D / 4, (c + 1) * D / 4)
+// (the scores' A fragments), V rows 2c, 2c + 1, 2c + 8, 2c + 9 at bytes [g * D / 8, (g + 1) * D / 8) (the
+// values' A fragments), and the K and V scales of tokens g and g + 8.
+template <int D>
+struct TileLoad {
+    uint32_t kw[2][D / 16];
+    uint32_t vw[4][D / 32];
+    float kscale[2], vscale[2];
+};
+
+// Issue the loads of the tile of tokens [t0, t0 + TILE) (tokens from hi on read token t0's slot: their scores
+// are masked later).
+template <int D>
+__device__ __forceinline__ void load_tile(TileLoad<D>& r, int t0, int hi, bool tile_pages,
+                                          const int32_t* __restrict__ kv_indices, int first, int page,
+                                          const uint8_t* __restrict__ k_cache, const uint8_t* __restrict__ v_cache,
+                                          const float* __restrict__ k_scale, const float* __restrict__ v_scale,
+                                          int64_t row_bytes, int num_kv_heads, int h, int g, int c) {
+    constexpr int CHUNKS = D / 16, V_WORDS = D / 32;
+    const int kt[2] = {t0 + g, t0 + g + 8};
+    const int vt[4] = {t0 + 2 * c, t0 + 2 * c + 1, t0 + 2 * c + 8, t0 + 2 * c + 9};
+    int64_t ks[2], vs[4];
+    if (tile_pages) {
+        const int64_t base = static_cast<int64_t>(kv_indices[first + t0 / page]) * page + t0 % page - t0;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) ks[i] = base + (kt[i] < hi ? kt[i] : t0);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) vs[i] = base + (vt[i] < hi ? vt[i] : t0);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) ks[i] = slot_of(kv_indices, first, kt[i] < hi ? kt[i] : t0, page);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) vs[i] = slot_of(kv_indices, first, vt[i] < hi ? vt[i] : t0, page);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const uint4* src = reinterpret_cast<const uint4*>(k_cache + ks[i] * row_bytes + h * D + c * (D / 4));
+#pragma unroll
+        for (int u = 0; u < CHUNKS / 4; ++u) {
+            uint4 x = __ldg(src + u);
+            r.kw[i][4 * u] = x.x; r.kw[i][4 * u + 1] = x.y; r.kw[i][4 * u + 2] = x.z; r.kw[i][4 * u + 3] = x.w;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint8_t* src = v_cache + vs[i] * row_bytes + h * D + g * (D / 8);
+        if constexpr (V_WORDS == 4) {
+            uint4 x = __ldg(reinterpret_cast<const uint4*>(src));
+            r.vw[i][0] = x.x; r.vw[i][1] = x.y; r.vw[i][2] = x.z; r.vw[i][3] = x.w;
+        } else {
+            uint2 x = __ldg(reinterpret_cast<const uint2*>(src));
+            r.vw[i][0] = x.x; r.vw[i][1] = x.y;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        r.kscale[i] = __ldg(k_scale + ks[i] * num_kv_heads + h);
+        r.vscale[i] = __ldg(v_scale + ks[i] * num_kv_heads + h);
+    }
+}
+
 template <typename T, int D>
-__global__ void __launch_bounds__(WARPS * 32, 4)
+__global__ void __launch_bounds__(WARPS * 32, MINISGL_FP8_MIN_BLOCKS)
 fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, const uint8_t* __restrict__ v_cache,
                   const float* __restrict__ k_scale, const float* __restrict__ v_scale,
                   const int32_t* __restrict__ kv_indptr, const int32_t* __restrict__ kv_indices,
@@ -133,59 +197,23 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
     const bool tile_pages = page % TILE == 0;  // a tile never crosses a page: one page lookup per tile
     constexpr int STRIDE = WARPS * TILE;
     const int t_first = lo + warp * TILE;
-    int page_id = (tile_pages && PREFETCH_INDEX && t_first < hi) ? kv_indices[first + t_first / page] : 0;
+    TileLoad<D> cur, next;
+    if (PIPELINE && t_first < hi) {
+        load_tile(cur, t_first, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, k_scale, v_scale,
+                  row_bytes, num_kv_heads, h, g, c);
+    }
     for (int t0 = t_first; t0 < hi; t0 += STRIDE) {
-        // slots of this thread's tokens: K rows g, g + 8; V rows 2c, 2c + 1, 2c + 8, 2c + 9 (invalid -> t0)
-        int kt[2] = {t0 + g, t0 + g + 8};
-        int vt[4] = {t0 + 2 * c, t0 + 2 * c + 1, t0 + 2 * c + 8, t0 + 2 * c + 9};
-        int64_t ks[2], vs[4];
-        if (tile_pages) {
-            int this_page = page_id;
-            if (PREFETCH_INDEX) {
-                page_id = t0 + STRIDE < hi ? __ldg(kv_indices + first + (t0 + STRIDE) / page) : 0;
-            } else {
-                this_page = kv_indices[first + t0 / page];
-            }
-            int64_t base = static_cast<int64_t>(this_page) * page + t0 % page - t0;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) ks[r] = base + (kt[r] < hi ? kt[r] : t0);
-#pragma unroll
-            for (int r = 0; r < 4; ++r) vs[r] = base + (vt[r] < hi ? vt[r] : t0);
-        } else {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) ks[r] = slot_of(kv_indices, first, kt[r] < hi ? kt[r] : t0, page);
-#pragma unroll
-            for (int r = 0; r < 4; ++r) vs[r] = slot_of(kv_indices, first, vt[r] < hi ? vt[r] : t0, page);
+        // this tile's loads (or, pipelined, the next one's: they fly while this one is computed)
+        const int t_load = PIPELINE ? t0 + STRIDE : t0;
+        if (t_load < hi) {
+            load_tile(PIPELINE ? next : cur, t_load, hi, tile_pages, kv_indices, first, page, k_cache, v_cache,
+                      k_scale, v_scale, row_bytes, num_kv_heads, h, g, c);
         }
-        // every load of the tile first, so the values arrive while the scores are computed
-        uint32_t kw[2][CHUNKS];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const uint4* src = reinterpret_cast<const uint4*>(k_cache + ks[r] * row_bytes + h * D + c * (D / 4));
-#pragma unroll
-            for (int u = 0; u < CHUNKS / 4; ++u) {
-                uint4 x = __ldg(src + u);
-                kw[r][4 * u] = x.x; kw[r][4 * u + 1] = x.y; kw[r][4 * u + 2] = x.z; kw[r][4 * u + 3] = x.w;
-            }
-        }
-        uint32_t vw[4][V_WORDS];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const uint8_t* src = v_cache + vs[r] * row_bytes + h * D + g * (D / 8);
-            if constexpr (V_WORDS == 4) {
-                uint4 x = __ldg(reinterpret_cast<const uint4*>(src));
-                vw[r][0] = x.x; vw[r][1] = x.y; vw[r][2] = x.z; vw[r][3] = x.w;
-            } else {
-                uint2 x = __ldg(reinterpret_cast<const uint2*>(src));
-                vw[r][0] = x.x; vw[r][1] = x.y;
-            }
-        }
-        float kscale[2], vscale[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            kscale[r] = __ldg(k_scale + ks[r] * num_kv_heads + h);
-            vscale[r] = __ldg(v_scale + ks[r] * num_kv_heads + h);
-        }
+        const auto& kw = cur.kw;
+        const auto& vw = cur.vw;
+        const auto& kscale = cur.kscale;
+        const auto& vscale = cur.vscale;
+        const int kt[2] = {t0 + g, t0 + g + 8};
 
         // scores^T: rows = tokens g, g + 8; columns = heads 2c, 2c + 1 of the group
         float s[4] = {0.f, 0.f, 0.f, 0.f};
@@ -247,6 +275,7 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
                           e4m3x2_to_f16x2(hi_pair), e4m3x2_to_f16x2(hi_pair >> 16), pb0, pb1);
             }
         }
+        if (PIPELINE) cur = next;
     }
 
     // the warp's sums over its 16 token rows (lanes of the same c)
