@@ -143,9 +143,8 @@ def _flashinfer(q, pool, indptr, indices, last, context) -> list[dict]:
 
 
 # builds of the CUDA fp8 decode: the defaults, then each of fp8_decode.cu's choices turned off
-VARIANTS = {"default": (), "pipelined, 4 blocks an SM": ("MINISGL_FP8_MIN_BLOCKS=4",),
-            "not pipelined": ("MINISGL_FP8_PIPELINE=0",),
-            "request-major, not pipelined": ("MINISGL_FP8_HEAD_MAJOR=0", "MINISGL_FP8_PIPELINE=0")}
+VARIANTS = {"default": (), "no L2 prefetch": ("MINISGL_FP8_PREFETCH_L2=0",),
+            "request-major, no L2 prefetch": ("MINISGL_FP8_HEAD_MAJOR=0", "MINISGL_FP8_PREFETCH_L2=0")}
 VARIANT_ROUNDS = 3
 
 

@@ -32,8 +32,10 @@
 //   A slot's scales of every head share one 32-byte sector; blocks that read it at the same time read it from
 //   memory once, where request-major blocks (each head's pass over the whole batch apart from the next) read a
 //   whole sector for 4 bytes: 56 bytes a slot and head on top of 264.
-// - PIPELINE: a warp issues its next tile's loads before it computes the current one, so its bytes stay in flight
-//   through the products (two tiles of registers: 3 blocks an SM instead of 4).
+// - PREFETCH_L2: a warp asks L2 for its next tile's rows before it computes the current one, so they come from
+//   L2 rather than memory when it loads them, at no cost in registers. (Loading the next tile into registers
+//   instead, a pipeline of two tiles, was slower on an H200: 191 against 167 us at 256 rows, context 1100, as
+//   it leaves room for 3 blocks an SM instead of 4, and 186 us forced to 4 with spills.)
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -49,14 +51,11 @@ constexpr float LOG2E = 1.4426950408889634f;
 #ifndef MINISGL_FP8_HEAD_MAJOR
 #define MINISGL_FP8_HEAD_MAJOR 1
 #endif
-#ifndef MINISGL_FP8_PIPELINE
-#define MINISGL_FP8_PIPELINE 1
+#ifndef MINISGL_FP8_PREFETCH_L2
+#define MINISGL_FP8_PREFETCH_L2 1
 #endif
 constexpr bool HEAD_MAJOR = MINISGL_FP8_HEAD_MAJOR;
-constexpr bool PIPELINE = MINISGL_FP8_PIPELINE;
-#ifndef MINISGL_FP8_MIN_BLOCKS  // blocks an SM must hold: caps the registers a thread may use
-#define MINISGL_FP8_MIN_BLOCKS (MINISGL_FP8_PIPELINE ? 3 : 4)
-#endif
+constexpr bool PREFETCH_L2 = MINISGL_FP8_PREFETCH_L2;
 
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffff), __NV_E4M3);
@@ -102,16 +101,12 @@ struct TileLoad {
 
 // Issue the loads of the tile of tokens [t0, t0 + TILE) (tokens from hi on read token t0's slot: their scores
 // are masked later).
-template <int D>
-__device__ __forceinline__ void load_tile(TileLoad<D>& r, int t0, int hi, bool tile_pages,
-                                          const int32_t* __restrict__ kv_indices, int first, int page,
-                                          const uint8_t* __restrict__ k_cache, const uint8_t* __restrict__ v_cache,
-                                          const float* __restrict__ k_scale, const float* __restrict__ v_scale,
-                                          int64_t row_bytes, int num_kv_heads, int h, int g, int c) {
-    constexpr int CHUNKS = D / 16, V_WORDS = D / 32;
+// The slots of thread (g, c)'s rows of the tile at t0: K rows g, g + 8 and V rows 2c, 2c + 1, 2c + 8, 2c + 9.
+__device__ __forceinline__ void tile_slots(int64_t (&ks)[2], int64_t (&vs)[4], int t0, int hi, bool tile_pages,
+                                           const int32_t* __restrict__ kv_indices, int first, int page, int g,
+                                           int c) {
     const int kt[2] = {t0 + g, t0 + g + 8};
     const int vt[4] = {t0 + 2 * c, t0 + 2 * c + 1, t0 + 2 * c + 8, t0 + 2 * c + 9};
-    int64_t ks[2], vs[4];
     if (tile_pages) {
         const int64_t base = static_cast<int64_t>(kv_indices[first + t0 / page]) * page + t0 % page - t0;
 #pragma unroll
@@ -124,6 +119,17 @@ __device__ __forceinline__ void load_tile(TileLoad<D>& r, int t0, int hi, bool t
 #pragma unroll
         for (int i = 0; i < 4; ++i) vs[i] = slot_of(kv_indices, first, vt[i] < hi ? vt[i] : t0, page);
     }
+}
+
+template <int D>
+__device__ __forceinline__ void load_tile(TileLoad<D>& r, int t0, int hi, bool tile_pages,
+                                          const int32_t* __restrict__ kv_indices, int first, int page,
+                                          const uint8_t* __restrict__ k_cache, const uint8_t* __restrict__ v_cache,
+                                          const float* __restrict__ k_scale, const float* __restrict__ v_scale,
+                                          int64_t row_bytes, int num_kv_heads, int h, int g, int c) {
+    constexpr int CHUNKS = D / 16, V_WORDS = D / 32;
+    int64_t ks[2], vs[4];
+    tile_slots(ks, vs, t0, hi, tile_pages, kv_indices, first, page, g, c);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
         const uint4* src = reinterpret_cast<const uint4*>(k_cache + ks[i] * row_bytes + h * D + c * (D / 4));
@@ -151,8 +157,23 @@ __device__ __forceinline__ void load_tile(TileLoad<D>& r, int t0, int hi, bool t
     }
 }
 
+// Ask L2 for the rows of the tile at t0: lane r < 16 the K row of token t0 + r, lane 16 + r its V row (a head's
+// row is at most one 128-byte line).
+template <int D>
+__device__ __forceinline__ void prefetch_tile(int t0, int hi, bool tile_pages, const int32_t* __restrict__ kv_indices,
+                                              int first, int page, const uint8_t* __restrict__ k_cache,
+                                              const uint8_t* __restrict__ v_cache, int64_t row_bytes, int h,
+                                              int lane) {
+    const int t = t0 + (lane & 15);
+    if (t >= hi) return;
+    const int64_t slot = tile_pages ? static_cast<int64_t>(kv_indices[first + t0 / page]) * page + t % page
+                                    : slot_of(kv_indices, first, t, page);
+    const uint8_t* row = (lane < 16 ? k_cache : v_cache) + slot * row_bytes + h * D;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(row));
+}
+
 template <typename T, int D>
-__global__ void __launch_bounds__(WARPS * 32, MINISGL_FP8_MIN_BLOCKS)
+__global__ void __launch_bounds__(WARPS * 32, 4)
 fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, const uint8_t* __restrict__ v_cache,
                   const float* __restrict__ k_scale, const float* __restrict__ v_scale,
                   const int32_t* __restrict__ kv_indptr, const int32_t* __restrict__ kv_indices,
@@ -197,17 +218,14 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
     const bool tile_pages = page % TILE == 0;  // a tile never crosses a page: one page lookup per tile
     constexpr int STRIDE = WARPS * TILE;
     const int t_first = lo + warp * TILE;
-    TileLoad<D> cur, next;
-    if (PIPELINE && t_first < hi) {
-        load_tile(cur, t_first, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, k_scale, v_scale,
-                  row_bytes, num_kv_heads, h, g, c);
-    }
     for (int t0 = t_first; t0 < hi; t0 += STRIDE) {
-        // this tile's loads (or, pipelined, the next one's: they fly while this one is computed)
-        const int t_load = PIPELINE ? t0 + STRIDE : t0;
-        if (t_load < hi) {
-            load_tile(PIPELINE ? next : cur, t_load, hi, tile_pages, kv_indices, first, page, k_cache, v_cache,
-                      k_scale, v_scale, row_bytes, num_kv_heads, h, g, c);
+        // every load of the tile first, so the values arrive while the scores are computed
+        TileLoad<D> cur;
+        load_tile(cur, t0, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, k_scale, v_scale, row_bytes,
+                  num_kv_heads, h, g, c);
+        if (PREFETCH_L2 && t0 + STRIDE < hi) {
+            prefetch_tile<D>(t0 + STRIDE, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, row_bytes, h,
+                             lane);
         }
         const auto& kw = cur.kw;
         const auto& vw = cur.vw;
@@ -275,7 +293,6 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
                           e4m3x2_to_f16x2(hi_pair), e4m3x2_to_f16x2(hi_pair >> 16), pb0, pb1);
             }
         }
-        if (PIPELINE) cur = next;
     }
 
     // the warp's sums over its 16 token rows (lanes of the same c)
