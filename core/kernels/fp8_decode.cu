@@ -56,6 +56,10 @@ constexpr float LOG2E = 1.4426950408889634f;
 #endif
 constexpr bool HEAD_MAJOR = MINISGL_FP8_HEAD_MAJOR;
 constexpr bool PREFETCH_L2 = MINISGL_FP8_PREFETCH_L2;
+#ifndef MINISGL_FP8_PREFETCH_AHEAD  // how many of the warp's tiles ahead it prefetches
+#define MINISGL_FP8_PREFETCH_AHEAD 1
+#endif
+constexpr int PREFETCH_AHEAD = MINISGL_FP8_PREFETCH_AHEAD;
 
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffff), __NV_E4M3);
@@ -223,8 +227,8 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
         TileLoad<D> cur;
         load_tile(cur, t0, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, k_scale, v_scale, row_bytes,
                   num_kv_heads, h, g, c);
-        if (PREFETCH_L2 && t0 + STRIDE < hi) {
-            prefetch_tile<D>(t0 + STRIDE, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, row_bytes, h,
+        if (PREFETCH_L2 && t0 + PREFETCH_AHEAD * STRIDE < hi) {
+            prefetch_tile<D>(t0 + PREFETCH_AHEAD * STRIDE, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, row_bytes, h,
                              lane);
         }
         const auto& kw = cur.kw;
