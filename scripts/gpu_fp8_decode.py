@@ -143,9 +143,7 @@ def _flashinfer(q, pool, indptr, indices, last, context) -> list[dict]:
 
 
 # builds of the CUDA fp8 decode: the defaults, then each of fp8_decode.cu's choices turned off
-VARIANTS = {"default": (), "L2 prefetch 2 tiles ahead": ("MINISGL_FP8_PREFETCH_AHEAD=2",),
-            "L2 prefetch 3 tiles ahead": ("MINISGL_FP8_PREFETCH_AHEAD=3",),
-            "no L2 prefetch": ("MINISGL_FP8_PREFETCH_L2=0",),
+VARIANTS = {"default": (), "no L2 prefetch": ("MINISGL_FP8_PREFETCH_L2=0",),
             "request-major, no L2 prefetch": ("MINISGL_FP8_HEAD_MAJOR=0", "MINISGL_FP8_PREFETCH_L2=0")}
 VARIANT_ROUNDS = 3
 

@@ -33,9 +33,10 @@
 //   memory once, where request-major blocks (each head's pass over the whole batch apart from the next) read a
 //   whole sector for 4 bytes: 56 bytes a slot and head on top of 264.
 // - PREFETCH_L2: a warp asks L2 for its next tile's rows before it computes the current one, so they come from
-//   L2 rather than memory when it loads them, at no cost in registers. (Loading the next tile into registers
-//   instead, a pipeline of two tiles, was slower on an H200: 191 against 167 us at 256 rows, context 1100, as
-//   it leaves room for 3 blocks an SM instead of 4, and 186 us forced to 4 with spills.)
+//   L2 rather than memory when it loads them, at no cost in registers. Measured on an H200 at 256 rows, context
+//   1100: 165 us a layer against 170 without and 182 request-major; two or three tiles ahead, 169 and 189.
+//   Loading the next tile into registers instead (a pipeline of two tiles) took 191 us: its registers leave
+//   room for 3 blocks an SM instead of 4 (186 us forced to 4, with spills).
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -56,10 +57,6 @@ constexpr float LOG2E = 1.4426950408889634f;
 #endif
 constexpr bool HEAD_MAJOR = MINISGL_FP8_HEAD_MAJOR;
 constexpr bool PREFETCH_L2 = MINISGL_FP8_PREFETCH_L2;
-#ifndef MINISGL_FP8_PREFETCH_AHEAD  // how many of the warp's tiles ahead it prefetches
-#define MINISGL_FP8_PREFETCH_AHEAD 1
-#endif
-constexpr int PREFETCH_AHEAD = MINISGL_FP8_PREFETCH_AHEAD;
 
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_bytes) {
     __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes & 0xffff), __NV_E4M3);
@@ -227,8 +224,8 @@ fp8_decode_kernel(const T* __restrict__ q, const uint8_t* __restrict__ k_cache, 
         TileLoad<D> cur;
         load_tile(cur, t0, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, k_scale, v_scale, row_bytes,
                   num_kv_heads, h, g, c);
-        if (PREFETCH_L2 && t0 + PREFETCH_AHEAD * STRIDE < hi) {
-            prefetch_tile<D>(t0 + PREFETCH_AHEAD * STRIDE, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, row_bytes, h,
+        if (PREFETCH_L2 && t0 + STRIDE < hi) {
+            prefetch_tile<D>(t0 + STRIDE, hi, tile_pages, kv_indices, first, page, k_cache, v_cache, row_bytes, h,
                              lane);
         }
         const auto& kw = cur.kw;
