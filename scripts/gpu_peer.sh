@@ -5,7 +5,8 @@
 #   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
 # Stages, in the order given: tests (the CUDA fp8 decode's GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
-# bf16 or fp8), peer (mini-sglang on the same workload). Each stage has a time limit (T_<stage>, seconds) and
+# bf16 or fp8), peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on the
+# workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
 # writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
 # stage, so a call cut short still leaves the next one warm.
 set -u
@@ -38,7 +39,9 @@ for stage in $STAGES; do
             PYTHONPATH=/tmp/peer:/tmp/site:$PWD/.peer/mini-sglang/python run_stage peer \
                 python3 .peer/peer_bench.py minisglang "$OUT/peer.json" "$PWD/.peer/qwen3-cfg"
             . scripts/gpu_save_cache.sh ;;
-        *) echo "gpu_peer: unknown stage $stage (tests, variants, bf16, fp8, peer)" >&2; exit 2 ;;
+        quality) run_stage quality python3 scripts/gpu_fp8_quality.py --requests 64 --max-tokens 256 \
+            --json "$OUT/quality.json" ;;
+        *) echo "gpu_peer: unknown stage $stage (tests, variants, bf16, fp8, peer, quality)" >&2; exit 2 ;;
     esac
 done
 
