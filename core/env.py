@@ -81,6 +81,12 @@ def cpu_weight_packing_disabled() -> bool:
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")
 
 
+def screened_head_disabled() -> bool:
+    """MINISGL_DISABLE_SCREENED_HEAD=1 computes a greedy CPU batch's whole float32 LM head instead of screening it
+    through an int8 copy (core/kernels/screened_head.py; the same tokens, for comparisons)."""
+    return _flag("MINISGL_DISABLE_SCREENED_HEAD")
+
+
 def cpu_gemm_disabled() -> bool:
     """MINISGL_DISABLE_CPU_GEMM=1 keeps float32 CPU linears on oneDNN's packed GEMM instead of the C GEMM
     (core/kernels/cpu_gemm.py; for comparisons)."""

@@ -18,6 +18,9 @@ from core.request import Batch
 class ForwardContext:
     batch: Batch
     backend: AttentionBackend
+    # the step samples greedily and wants no log-probabilities: of each row's logits only the largest, and the
+    # first index holding it, must be exact (the LM head may screen the rest, core/kernels/screened_head.py)
+    greedy_logits: bool = False
 
 
 _current: ForwardContext | None = None
@@ -30,9 +33,10 @@ def get_context() -> ForwardContext:
 
 
 @contextmanager
-def forward_context(batch: Batch, backend: AttentionBackend) -> Iterator[ForwardContext]:
+def forward_context(batch: Batch, backend: AttentionBackend,
+                    greedy_logits: bool = False) -> Iterator[ForwardContext]:
     global _current
-    previous, _current = _current, ForwardContext(batch, backend)
+    previous, _current = _current, ForwardContext(batch, backend, greedy_logits)
     try:
         yield _current
     finally:

@@ -33,6 +33,7 @@ from core.kernels.cpu_features import cpu_features
 from core.kernels.cpu_gemm import panel_linears
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
+from core.kernels.screened_head import ScreenedHead
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.model_config import ModelConfig
@@ -112,6 +113,11 @@ class Engine:
         # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
         self.packed_linears = (panel_linears(self.model, torch.get_num_threads()) if kernels.c_gemm else
                                pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
+        # a greedy batch's LM head screened through an int8 copy of its panels' weight (core/kernels/screened_head.py)
+        self.screened_head = kernels.screened_head and self.tp_info.size == 1
+        if self.screened_head:
+            head = self.model.lm_head
+            head.screen = ScreenedHead.of(head.weight, head.packed)
         # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
         # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
@@ -152,6 +158,8 @@ class Engine:
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         packed = (", linears in C on weights packed into panels (AVX-512)" if plan.kernels.c_gemm else
                   ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else "")
+        if self.screened_head:
+            packed += ", greedy batches' LM head screened through int8 (VNNI)"
         if plan.precision.words:
             packed += f", {plan.precision.words}"
         return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
@@ -230,15 +238,15 @@ class Engine:
                       logits_indices: torch.Tensor) -> tuple[torch.Tensor, TokenLogprobs | None]:
         """Run the model on a prepared batch and sample; the next tokens stay on the device. Logprobs come back
         too (still on the device) when some request of the batch asked for them."""
-        with forward_context(batch, self.attn_backend), torch.inference_mode():
+        # a greedy step that wants no log-probabilities needs only each row's largest logit exact
+        greedy = sample_args.all_greedy and sample_args.logprobs < 0
+        with forward_context(batch, self.attn_backend, greedy_logits=greedy), torch.inference_mode():
             if self.graph_runner is not None and self.graph_runner.can_run(batch):
                 logits = self.graph_runner.run(batch)
             elif self.cpu_decode is not None and batch.is_decode and batch.size == 1:
                 req = batch.reqs[0]
-                # a greedy step that wants no log-probabilities needs only the largest logit exact
                 logits = self.cpu_decode(batch.input_ids, batch.positions,
-                                         self.page_table[req.table_idx, :req.device_len],
-                                         screen=sample_args.all_greedy and sample_args.logprobs < 0)
+                                         self.page_table[req.table_idx, :req.device_len], screen=greedy)
             else:
                 self.attn_backend.begin_forward(batch)
                 logits = self.model(batch.input_ids, batch.positions, logits_indices)

@@ -20,6 +20,7 @@ from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
 from core.kernels.cpu_features import CpuFeatures, cpu_features
 from core.kernels import cpu_decode, cpu_gemm
+from core.kernels.screened_head import unsupported_reason as screen_unsupported
 from core.kernels.fp8_decode_cuda import unavailable_reason as fp8_cuda_unavailable
 from core.kernels.onednn_packed import packing_available
 from core.kernels.triton_available import triton_runs_on
@@ -227,12 +228,15 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
     """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
     can be turned off for comparisons; the small-batch decode reads bf16 pages only, so not with an fp8 KV
     cache); on a float32 CPU the C GEMM's panels where it runs (AVX-512; not beside bf16 copies, which take every
-    linear), else oneDNN-packed weights, used at one row too when torch runs more than one thread (read once,
-    here: set the threads before building the engine)."""
+    linear), with VNNI also a greedy batch's LM head screened through int8, else oneDNN-packed weights, used at
+    one row too when torch runs more than one thread (read once, here: set the threads before building the
+    engine)."""
     flashinfer = attention == "flashinfer"
     triton = flashinfer and triton_runs_on(device)
     fused_qkv = triton and not env.fused_qkv_disabled()
-    c_gemm = not bf16_linears and not c_gemm_unavailable(device, dtype, cpu_features())
+    features = cpu_features()
+    c_gemm = not bf16_linears and not c_gemm_unavailable(device, dtype, features)
+    screened_head = c_gemm and not screen_unsupported(features.flags) and not env.screened_head_disabled()
     packed = packing_available(device, dtype) and not env.cpu_weight_packing_disabled() and not c_gemm
     gemv = triton and not env.gemv_disabled()
     small_decode = fused_qkv and not kv_fp8 and not env.small_decode_disabled()
@@ -241,6 +245,7 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
         pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.pdl_disabled(),
         triton_sampler=triton and not env.triton_sampler_disabled(),
         packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1, c_gemm=c_gemm,
+        screened_head=screened_head,
         int8_weights=int8_weights, bf16_linears=bf16_linears)
 
 

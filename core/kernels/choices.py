@@ -36,6 +36,10 @@ class KernelChoices:
     # float32 CPU linears through the C GEMM on weights packed once into its panels (core/kernels/cpu_gemm.py),
     # in place of oneDNN's packing, on x86-64 with AVX-512
     c_gemm: bool = False
+    # a greedy batch's LM head (no log-probabilities asked) screened through an int8 copy with AVX512-VNNI, only
+    # the logits that can be a row's largest computed in float32 on the C GEMM's panels
+    # (core/kernels/screened_head.py)
+    screened_head: bool = False
     # one-row linears (batch-1 decode) packed too: oneDNN splits one row's product over the threads, the BLAS's
     # matrix-vector product runs on one, so this pays only with more than one torch thread
     packed_one_row: bool = False
@@ -50,6 +54,8 @@ class KernelChoices:
             raise ValueError("the fused QKV and GEMV kernels run in flashinfer's kernel set")
         if self.c_gemm and (self.packed_weights or self.bf16_linears):
             raise ValueError("the C GEMM is a float32 CPU engine's one form of its linears")
+        if self.screened_head and not self.c_gemm:
+            raise ValueError("the screened LM head computes its kept logits on the C GEMM's panels")
         if self.packed_one_row and not self.packed_weights:
             raise ValueError("one-row packed linears need packed weights")
         if self.small_decode and not self.fused_qkv:

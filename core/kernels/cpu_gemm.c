@@ -22,6 +22,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -251,5 +252,259 @@ __attribute__((target("avx512f,fma"))) void silu_mul_gemm_panels(const float *ga
         silu_mul_rows(gate_up, begin, end, k, act);
 #pragma omp barrier
         products(act, m, k, panels, n, 0, y);
+    }
+}
+
+/* ---- A greedy batch's LM head, screened through an int8 copy ---------------------------------------------------
+ *
+ * A greedy step that wants no log-probabilities needs, of each row's logits, only the largest and the first index
+ * holding it. The float32 LM head is most of a decode step's FLOPs (SmolLM2: 49,152 x 576, 9 ms of a 32-row step
+ * on two Zen 4 cores); here every logit is first estimated on an int8 copy of the head with AVX512-VNNI's integer
+ * dot products (a quarter of the bytes, 64 products an instruction), with a rigorous bound on the estimate's
+ * error, and only the logits whose estimate plus bound reaches the row's best lower end are computed in float32,
+ * exactly as products() computes them (lane by lane one fused multiply-add chain over k in order from zero, on the
+ * same panels); every other logit comes back as -infinity. A row's largest logit and the first index holding it
+ * are then the full product's: the best float32 logit's estimate plus its bound is at least that logit, which is
+ * at least every other logit, which is at least every estimate minus its bound; so it is kept, as is every logit
+ * equal to it. This is cpu_decode.c's screened_logits for many rows, with the weight read once for all of them.
+ *
+ * The estimate: weight row r quantised per row (q = round(w / s_r), |w - s_r q| <= s_r / 2); the input row in
+ * blocks of SCREEN_BLOCK values (p = round(x / t_b), t_b = max|x_b| / 127, so an outlier costs only its block's
+ * precision; one scale per row kept half the vocabulary on SmolLM2's final hidden states); est = s_r sum_b t_b
+ * (sum q p over block b), each block's integer sum exact. Its error, as cpu_decode.c bounds it:
+ *   |w.x - est| <= sum_b t_b / 2 |w_b|_1 + s_r / 2 |x~|_1,  |x~|_1 <= |x|_1 + sum_b t_b / 2 (values in b),
+ * each half taken as 0.5005; the estimate's float sums over blocks off by at most s_r |x~|_1 127 (blocks + 4)
+ * 2^-24 (taken twice over); a kept logit's float32 chain off the real w.x by at most k 2^-24 |w_r|_1 max|x| (taken
+ * twice over); a relative 1e-4 and an absolute 1e-5 more.
+ *
+ * VNNI multiplies unsigned by signed bytes: the input goes in as p + 128, and 128 times the block's sum of q
+ * (precomputed) is taken off each block's integer sum. The int8 head is packed SCREEN rows at a time, k-major in
+ * groups of four inputs: packed[g][i / 4][j][i % 4] = q[g * SCREEN + j][i], zero past the last row and past k; the
+ * blocks' sums of q and magnitudes |w_b|_1 as [g][block][j]. */
+#define SCREEN 16        /* weight rows per group: one 64-byte vector of four-byte groups */
+#define SCREEN_ROWS 8    /* input rows per block of the estimate */
+#define SCREEN_BLOCK 32  /* inputs per quantisation block of an input row: eight four-byte steps */
+#define SCREEN_HALF 0.5005f
+#define SCREEN_EPS 1.2e-7f  /* twice 2^-24 */
+
+int64_t screen_bytes(int64_t n, int64_t k) { return (n + SCREEN - 1) / SCREEN * SCREEN * ((k + 3) / 4 * 4); }
+int64_t screen_blocks(int64_t k) { return (k + SCREEN_BLOCK - 1) / SCREEN_BLOCK; }
+
+/* The packed copy of q [n, k] and, per group and block, its rows' sums of q (qsums) and magnitudes of w (l1,
+ * float64 sums rounded up to float32 by the caller's w_l1 [n, blocks]; here only laid out). */
+void screen_pack(const int8_t *q, const float *w_l1, int64_t n, int64_t k, int8_t *packed, int32_t *qsums,
+                 float *l1) {
+    int64_t groups = (n + SCREEN - 1) / SCREEN, k4 = (k + 3) / 4, blocks = screen_blocks(k);
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t j = 0; j < SCREEN; j++) {
+            int64_t row = g * SCREEN + j;
+            for (int64_t i4 = 0; i4 < k4; i4++)
+                for (int64_t b = 0; b < 4; b++) {
+                    int64_t i = i4 * 4 + b;
+                    packed[((g * k4 + i4) * SCREEN + j) * 4 + b] = row < n && i < k ? q[row * k + i] : 0;
+                }
+            for (int64_t b = 0; b < blocks; b++) {
+                int32_t sum = 0;
+                for (int64_t i = b * SCREEN_BLOCK; i < k && i < (b + 1) * SCREEN_BLOCK; i++)
+                    sum += row < n ? q[row * k + i] : 0;
+                qsums[(g * blocks + b) * SCREEN + j] = sum;
+                l1[(g * blocks + b) * SCREEN + j] = row < n ? w_l1[row * blocks + b] : 0.0f;
+            }
+        }
+}
+
+/* Per input row: its quantised copy (p + 128 as bytes, k padded to four with 128), its blocks' steps, and what the
+ * bound needs. */
+typedef struct {
+    float x_q;     /* |x~|_1, rounded up */
+    float max;     /* max |x| */
+} ScreenInput;
+
+static void screen_quantize(const float *x, int64_t k, uint8_t *xq, float *steps, ScreenInput *info) {
+    float l1 = 0.0f, top = 0.0f;
+    int64_t k4 = (k + 3) / 4 * 4;
+    for (int64_t b0 = 0; b0 < k; b0 += SCREEN_BLOCK) {
+        int64_t b1 = b0 + SCREEN_BLOCK < k ? b0 + SCREEN_BLOCK : k;
+        float amax = 0.0f;
+        for (int64_t i = b0; i < b1; i++) {
+            float a = fabsf(x[i]);
+            amax = a > amax ? a : amax;
+            l1 += a;
+        }
+        float t = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        for (int64_t i = b0; i < b1; i++) {
+            int p = (int)nearbyintf(x[i] * inv);
+            xq[i] = (uint8_t)((p > 127 ? 127 : p < -127 ? -127 : p) + 128);
+        }
+        steps[b0 / SCREEN_BLOCK] = t;
+        l1 += SCREEN_HALF * t * (float)(b1 - b0);
+        top = amax > top ? amax : top;
+    }
+    for (int64_t i = k; i < k4; i++) xq[i] = 128;
+    info->x_q = l1 * (1.0f + SCREEN_EPS * (float)k) * 1.001f;
+    info->max = top;
+}
+
+/* acc += a (unsigned bytes) . b (signed bytes), four products a lane: in asm, as GCC 12 copies the intrinsic's
+ * accumulator in and out of another register around every use (two moves a product, twice the loop's work). */
+__attribute__((target("avx512f,avx512vnni"))) static inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+
+/* Weight group g against input rows [0, rows) of a block of them: each logit's estimate plus its bound into y (row
+ * stride n), and each row's lanes of the best lower end (estimate minus bound) so far into top (row stride 16).
+ * Meanwhile `next` (the next group's bytes, or NULL) is prefetched, a few lines a block: the group after this one
+ * arrives while this one is multiplied. */
+__attribute__((target("avx512f,avx512bw,avx512vnni,fma"), always_inline)) static inline void screen_block(
+    const uint8_t *xq, int64_t k4, int64_t k, const int8_t *group, int rows, const float *steps, int64_t blocks,
+    const float *scales, const int32_t *qsums, const float *l1, const float *row_l1, const ScreenInput *info,
+    float *y, int64_t n, __mmask16 mask, float *top, const int8_t *next) {
+    __m512 est[SCREEN_ROWS], err[SCREEN_ROWS];
+    for (int r = 0; r < SCREEN_ROWS; r++) est[r] = err[r] = _mm512_setzero_ps();
+    int64_t lines = SCREEN * k4 / 64, per_block = (lines + blocks - 1) / blocks;
+    for (int64_t b = 0; b < blocks; b++) {
+        if (next)
+            for (int64_t l = b * per_block; l < lines && l < (b + 1) * per_block; l++)
+                _mm_prefetch((const char *)(next + l * 64), _MM_HINT_T0);
+        __m512i acc[SCREEN_ROWS];
+        for (int r = 0; r < SCREEN_ROWS; r++) acc[r] = _mm512_setzero_si512();
+        int64_t i_end = (b + 1) * SCREEN_BLOCK < k4 ? (b + 1) * SCREEN_BLOCK : k4;
+#pragma GCC unroll 8
+        for (int64_t i = b * SCREEN_BLOCK; i < i_end; i += 4) {
+            __m512i w = _mm512_loadu_si512((const void *)(group + i * SCREEN));
+            for (int r = 0; r < SCREEN_ROWS; r++)
+                if (r < rows) {
+                    int32_t four;
+                    memcpy(&four, xq + r * k4 + i, 4);
+                    acc[r] = dpbusd(acc[r], _mm512_set1_epi32(four), w);
+                }
+        }
+        __m512i offset = _mm512_slli_epi32(_mm512_loadu_si512((const void *)(qsums + b * SCREEN)), 7);
+        __m512 norms = _mm512_loadu_ps(l1 + b * SCREEN);
+        for (int r = 0; r < SCREEN_ROWS; r++)
+            if (r < rows) {
+                __m512 t = _mm512_set1_ps(steps[r * blocks + b]);
+                est[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r], offset)), t, est[r]);
+                err[r] = _mm512_fmadd_ps(t, norms, err[r]);
+            }
+    }
+    __m512 s = _mm512_maskz_loadu_ps(mask, scales), magnitudes = _mm512_maskz_loadu_ps(mask, row_l1);
+    __m512 quantised = _mm512_mul_ps(_mm512_set1_ps(SCREEN_HALF + 127.0f * (float)(blocks + 4) * SCREEN_EPS), s);
+    for (int r = 0; r < SCREEN_ROWS; r++)
+        if (r < rows) {
+            __m512 e = _mm512_mul_ps(est[r], s);
+            __m512 b = _mm512_mul_ps(_mm512_set1_ps(SCREEN_HALF), err[r]);
+            b = _mm512_fmadd_ps(quantised, _mm512_set1_ps(info[r].x_q), b);
+            b = _mm512_fmadd_ps(_mm512_set1_ps(SCREEN_EPS * (float)k * info[r].max), magnitudes, b);
+            b = _mm512_fmadd_ps(_mm512_set1_ps(1e-4f), _mm512_abs_ps(e), b);
+            b = _mm512_fmadd_ps(b, _mm512_set1_ps(1.0001f), _mm512_set1_ps(1e-5f));
+            _mm512_mask_storeu_ps(y + r * n, mask, _mm512_add_ps(e, b));
+            float *t = top + r * 16;
+            _mm512_storeu_ps(t, _mm512_mask_max_ps(_mm512_loadu_ps(t), mask, _mm512_loadu_ps(t), _mm512_sub_ps(e, b)));
+        }
+}
+
+/* Logits [g * SCREEN, g * SCREEN + SCREEN) of input rows x[rows[0..count)] (count <= 4) as products() computes
+ * them, lane by lane: one fused multiply-add chain over k from zero on the same panel columns (SCREEN divides
+ * PANEL), then + 0 for the bias; up to four rows' chains side by side, as one chain waits on its last sum. */
+__attribute__((target("avx512f,fma"))) static inline void exact_logits(const float *x, int64_t k, const float *panels,
+                                                                        int64_t g, const int64_t *rows, int count,
+                                                                        __m512 out[4]) {
+    int64_t first = g * SCREEN;
+    const float *w = panels + (first / PANEL) * k * PANEL + first % PANEL;
+    const float *x0 = x + rows[0] * k, *x1 = x + rows[count > 1] * k, *x2 = x + rows[count > 2 ? 2 : 0] * k,
+                *x3 = x + rows[count > 3 ? 3 : 0] * k;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < k; i++) {
+        __m512 wv = _mm512_loadu_ps(w + i * PANEL);
+        a0 = _mm512_fmadd_ps(_mm512_set1_ps(x0[i]), wv, a0);
+        a1 = _mm512_fmadd_ps(_mm512_set1_ps(x1[i]), wv, a1);
+        a2 = _mm512_fmadd_ps(_mm512_set1_ps(x2[i]), wv, a2);
+        a3 = _mm512_fmadd_ps(_mm512_set1_ps(x3[i]), wv, a3);
+    }
+    __m512 zero = _mm512_setzero_ps();
+    out[0] = _mm512_add_ps(a0, zero);
+    out[1] = _mm512_add_ps(a1, zero);
+    out[2] = _mm512_add_ps(a2, zero);
+    out[3] = _mm512_add_ps(a3, zero);
+}
+
+/* y [m, n]: for each row of x [m, k], the logits of w (its panels; screened through packed, qsums and l1, as
+ * screen_pack laid them out, with the rows' scales and magnitudes row_l1 |w_r|_1) that can hold the row's
+ * largest, in float32 as gemm_panels computes them; -infinity elsewhere. Scratch: xq [m, k rounded up to 4]
+ * bytes, steps [m, screen_blocks(k)], info [m * 2] and tops [threads, m, 16] floats. */
+__attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void screened_logits_rows(
+    const float *x, int64_t m, int64_t k, const float *panels, int64_t n, const int8_t *packed, const float *scales,
+    const int32_t *qsums, const float *l1, const float *row_l1, float *y, uint8_t *xq, float *steps, float *info,
+    float *tops, int threads) {
+    int64_t k4 = (k + 3) / 4 * 4, groups = (n + SCREEN - 1) / SCREEN, blocks = screen_blocks(k);
+    ScreenInput *in = (ScreenInput *)info;
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef _OPENMP
+        int thread = omp_get_thread_num(), nthreads = omp_get_num_threads();
+#else
+        int thread = 0, nthreads = 1;
+#endif
+        int64_t begin, end;
+        share(m, &begin, &end);
+        for (int64_t r = begin; r < end; r++) screen_quantize(x + r * k, k, xq + r * k4, steps + r * blocks, in + r);
+#pragma omp barrier
+        /* every estimate and its bound, and per row the best lower end so far, lane by lane */
+        share(groups, &begin, &end);
+        float *top = tops + (int64_t)thread * m * 16;
+        for (int64_t r = 0; r < m; r++) _mm512_storeu_ps(top + r * 16, _mm512_set1_ps(-INFINITY));
+        for (int64_t g = begin; g < end; g++) {
+            const int8_t *group = packed + g * SCREEN * k4;
+            int cols = n - g * SCREEN < SCREEN ? (int)(n - g * SCREEN) : SCREEN;
+            __mmask16 mask = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1);
+            const int32_t *gq = qsums + g * blocks * SCREEN;
+            const float *gl = l1 + g * blocks * SCREEN;
+            const int8_t *next = g + 1 < end ? group + SCREEN * k4 : 0;
+            for (int64_t r0 = 0; r0 < m; r0 += SCREEN_ROWS) {
+                int rows = m - r0 < SCREEN_ROWS ? (int)(m - r0) : SCREEN_ROWS;
+                float *yb = y + r0 * n + g * SCREEN, *tb = top + r0 * 16;
+                const int8_t *ahead = r0 == 0 ? next : 0;
+                if (rows == SCREEN_ROWS)
+                    screen_block(xq + r0 * k4, k4, k, group, SCREEN_ROWS, steps + r0 * blocks, blocks,
+                                 scales + g * SCREEN, gq, gl, row_l1 + g * SCREEN, in + r0, yb, n, mask, tb, ahead);
+                else
+                    screen_block(xq + r0 * k4, k4, k, group, rows, steps + r0 * blocks, blocks, scales + g * SCREEN,
+                                 gq, gl, row_l1 + g * SCREEN, in + r0, yb, n, mask, tb, ahead);
+            }
+        }
+#pragma omp barrier
+        /* the logits that can reach their row's best lower end, in float32; -infinity for the rest */
+        float best[m];
+        for (int64_t r = 0; r < m; r++) {
+            __m512 lanes = _mm512_loadu_ps(tops + r * 16);
+            for (int t = 1; t < nthreads; t++) lanes = _mm512_max_ps(lanes, _mm512_loadu_ps(tops + (t * m + r) * 16));
+            best[r] = _mm512_reduce_max_ps(lanes);
+        }
+        for (int64_t g = begin; g < end; g++) {
+            int cols = n - g * SCREEN < SCREEN ? (int)(n - g * SCREEN) : SCREEN;
+            __mmask16 mask = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1);
+            int64_t kept[4];
+            __mmask16 keeps[4];
+            int count = 0;
+            for (int64_t r = 0; r < m; r++) {
+                float *yr = y + r * n + g * SCREEN;
+                __mmask16 keep = _mm512_mask_cmp_ps_mask(mask, _mm512_maskz_loadu_ps(mask, yr),
+                                                         _mm512_set1_ps(best[r]), _CMP_GE_OQ);
+                _mm512_mask_storeu_ps(yr, mask, _mm512_set1_ps(-INFINITY));
+                if (keep) {
+                    kept[count] = r;
+                    keeps[count++] = keep;
+                }
+                if (count == 4 || (count && r + 1 == m)) {
+                    __m512 exact[4];
+                    exact_logits(x, k, panels, g, kept, count, exact);
+                    for (int c = 0; c < count; c++)
+                        _mm512_mask_storeu_ps(y + kept[c] * n + g * SCREEN, keeps[c], exact[c]);
+                    count = 0;
+                }
+            }
+        }
     }
 }

@@ -60,6 +60,11 @@ SIGNATURES = {
     "gemm_panels": ([_P, _I64, _I64, _P, _I64, _P, _P, _INT], None),
     "norm_gemm_panels": ([_P, _P, _P, ctypes.c_float, _I64, _I64, _P, _I64, _P, _P, _P, _P, _INT], None),
     "silu_mul_gemm_panels": ([_P, _I64, _I64, _P, _I64, _P, _P, _INT], None),
+    # the greedy LM head's screen (core/kernels/screened_head.py)
+    "screen_bytes": ([_I64, _I64], _I64),
+    "screen_blocks": ([_I64], _I64),
+    "screen_pack": ([_P, _P, _I64, _I64, _P, _P, _P], None),
+    "screened_logits_rows": ([_P, _I64, _I64, _P, _I64] + [_P] * 10 + [_INT], None),
 }
 
 
