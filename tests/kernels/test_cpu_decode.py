@@ -53,7 +53,9 @@ class Checked:
 
     def __call__(self, token: torch.Tensor, position: torch.Tensor, slots: torch.Tensor,
                  screen: bool = False) -> torch.Tensor:
-        engine, batch = self.engine, get_context().batch  # every logit is compared: the step runs unscreened
+        engine, context = self.engine, get_context()
+        batch = context.batch
+        context.greedy_logits = False  # every logit is compared: the step and the torch model run unscreened
         assert int(slots[-1]) == int(batch.out_loc[0]) and int(position[0]) == slots.shape[0] - 1
         ours = self.step(token, position, slots).clone()
         pool, slot = engine.kv_pool, int(slots[-1])
