@@ -3,7 +3,7 @@
 # an earlier call saved one, .jitcache; ../shared/peers/prepare.sh makes .peer):
 #   bash scripts/gpu_peer.sh                       # minisgl bf16, minisgl fp8, mini-sglang, then the ratios
 #   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
-# Stages, in the order given: tests (the CUDA fp8 decode's GPU tests), variants (its builds' A/B,
+# Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
 # bf16 or fp8), peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on the
 # workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
@@ -27,7 +27,7 @@ run_stage() {  # name, then the command; its limit from T_<name>
 
 for stage in $STAGES; do
     case $stage in
-        tests) run_stage tests python3 -m pytest -q -x tests/gpu/test_fp8_decode_cuda.py ;;
+        tests) run_stage tests python3 -m pytest -q -x tests/gpu/test_fp8_decode_cuda.py tests/gpu/test_fp8_gather.py ;;
         variants) run_stage variants python3 scripts/gpu_fp8_decode.py --variants --contexts 600,1100 \
             --batches 256,64 --json "$OUT/variants.json" ;;
         bf16) MINISGL_KW='{"page_size": 16}' run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"

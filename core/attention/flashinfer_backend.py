@@ -40,6 +40,7 @@ from core.kernels.fused_qkv import QKVSpec
 from core.kernels.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
                                        small_decode_attention)
 from core.kernels.fp8_decode_cuda import shape_unsupported_reason
+from core.kernels.fp8_gather import fp8_gather
 from core.kernels.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
 from core.kvcache.pool import KVPool
 from core.request import Batch
@@ -98,11 +99,14 @@ class FlashInferMetadata:
 
 class FlashInferBackend(AttentionBackend):
     def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
-                 head_dim: int, small_decode: bool = False, pdl: bool = False, fp8_cuda: bool = False) -> None:
+                 head_dim: int, small_decode: bool = False, pdl: bool = False, fp8_cuda: bool = False,
+                 fp8_gather: bool = False) -> None:
         """``small_decode``: captured batches of a few rows run the one-kernel Triton decode; the engine's plan
         sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from.
         ``pdl``: that kernel runs as a programmatic dependent launch (KernelChoices.pdl). ``fp8_cuda``: an fp8
-        pool's decode runs the CUDA kernel (core/kernels/fp8_decode_cuda.py) where it takes this shape."""
+        pool's decode runs the CUDA kernel (core/kernels/fp8_decode_cuda.py) where it takes this shape.
+        ``fp8_gather``: an fp8 pool's prefill reads its sequences back in one Triton launch a layer
+        (core/kernels/fp8_gather.py)."""
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
         assert not (small_decode and pool.fp8), "the small-batch decode reads bf16 pages (the plan says so)"
         self.small_decode = small_decode
@@ -114,6 +118,7 @@ class FlashInferBackend(AttentionBackend):
         self.page_size = pool.page_size
         self.dtype = pool.dtype  # what attention computes in (an fp8 pool's values come back in it)
         self.fp8 = pool.fp8
+        self.fp8_gather = self.fp8 and fp8_gather
         self.fp8_cuda = self.fp8 and fp8_cuda and not shape_unsupported_reason(num_heads, num_kv_heads, head_dim,
                                                                                pool.dtype)
         self.device = pool.k.device
@@ -229,7 +234,8 @@ class FlashInferBackend(AttentionBackend):
         if meta.paged is not None:
             return meta.paged.attend(q, self.pool, layer, self.scale)
         if meta.kv_slots is not None:  # fp8 prefill: the sequences back from the pool, in the model's dtype
-            k, v = self.pool.gather(layer, meta.kv_slots, self.dtype)
+            gather = fp8_gather if self.fp8_gather else KVPool.gather
+            k, v = gather(self.pool, layer, meta.kv_slots, self.dtype)
             return meta.wrapper.run(q, k, v)
         wrapper = meta.wrapper
         # a batch planned for the small decode has no wrapper; the one plan that enables it sends the layers to

@@ -199,7 +199,7 @@ class Engine:
 
             kernels = self.plan.kernels
             return FlashInferBackend(*args, small_decode=kernels.small_decode, pdl=kernels.pdl and kernels.small_decode,
-                                     fp8_cuda=self.plan.fp8_cuda_decode)
+                                     fp8_cuda=self.plan.fp8_cuda_decode, fp8_gather=kernels.fp8_gather)
         if self.plan.fp8_paged_decode:
             from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
 

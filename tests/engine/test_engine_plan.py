@@ -44,6 +44,12 @@ def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywh
     assert not choices.fused_qkv and not choices.small_decode
 
 
+def test_an_fp8_pool_under_flashinfer_reads_its_prefill_sequences_through_the_triton_gather(triton_everywhere):
+    assert kernel_choices("flashinfer", CUDA, torch.bfloat16, kv_fp8=True).fp8_gather
+    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).fp8_gather
+    assert not kernel_choices("torch", CUDA, torch.bfloat16, kv_fp8=True).fp8_gather
+
+
 def test_the_triton_sampler_runs_beside_flashinfers_kernels_unless_disabled(triton_everywhere, monkeypatch):
     assert kernel_choices("flashinfer", CUDA, torch.bfloat16).triton_sampler
     monkeypatch.setenv("MINISGL_DISABLE_TRITON_SAMPLER", "1")
