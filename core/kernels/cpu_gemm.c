@@ -313,13 +313,14 @@ void screen_pack(const int8_t *q, const float *w_l1, int64_t n, int64_t k, int8_
         }
 }
 
-/* Per input row: its quantised copy (p + 128 as bytes, k padded to four with 128), its blocks' steps, and what the
- * bound needs. */
+/* What the bound needs of an input row. */
 typedef struct {
     float x_q;     /* |x~|_1, rounded up */
     float max;     /* max |x| */
 } ScreenInput;
 
+/* An input row's quantised copy (p + 128 as bytes, k padded to four with 128), its blocks' steps t_b and its
+ * ScreenInput. */
 static void screen_quantize(const float *x, int64_t k, uint8_t *xq, float *steps, ScreenInput *info) {
     float l1 = 0.0f, top = 0.0f;
     int64_t k4 = (k + 3) / 4 * 4;
@@ -457,8 +458,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void screened_logits_
         for (int64_t r = 0; r < m; r++) _mm512_storeu_ps(top + r * 16, _mm512_set1_ps(-INFINITY));
         for (int64_t g = begin; g < end; g++) {
             const int8_t *group = packed + g * SCREEN * k4;
-            int cols = n - g * SCREEN < SCREEN ? (int)(n - g * SCREEN) : SCREEN;
-            __mmask16 mask = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1);
+            __mmask16 mask = tail_mask(n - g * SCREEN);
             const int32_t *gq = qsums + g * blocks * SCREEN;
             const float *gl = l1 + g * blocks * SCREEN;
             const int8_t *next = g + 1 < end ? group + SCREEN * k4 : 0;
@@ -483,8 +483,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void screened_logits_
             best[r] = _mm512_reduce_max_ps(lanes);
         }
         for (int64_t g = begin; g < end; g++) {
-            int cols = n - g * SCREEN < SCREEN ? (int)(n - g * SCREEN) : SCREEN;
-            __mmask16 mask = cols >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cols) - 1);
+            __mmask16 mask = tail_mask(n - g * SCREEN);
             int64_t kept[4];
             __mmask16 keeps[4];
             int count = 0;

@@ -100,8 +100,6 @@ struct TileLoad {
     float kscale[2], vscale[2];
 };
 
-// Issue the loads of the tile of tokens [t0, t0 + TILE) (tokens from hi on read token t0's slot: their scores
-// are masked later).
 // The slots of thread (g, c)'s rows of the tile at t0: K rows g, g + 8 and V rows 2c, 2c + 1, 2c + 8, 2c + 9.
 __device__ __forceinline__ void tile_slots(int64_t (&ks)[2], int64_t (&vs)[4], int t0, int hi, bool tile_pages,
                                            const int32_t* __restrict__ kv_indices, int first, int page, int g,
@@ -122,6 +120,8 @@ __device__ __forceinline__ void tile_slots(int64_t (&ks)[2], int64_t (&vs)[4], i
     }
 }
 
+// Issue the loads of the tile of tokens [t0, t0 + TILE) (tokens from hi on read token t0's slot: their scores
+// are masked later).
 template <int D>
 __device__ __forceinline__ void load_tile(TileLoad<D>& r, int t0, int hi, bool tile_pages,
                                           const int32_t* __restrict__ kv_indices, int first, int page,

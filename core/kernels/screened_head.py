@@ -15,12 +15,14 @@ from dataclasses import dataclass
 
 import torch
 
+from core.arith import ceil_div
 from core.kernels.c_build import address
 from core.kernels.cpu_decode import block_magnitudes
 from core.kernels.cpu_gemm import PanelWeight, _library
 from core.kernels.int8_weights import Int8Weight
 
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
+SCREEN = 16  # weight rows per group of the int8 copy, and the lanes of a row's best lower ends (cpu_gemm.c's SCREEN)
 
 
 def unsupported_reason(flags: frozenset[str]) -> str:
@@ -53,10 +55,10 @@ class ScreenedHead:
         lib = _library()
         q8 = Int8Weight.quantize(weight)
         rows, cols = q8.values.shape
-        groups, blocks = -(-rows // 16), lib.screen_blocks(cols)
+        groups, blocks = ceil_div(rows, SCREEN), lib.screen_blocks(cols)
         packed = torch.empty(lib.screen_bytes(rows, cols), dtype=torch.int8)
-        qsums = torch.empty(groups, blocks, 16, dtype=torch.int32)
-        l1 = torch.empty(groups, blocks, 16, dtype=torch.float32)
+        qsums = torch.empty(groups, blocks, SCREEN, dtype=torch.int32)
+        l1 = torch.empty(groups, blocks, SCREEN, dtype=torch.float32)
         magnitudes = block_magnitudes(weight)  # held here: the C call reads it
         lib.screen_pack(q8.values.data_ptr(), address(magnitudes), rows, cols, packed.data_ptr(), qsums.data_ptr(),
                         l1.data_ptr())
@@ -70,9 +72,9 @@ class ScreenedHead:
         x = hidden.reshape(-1, weight.in_features).float().contiguous()
         rows, k, n = x.shape[0], weight.in_features, weight.out_features
         out = torch.empty(rows, n)
-        xq = torch.empty(rows, -(-k // 4) * 4, dtype=torch.uint8)
+        xq = torch.empty(rows, ceil_div(k, 4) * 4, dtype=torch.uint8)
         steps, info = torch.empty(rows, lib.screen_blocks(k)), torch.empty(rows, 2)
-        tops = torch.empty(weight.threads, rows, 16)
+        tops = torch.empty(weight.threads, rows, SCREEN)
         lib.screened_logits_rows(x.data_ptr(), rows, k, weight.panels.data_ptr(), n, self.packed.data_ptr(),
                                  address(self.scales), address(self.qsums, torch.int32), address(self.l1),
                                  address(self.row_l1), out.data_ptr(), xq.data_ptr(), steps.data_ptr(),

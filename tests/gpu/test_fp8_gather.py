@@ -1,5 +1,6 @@
 """On CUDA: the fp8 gather's one Triton launch (core/kernels/fp8_gather.py) returns KVPool.gather's keys and
-values bit for bit, for scattered, repeated and no slots; and an fp8 engine's prefill runs it."""
+values bit for bit, for scattered, repeated and no slots, in bf16 and float16 and at a head size off the powers
+of two. (That an fp8 engine's prefill takes it is the plan's test, tests/engine/test_engine_plan.py.)"""
 
 from __future__ import annotations
 
