@@ -82,8 +82,9 @@ def cpu_weight_packing_disabled() -> bool:
 
 
 def screened_head_disabled() -> bool:
-    """MINISGL_DISABLE_SCREENED_HEAD=1 computes a greedy CPU batch's whole float32 LM head instead of screening it
-    through an int8 copy (core/kernels/screened_head.py; the same tokens, for comparisons)."""
+    """MINISGL_DISABLE_SCREENED_HEAD=1 computes a greedy step's whole LM head instead of screening it through an
+    int8 copy (on a CPU core/kernels/screened_head.py, on CUDA core/kernels/gpu_screened_head.py; the same tokens,
+    for comparisons)."""
     return _flag("MINISGL_DISABLE_SCREENED_HEAD")
 
 

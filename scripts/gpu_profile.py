@@ -75,9 +75,17 @@ def decode_steps(llm: LLM, batch: int, context: int, tokens: int, temperature: f
 def graph_replay_ms(llm: LLM, batch: int, context: int) -> float:
     """Device ms of one replay of the graph for ``batch`` rows, planned for a real batch of that size."""
     decode_steps(llm, batch, context, 4)  # leaves the last plan for this size in the graph's buffers
-    graph = llm.engine.graph_runner.graphs[llm.engine.graph_runner.padded_size(batch)]
+    graph = step_graph(llm, batch)
     with torch.cuda.stream(llm.engine.stream):
         return time_device(graph.replay)
+
+
+def step_graph(llm: LLM, batch: int) -> torch.cuda.CUDAGraph:
+    """The graph a decode step of ``batch`` rows replays as decode_steps runs it: greedy at batch 1 (where the
+    screened LM head has a graph of its own), with temperature above."""
+    runner = llm.engine.graph_runner
+    size = runner.padded_size(batch)
+    return runner.graphs[size, batch == 1 and size in runner.greedy_sizes]
 
 
 def kernel_table(llm: LLM, batch: int, context: int, tokens: int, temperature: float, path: Path) -> str:
@@ -169,7 +177,7 @@ def graph_kernel_table(llm: LLM, batch: int, context: int, path: Path) -> str:
     from torch.profiler import ProfilerActivity, profile
 
     decode_steps(llm, batch, context, 4)
-    graph = llm.engine.graph_runner.graphs[llm.engine.graph_runner.padded_size(batch)]
+    graph = step_graph(llm, batch)
     with torch.cuda.stream(llm.engine.stream):
         graph.replay()
         torch.cuda.synchronize()

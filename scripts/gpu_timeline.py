@@ -8,6 +8,13 @@ time, and the longest gaps with the activity that ended each one.
 
     python3 scripts/gpu_timeline.py run --batch 256 --context 600 --tokens 24 --trace $OUT/tl.json
     python3 scripts/gpu_timeline.py analyze $OUT/tl.json
+
+``--steps`` splits the timeline at each copy of the sampled tokens to the host (one per step) and prints a
+typical step activity by activity: what the device runs between two steps' graphs, and where it waits.
+
+    python3 scripts/gpu_timeline.py run --batch 1 --context 300 --tokens 200 --temperature 0 --device-only \
+        --trace $OUT/tl1.json
+    python3 scripts/gpu_timeline.py analyze $OUT/tl1.json --steps
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import argparse
 import json
 import random
 import sys
+import statistics
 from collections import Counter
 
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -37,7 +45,9 @@ def run(args: argparse.Namespace) -> None:
 
     params = SamplingParams(max_tokens=args.tokens, ignore_eos=True, temperature=args.temperature)
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    # CUDA activity alone leaves the host's speed as it is: its idle share is then the engine's
+    activities = [ProfilerActivity.CUDA] if args.device_only else [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities) as prof:
         llm.generate(prompts, params)
         torch.cuda.synchronize()
     prof.export_chrome_trace(args.trace)
@@ -72,6 +82,58 @@ def analyze(args: argparse.Namespace) -> None:
         print(f"  {gap / 1e3:9.1f}  {name[:90]}")
     over = [g for g, _ in gaps if g > 20_000]
     print(f"gaps over 20 us: {len(over)}, {sum(over) / 1e6:.2f} ms in all")
+    if args.steps:
+        step_lines(events, args.top)
+
+
+def is_token_copy(name: str) -> bool:
+    return "DtoH" in name or "Device -> Pinned" in name
+
+
+def step_lines(events: list[tuple[float, float, str]], top: int) -> None:
+    """A typical step, activity by activity: median gap before it and median duration, over the steps that
+    ran the most common sequence of activities (steps that also write a new page-table entry differ)."""
+    steps, current = [], []
+    for event in events:
+        current.append(event)
+        if is_token_copy(event[2]):
+            steps.append(current)
+            current = []
+    if len(steps) < 3:
+        print("fewer than three token copies in the trace: not a decode timeline")
+        return
+    # each step with the one before it (the gap before a step's first activity is the device waiting for it);
+    # the first step may have started before the profile did
+    pairs = list(zip(steps[1:], steps[2:]))
+    shapes = Counter(tuple(name for _, _, name in step) for _, step in pairs)
+    shape, count = shapes.most_common(1)[0]
+    same = [(prev, step) for prev, step in pairs if tuple(name for _, _, name in step) == shape]
+    spans = [step[-1][1] - prev[-1][1] for prev, step in pairs]
+    print(f"\n{len(pairs)} steps, median {statistics.median(spans) / 1e3:.1f} us from one token copy to the next; "
+          f"{count} of them ran the same {len(shape)} activities:")
+    names = Counter(shape)
+    per_layer = max(names.values())
+    rows, total_gap, total_busy = [], 0.0, 0.0
+    for i, name in enumerate(shape):
+        gap = statistics.median(step[i][0] - (step[i - 1][1] if i else prev[-1][1]) for prev, step in same)
+        busy = statistics.median(step[i][1] - step[i][0] for _, step in same)
+        total_gap, total_busy = total_gap + max(gap, 0.0), total_busy + busy
+        rows.append((i, name, gap, busy))
+    print(f"  busy {total_busy / 1e3:.1f} us, gaps {total_gap / 1e3:.1f} us (medians, activity by activity)")
+    print("  activities that are not one of a layer's (seen fewer times than the most repeated one):")
+    for i, name, gap, busy in rows:
+        if names[name] < per_layer // 2:
+            print(f"    #{i:4d}  gap {gap / 1e3:7.2f} us  busy {busy / 1e3:7.2f} us  {name[:80]}")
+    print(f"  the {top} longest gaps inside the step:")
+    for i, name, gap, busy in sorted(rows, key=lambda r: -r[2])[:top]:
+        print(f"    #{i:4d}  gap {gap / 1e3:7.2f} us  busy {busy / 1e3:7.2f} us  {name[:80]}")
+    layer = Counter()
+    for i, name, gap, busy in rows:
+        if names[name] >= per_layer // 2:
+            layer[name] += busy
+    print("  the layers' kernels, per step:")
+    for name, ns in layer.most_common():
+        print(f"    {ns / 1e3:8.1f} us  x{names[name]}  {name[:80]}")
 
 
 def main() -> None:
@@ -85,10 +147,12 @@ def main() -> None:
     r.add_argument("--temperature", type=float, default=0.6)
     r.add_argument("--kv-dtype", default="auto")
     r.add_argument("--trace", default="timeline.json", help="where the Chrome trace goes")
+    r.add_argument("--device-only", action="store_true", help="record CUDA activity only (the host runs at speed)")
     a = sub.add_parser("analyze", help="kernels, copies and idle gaps from the exported SQLite file")
     a.add_argument("trace")
     a.add_argument("--skip-ms", type=float, default=0.0, help="leave out the first milliseconds")
     a.add_argument("--top", type=int, default=15)
+    a.add_argument("--steps", action="store_true", help="a typical decode step, activity by activity")
     args = parser.parse_args()
     run(args) if args.command == "run" else analyze(args)
 

@@ -33,6 +33,7 @@ from core.kernels.cpu_features import cpu_features
 from core.kernels.cpu_gemm import panel_linears
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
+from core.kernels.gpu_screened_head import GpuScreenedHead
 from core.kernels.screened_head import ScreenedHead
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
@@ -113,11 +114,13 @@ class Engine:
         # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
         self.packed_linears = (panel_linears(self.model, torch.get_num_threads()) if kernels.c_gemm else
                                pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
-        # a greedy batch's LM head screened through an int8 copy of its panels' weight (core/kernels/screened_head.py)
-        self.screened_head = kernels.screened_head and self.tp_info.size == 1
+        # a greedy batch's LM head screened through an int8 copy of its weight: on a CPU its panels'
+        # (core/kernels/screened_head.py), on CUDA a greedy request's alone (core/kernels/gpu_screened_head.py)
+        self.screened_head = (kernels.screened_head or kernels.gpu_screened_head) and self.tp_info.size == 1
         if self.screened_head:
             head = self.model.lm_head
-            head.screen = ScreenedHead.of(head.weight, head.packed)
+            head.screen = (ScreenedHead.of(head.weight, head.packed) if kernels.screened_head else
+                           GpuScreenedHead.of(head.weight))
         # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
         # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
@@ -159,7 +162,8 @@ class Engine:
         packed = (", linears in C on weights packed into panels (AVX-512)" if plan.kernels.c_gemm else
                   ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else "")
         if self.screened_head:
-            packed += ", greedy batches' LM head screened through int8 (VNNI)"
+            packed += (", greedy batches' LM head screened through int8 (VNNI)" if plan.kernels.screened_head else
+                       ", a greedy request's LM head screened through int8")
         if plan.precision.words:
             packed += f", {plan.precision.words}"
         return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
@@ -216,8 +220,10 @@ class Engine:
         if not self.plan.cuda_graph_max_bs:
             return None
         assert self.attn_backend.supports_cuda_graph, "the plan allows graphs only with a backend that has them"
+        # a greedy request's step gets a graph of its own where the LM head screens it (one row)
+        greedy_sizes = (1,) if self.screened_head else ()
         return CudaGraphRunner(self.model, self.attn_backend, self.plan.cuda_graph_max_bs,
-                               self.dummy_page * self.page_size, self.dummy_page, self.device, log)
+                               self.dummy_page * self.page_size, self.dummy_page, self.device, log, greedy_sizes)
 
     def release_cuda_graphs(self) -> None:
         """Drop the captured graphs (decode runs eagerly from here on). Under tensor parallelism they hold NCCL

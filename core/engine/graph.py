@@ -3,7 +3,9 @@
 A decode step of a small model is hundreds of short kernels; launched one by one from Python the GPU waits on
 the CPU. A captured graph launches them all at once. Shapes are frozen at capture, so the runner keeps fixed
 input buffers (token ids, positions, KV write slots) and captures sizes 1, 2, 4, 8, then every multiple of 8
-up to the cap. A batch is padded to the next captured size: padding rows read token 0 at position 0 and write
+up to the cap. Where the LM head screens greedy rows (core/kernels/gpu_screened_head.py), the sizes it takes
+get a second graph, captured with ``greedy_logits`` set, which a step replays when it is greedy and asks for no
+log-probabilities. A batch is padded to the next captured size: padding rows read token 0 at position 0 and write
 their KV into a dummy page that no request owns, and their logits are dropped. The scheduler pads a batch as
 it prepares it (``Engine.padded_size``), so a replay is three copies, a plan and the launch. Prefill and
 batches over the cap run eagerly.
@@ -18,7 +20,7 @@ import torch
 from torch import nn
 
 from core.attention.base import AttentionBackend
-from core.attention.context import forward_context
+from core.attention.context import forward_context, get_context
 from core.request import Batch
 
 
@@ -29,7 +31,9 @@ def batch_size_ladder(cap: int) -> list[int]:
 
 class CudaGraphRunner:
     def __init__(self, model: nn.Module, backend: AttentionBackend, max_bs: int, dummy_slot: int,
-                 dummy_page: int, device: torch.device, log: Callable[[str], None] | None = None) -> None:
+                 dummy_page: int, device: torch.device, log: Callable[[str], None] | None = None,
+                 greedy_sizes: tuple[int, ...] = ()) -> None:
+        """``greedy_sizes``: the captured sizes that also get a greedy graph (the LM head's screen takes them)."""
         self.model = model
         self.backend = backend
         self.sizes = batch_size_ladder(max_bs)
@@ -38,14 +42,15 @@ class CudaGraphRunner:
         self.input_ids = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
         self.out_loc = torch.full((max_bs,), dummy_slot, dtype=torch.int64, device=device)
-        self.rows = torch.arange(max_bs, device=device)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.logits: dict[int, torch.Tensor] = {}
+        self.greedy_sizes = tuple(s for s in greedy_sizes if s in self.sizes)
+        self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # by (size, greedy)
+        self.logits: dict[tuple[int, bool], torch.Tensor] = {}
         backend.init_cuda_graph(self.sizes, dummy_page)
         self._capture_all(device)
         if log:
+            greedy = f", greedy ones for {', '.join(map(str, self.greedy_sizes))}" if self.greedy_sizes else ""
             log(f"captured CUDA graphs for decode batch sizes {self.sizes[0]}..{self.sizes[-1]} "
-                f"({len(self.sizes)} sizes)")
+                f"({len(self.sizes)} sizes{greedy})")
 
     def can_run(self, batch: Batch) -> bool:
         return batch.is_decode and batch.size <= self.max_bs
@@ -62,17 +67,18 @@ class CudaGraphRunner:
     def _capture_all(self, device: torch.device) -> None:
         pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device)
-        for bs in reversed(self.sizes):  # largest first: smaller graphs reuse its memory
+        keys = [(bs, greedy) for bs in self.sizes for greedy in (False, True) if not greedy or bs in self.greedy_sizes]
+        for bs, greedy in reversed(keys):  # largest first: smaller graphs reuse its memory
             batch = self._static_batch(bs, [])
             self.backend.plan_cuda_graph(batch, bs)
-            with forward_context(batch, self.backend):
+            with forward_context(batch, self.backend, greedy_logits=greedy):
                 for _ in range(2):  # warm-up outside capture (lazy init, autotuning)
-                    self.model(batch.input_ids, batch.positions, self.rows[:bs])
+                    self.model(batch.input_ids, batch.positions, None)  # every row: one token a request
                 torch.cuda.synchronize(device)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool, stream=stream):
-                    self.logits[bs] = self.model(batch.input_ids, batch.positions, self.rows[:bs])
-            self.graphs[bs] = graph
+                    self.logits[bs, greedy] = self.model(batch.input_ids, batch.positions, None)
+            self.graphs[bs, greedy] = graph
         torch.cuda.synchronize(device)
 
     def run(self, batch: Batch) -> torch.Tensor:
@@ -89,5 +95,6 @@ class CudaGraphRunner:
             self.out_loc[rows:bs].fill_(self.dummy_slot)
         batch.padded_size = bs
         self.backend.plan_cuda_graph(batch, bs)
-        self.graphs[bs].replay()
-        return self.logits[bs][:n]
+        key = (bs, bs in self.greedy_sizes and get_context().greedy_logits)
+        self.graphs[key].replay()
+        return self.logits[key][:n]

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from core.kernels.race import COLUMN_MULTIPLIER, MASK31, mix, race_tokens, row_keys
+from core.kernels.race import COLUMN_MULTIPLIER, MASK31, greedy_tokens, mix, race_tokens, row_keys
 from core.request import Batch
 from core.transfer import upload_list
 
@@ -97,7 +97,8 @@ class Sampler:
         if compile is None:
             compile = device.type == "cuda"
         self._race = race_tokens if triton_race else _compiled_race() if compile else _race
-        self._greedy = _first_max if device.type == "cpu" else _argmax
+        # greedy picks on the race's kernels too where they run (the same first maximal column)
+        self._greedy = _first_max if device.type == "cpu" else greedy_tokens if triton_race else _argmax
 
     def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:
         """Compile the race now rather than inside the first sampled step. Compiled code is shared by every

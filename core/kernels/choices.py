@@ -43,6 +43,9 @@ class KernelChoices:
     # the logits that can be a row's largest computed in float32 on the C GEMM's panels
     # (core/kernels/screened_head.py)
     screened_head: bool = False
+    # on CUDA, a greedy one-row step's LM head screened the same way through an int8 copy read by a Triton kernel,
+    # the kept logits computed by the plain GEMV's code (core/kernels/gpu_screened_head.py)
+    gpu_screened_head: bool = False
     # one-row linears (batch-1 decode) packed too: oneDNN splits one row's product over the threads, the BLAS's
     # matrix-vector product runs on one, so this pays only with more than one torch thread
     packed_one_row: bool = False
@@ -59,6 +62,8 @@ class KernelChoices:
             raise ValueError("the C GEMM is a float32 CPU engine's one form of its linears")
         if self.screened_head and not self.c_gemm:
             raise ValueError("the screened LM head computes its kept logits on the C GEMM's panels")
+        if self.gpu_screened_head and not self.gemv:
+            raise ValueError("the GPU's screened LM head computes its kept logits with the GEMV kernel")
         if self.packed_one_row and not self.packed_weights:
             raise ValueError("one-row packed linears need packed weights")
         if self.small_decode and not self.fused_qkv:

@@ -31,6 +31,38 @@ def input_chunk(x_ptr, res_ptr, offs_k, k_mask, K: tl.constexpr, PROLOGUE: tl.co
 def gemv_kernel(x_ptr, res_ptr, res_out_ptr, norm_ptr, eps, w_ptr, bias_ptr, out_ptr, N, K: tl.constexpr,
                 PROLOGUE: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_BIAS: tl.constexpr,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
+    pid = tl.program_id(0)
+    gemv_block(pid, x_ptr, res_ptr, res_out_ptr, norm_ptr, eps, w_ptr, bias_ptr, out_ptr, N, K, PROLOGUE,
+               HAS_RESIDUAL, HAS_BIAS, BLOCK_N, BLOCK_K, PDL)
+
+
+@triton.jit(do_not_specialize_on_alignment=["x_ptr", "out_ptr"])
+def gated_gemv_kernel(x_ptr, w_ptr, out_ptr, upper_ptr, best_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr, GROUP: tl.constexpr):
+    """gemv_kernel's plain product for the blocks of BLOCK_N features where some feature's upper bound
+    (``upper_ptr``) reaches ``best_ptr``'s value; the other features get -inf and no weight is read for them. A
+    program looks at GROUP blocks at once (most have nothing to compute, so one program a block would spend
+    the kernel starting programs); a kept block runs gemv_kernel's own code with its tile, so its outputs are
+    the ungated kernel's bit for bit (the screened LM head)."""
+    pid = tl.program_id(0)
+    blocks = pid * GROUP + tl.arange(0, GROUP)
+    offs = blocks[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    mask = offs < N
+    upper = tl.load(upper_ptr + offs, mask=mask, other=float("-inf"))
+    keep = tl.max(upper, axis=1) >= tl.load(best_ptr)  # [GROUP]
+    tl.store(out_ptr + offs, tl.full((GROUP, BLOCK_N), float("-inf"), out_ptr.dtype.element_ty), mask=mask)
+    if tl.max(keep.to(tl.int32), axis=0) > 0:
+        tl.debug_barrier()  # the -inf stores before a kept block's own (the same program overwrites them)
+        for g in tl.static_range(GROUP):
+            if tl.sum(tl.where(tl.arange(0, GROUP) == g, keep.to(tl.int32), 0), axis=0) > 0:
+                gemv_block(pid * GROUP + g, x_ptr, x_ptr, x_ptr, x_ptr, 0.0, w_ptr, x_ptr, out_ptr, N, K, 0, False,
+                           False, BLOCK_N, BLOCK_K, False)
+
+
+@triton.jit
+def gemv_block(pid, x_ptr, res_ptr, res_out_ptr, norm_ptr, eps, w_ptr, bias_ptr, out_ptr, N, K: tl.constexpr,
+               PROLOGUE: tl.constexpr, HAS_RESIDUAL: tl.constexpr, HAS_BIAS: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr):
     """out[n] = sum_k w[n, k] * a[k] for this program's BLOCK_N features, where a is the input row after the
     prologue (PROLOGUE 0: none, 1: RMSNorm of x (+ residual), 2: silu(gate) * up).
 
@@ -38,7 +70,6 @@ def gemv_kernel(x_ptr, res_ptr, res_out_ptr, norm_ptr, eps, w_ptr, bias_ptr, out
     loads its weight rows before it waits for the previous kernel: the weight is constant, the row is that
     kernel's output, so the weight's read overlaps the previous kernel's tail. It then reads the whole row in
     one chunk (BLOCK_K >= K)."""
-    pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
     dtype = out_ptr.dtype.element_ty

@@ -38,6 +38,22 @@ def race_chunks_kernel(logits_ptr, row_stride, temperatures_ptr, keys_ptr, vocab
 
 
 @triton.jit
+def argmax_chunks_kernel(logits_ptr, row_stride, vocab, part_max_ptr, part_col_ptr, chunks, BLOCK: tl.constexpr):
+    """The greedy pick's first stage, race_chunks_kernel without the noise: a chunk's largest logit and its
+    first column."""
+    row = tl.program_id(0)
+    chunk = tl.program_id(1)
+    cols = chunk * BLOCK + tl.arange(0, BLOCK)
+    valid = cols < vocab
+    logit = tl.load(logits_ptr + row.to(tl.int64) * row_stride + cols, mask=valid, other=float("-inf"))
+    logit = logit.to(tl.float32)
+    best = tl.argmax(logit, 0, tie_break_left=True)
+    out = row * chunks + chunk
+    tl.store(part_max_ptr + out, tl.max(logit, 0))
+    tl.store(part_col_ptr + out, (chunk * BLOCK + best).to(tl.int64))
+
+
+@triton.jit
 def race_pick_kernel(part_max_ptr, part_col_ptr, tokens_ptr, chunks, BLOCK_C: tl.constexpr):
     """One program per row: the first chunk holding the row's largest score gives the token."""
     row = tl.program_id(0)

@@ -64,6 +64,11 @@ class ScreenedHead:
                         l1.data_ptr())
         return cls(panels, packed, q8.scales, qsums, l1, row_magnitudes(weight))
 
+    @staticmethod
+    def takes(hidden: torch.Tensor) -> bool:
+        """Rows the C GEMM takes (the kept logits are computed on its panels)."""
+        return PanelWeight.takes(hidden)
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[rows, vocab] for float32 hidden [rows, in]: each row's logits that can be its largest, as
         ``panels.linear`` computes them, and -inf for the rest."""

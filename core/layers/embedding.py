@@ -10,8 +10,8 @@ from core.arith import ceil_div
 from core.attention.context import get_context
 from core.distributed.comm import all_gather_last_dim, all_reduce
 from core.distributed.info import get_tp_info
-from core.kernels.cpu_gemm import PanelWeight
 from core.kernels.dispatch import TorchKernels
+from core.kernels.gpu_screened_head import GpuScreenedHead
 from core.kernels.screened_head import ScreenedHead
 
 
@@ -47,7 +47,8 @@ class LMHead(nn.Module):
         self.tp_size = get_tp_info().size
         self.tied_to = tied_to
         self.packed: torch.Tensor | None = None
-        self.screen: ScreenedHead | None = None  # a greedy step's screened logits (the engine sets it where it runs)
+        # a greedy step's screened logits (the engine sets it where it runs)
+        self.screen: ScreenedHead | GpuScreenedHead | None = None
         self.kernels = TorchKernels()
         if tied_to is None:
             self.inner = VocabParallelEmbedding(vocab_size, dim)
@@ -61,7 +62,7 @@ class LMHead(nn.Module):
             self.inner.load(tensor, shard, kind)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.screen is not None and get_context().greedy_logits and PanelWeight.takes(hidden):
+        if self.screen is not None and get_context().greedy_logits and self.screen.takes(hidden):
             return self.screen.logits(hidden)[..., : self.vocab_size]
         logits = all_gather_last_dim(self.kernels.linear(hidden, self.weight, None, self.packed), self.tp_size)
         return logits[..., : self.vocab_size]

@@ -59,9 +59,11 @@ class CausalLM(nn.Module):
                               self.model.embed_tokens if cfg.tie_word_embeddings else None)
 
     @torch.inference_mode()
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, logits_indices: torch.Tensor) -> torch.Tensor:
-        """Logits only at ``logits_indices`` (each request's last token): the rest would be thrown away. They stay
-        in the model's dtype; the sampler reads them in float32 inside its own fused pass, which saves writing a
-        float32 copy of [batch, vocab] every step."""
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                logits_indices: torch.Tensor | None) -> torch.Tensor:
+        """Logits only at ``logits_indices`` (each request's last token): the rest would be thrown away; None is
+        every row (a decode step under CUDA graphs, where gathering all rows would be a kernel for nothing). They
+        stay in the model's dtype; the sampler reads them in float32 inside its own fused pass, which saves
+        writing a float32 copy of [batch, vocab] every step."""
         hidden = self.model(input_ids, positions)
-        return self.lm_head(hidden[logits_indices])
+        return self.lm_head(hidden if logits_indices is None else hidden[logits_indices])

@@ -17,7 +17,7 @@ from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
             "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL",
-            "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_DISABLE_CUDA_FP8_DECODE")
+            "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_DISABLE_CUDA_FP8_DECODE", "MINISGL_DISABLE_SCREENED_HEAD")
 
 
 @pytest.fixture
@@ -32,12 +32,17 @@ def triton_everywhere(monkeypatch):
 
 def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywhere, monkeypatch):
     assert kernel_choices("flashinfer", CUDA, torch.bfloat16) == KernelChoices(
-        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, triton_sampler=True, packed_weights=False)
+        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, triton_sampler=True, packed_weights=False,
+        gpu_screened_head=True)
+    monkeypatch.setenv("MINISGL_DISABLE_SCREENED_HEAD", "1")
+    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).gpu_screened_head
+    monkeypatch.delenv("MINISGL_DISABLE_SCREENED_HEAD")
     monkeypatch.setenv("MINISGL_DISABLE_PDL", "1")
     assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).pdl
     monkeypatch.delenv("MINISGL_DISABLE_PDL")
     monkeypatch.setenv("MINISGL_DISABLE_GEMV", "1")
     assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).gemv
+    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).gpu_screened_head  # its kept logits are GEMVs
     monkeypatch.setenv("MINISGL_DISABLE_FUSED_QKV", "1")
     # the small-batch decode starts from the fused QKV path: off with it, so the graphs and the layers agree
     choices = kernel_choices("flashinfer", CUDA, torch.bfloat16)

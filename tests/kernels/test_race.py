@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from core.engine.sampler import SampleArgs, Sampler, _race
-from core.kernels.race import BLOCK, race_tokens
+from core.kernels.race import BLOCK, greedy_tokens, race_tokens
 from core.kernels.triton_available import triton_runs_on
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -56,3 +56,18 @@ def test_the_sampler_on_the_kernels_draws_what_it_draws_on_torch():
     on_kernels = Sampler(torch.device(DEVICE), triton_race=True).sample(logits, args)
     on_torch = Sampler(torch.device(DEVICE), compile=False).sample(logits, args)
     assert torch.equal(on_kernels, on_torch) and on_kernels[1] == logits[1].argmax()
+
+
+@pytest.mark.parametrize("rows, vocab", [(1, 7), (1, 3 * BLOCK - 5), (4, BLOCK + 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_greedy_pick_is_argmax_ties_and_minus_infinity_included(rows, vocab, dtype):
+    """The first maximal column, as ``argmax`` gives it: ties across chunks, rows that are mostly -inf (what the
+    screened LM head returns), and a strided view."""
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(rows, vocab, generator=gen).round().to(dtype)  # rounded: many ties
+    logits[0, : vocab // 2] = float("-inf")
+    wide = torch.full((rows, vocab + 9), 5.0, dtype=dtype)
+    wide[:, 2:vocab + 2] = logits
+    for case in (logits, wide[:, 2:vocab + 2]):
+        case = case.to(DEVICE)
+        assert torch.equal(greedy_tokens(case).cpu(), case.float().argmax(dim=-1).cpu())
