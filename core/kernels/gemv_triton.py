@@ -38,9 +38,9 @@ def gemv_kernel(x_ptr, res_ptr, res_out_ptr, norm_ptr, eps, w_ptr, bias_ptr, out
 
 @triton.jit(do_not_specialize_on_alignment=["x_ptr", "out_ptr"])
 def gated_gemv_kernel(x_ptr, w_ptr, out_ptr, upper_ptr, best_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr, GROUP: tl.constexpr):
+                      BLOCK_K: tl.constexpr, GROUP: tl.constexpr, SLOTS: tl.constexpr):
     """gemv_kernel's plain product for the blocks of BLOCK_N features where some feature's upper bound
-    (``upper_ptr``) reaches ``best_ptr``'s value; the other features get -inf and no weight is read for them. A
+    (``upper_ptr``) reaches the largest of the SLOTS values at ``best_ptr``; the other features get -inf and no weight is read for them. A
     program looks at GROUP blocks at once (most have nothing to compute, so one program a block would spend
     the kernel starting programs); a kept block runs gemv_kernel's own code with its tile, so its outputs are
     the ungated kernel's bit for bit (the screened LM head)."""
@@ -49,7 +49,8 @@ def gated_gemv_kernel(x_ptr, w_ptr, out_ptr, upper_ptr, best_ptr, N, K: tl.const
     offs = blocks[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     mask = offs < N
     upper = tl.load(upper_ptr + offs, mask=mask, other=float("-inf"))
-    keep = tl.max(upper, axis=1) >= tl.load(best_ptr)  # [GROUP]
+    best = tl.max(tl.load(best_ptr + tl.arange(0, SLOTS)), axis=0)
+    keep = tl.max(upper, axis=1) >= best  # [GROUP]
     tl.store(out_ptr + offs, tl.full((GROUP, BLOCK_N), float("-inf"), out_ptr.dtype.element_ty), mask=mask)
     if tl.max(keep.to(tl.int32), axis=0) > 0:
         tl.debug_barrier()  # the -inf stores before a kept block's own (the same program overwrites them)

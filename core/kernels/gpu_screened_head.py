@@ -6,7 +6,7 @@ largest logit. So, as the CPU's screened head does (core/kernels/screened_head.p
 
 1. ``screen_estimate_kernel`` reads an int8 copy of the head (a scale per row, 156 MB) and estimates every
    logit with a rigorous bound on the estimate's error; each row's upper end is stored and the best lower end
-   over all rows is raised atomically into one float.
+   over all rows is raised atomically into a few floats (their largest is the best).
 2. ``gated_gemv_kernel`` computes, in the model's dtype, only the blocks of rows whose upper end reaches that
    best lower end, with the plain GEMV's own code and tile (core/kernels/gemv.py), so a kept logit is the
    unscreened one bit for bit; every other logit is -inf.
@@ -34,7 +34,9 @@ from core.kernels.gemv import PLAIN, gemv_config
 
 BLOCK_V = 16  # int8 rows per program of the estimate: 16 KB of a 1,024-wide head
 ESTIMATE_WARPS = 4
-GATE_GROUP = 64  # blocks of the plain GEMV's tile looked at by one program of the gated GEMV
+ESTIMATE_CHUNK = 1024  # columns of the int8 copy a loop step of the estimate reads
+GATE_GROUP = 32  # blocks of the plain GEMV's tile looked at by one program of the gated GEMV
+BEST_SLOTS = 64  # floats the estimate's programs raise their best lower ends into (program id modulo this)
 UNIT = 2.0 ** -24  # float32's unit roundoff
 
 
@@ -73,14 +75,14 @@ class GpuScreenedHead:
     values: torch.Tensor
     scales: torch.Tensor
     upper: torch.Tensor
-    best: torch.Tensor
+    best: torch.Tensor  # [BEST_SLOTS]: the best lower end is their largest
 
     @classmethod
     def of(cls, weight: torch.Tensor) -> "GpuScreenedHead":
         values, scales = quantize_rows(weight)
         rows = weight.shape[0]
         return cls(weight, values, scales, torch.empty(rows, dtype=torch.float32, device=weight.device),
-                   torch.empty(1, dtype=torch.float32, device=weight.device))
+                   torch.empty(BEST_SLOTS, dtype=torch.float32, device=weight.device))
 
     @staticmethod
     def takes(hidden: torch.Tensor) -> bool:
@@ -97,10 +99,12 @@ class GpuScreenedHead:
         self.best.fill_(float("-inf"))  # a graph replays this fill with the kernels
         estimate[(ceil_div(rows, BLOCK_V),)](hidden, self.values, self.scales, self.upper, self.best, rows,
                                              error_per_l1, rel_margin, K=cols, BLOCK_V=BLOCK_V,
-                                             BLOCK_K=next_pow2(cols), num_warps=ESTIMATE_WARPS)
+                                             BLOCK_K=next_pow2(cols), SLOTS=BEST_SLOTS,
+                                             CHUNK=min(ESTIMATE_CHUNK, next_pow2(cols)), num_warps=ESTIMATE_WARPS)
         out = torch.empty(1, rows, dtype=hidden.dtype, device=hidden.device)
         cfg = gemv_config(rows, cols, PLAIN)  # the unscreened head's tile: the same sums in the same order
         gated[(ceil_div(rows, cfg.block_n * GATE_GROUP),)](hidden, self.weight, out, self.upper, self.best, rows,
                                                            K=cols, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-                                                           GROUP=GATE_GROUP, num_warps=cfg.num_warps)
+                                                           GROUP=GATE_GROUP, SLOTS=BEST_SLOTS,
+                                                           num_warps=cfg.num_warps)
         return out

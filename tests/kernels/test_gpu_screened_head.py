@@ -37,7 +37,7 @@ def check_screen(head: GpuScreenedHead, hidden: torch.Tensor) -> int:
     assert bool((full[0][~kept] < largest).all()), "a logit that ties the largest was screened out"
     assert int(screened[0].argmax()) == int(full[0].argmax())
     assert bool((head.upper >= full[0].float()).all()), "an upper end below its logit"
-    assert float(head.best) <= float(largest)
+    assert float(head.best.max()) <= float(largest)
     return int(kept.sum())
 
 
