@@ -194,7 +194,8 @@ def _warm_sampler() -> None:
 def run_pytest(check: Check) -> tuple[str, str]:
     junit = Path("/tmp/minisgl-pytest.xml")
     # the GPU tests, and the Triton kernels' tests (which run on a CPU only under Triton's interpreter)
-    kernel_tests = [f"tests/kernels/test_{name}.py" for name in ("fused_qkv", "gemv", "small_decode", "race")]
+    kernel_tests = [f"tests/kernels/test_{name}.py" for name in ("fused_qkv", "gemv", "small_decode", "race",
+                                                                   "gpu_screened_head")]
     cmd = [sys.executable, "-m", "pytest", "-q", "tests/gpu", *kernel_tests, f"--junitxml={junit}", "-p",
            "no:cacheprovider"]
     timeout = max(check.left() - 240, 60)  # leave the benchmarks their time

@@ -5,8 +5,6 @@ group, the plain GEMV, and the greedy pick on Triton against torch's argmax. Qwe
     . scripts/gpu_env.sh && python3 scripts/gpu_screened_head.py
 """
 
-import statistics
-
 import torch
 
 import core.kernels.gpu_screened_head as screen
@@ -14,29 +12,13 @@ from core.arith import ceil_div
 from core.kernels.gemv import gemv
 from core.kernels.gpu_screened_head import GpuScreenedHead, _kernels, error_bounds
 from core.kernels.race import greedy_tokens
+from gpu_profile import graph_time_us  # scripts/, on the path when run as a script
 
 V, K = 151936, 1024
 
 
 def graph_us(fn, calls: int = 8) -> float:
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for i in range(2):
-            fn(i)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for i in range(calls):
-                fn(i)
-        times = []
-        for _ in range(15):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
+    return graph_time_us(fn, calls, repeats=15)
 
 
 def main() -> None:

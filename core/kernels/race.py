@@ -48,35 +48,41 @@ def _kernels():
 def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
     """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels."""
-    chunks_kernel, pick_kernel, _ = _kernels()
-    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
-    rows, vocab = logits.shape
-    chunks = -(-vocab // BLOCK)
-    part_max = torch.empty(rows, chunks, dtype=torch.float32, device=logits.device)
-    part_col = torch.empty(rows, chunks, dtype=torch.int64, device=logits.device)
-    tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
-    if rows == 0:
-        return tokens
-    chunks_kernel[(rows, chunks)](logits, logits.stride(0), temperatures.to(torch.float32).contiguous(),
-                                  row_keys(seeds, positions), vocab, part_max, part_col, chunks, BLOCK=BLOCK,
-                                  MASK=MASK31, MIX=MIX_MULTIPLIER, COLUMN=COLUMN_MULTIPLIER, num_warps=4)
-    pick_kernel[(rows,)](part_max, part_col, tokens, chunks, BLOCK_C=next_pow2(chunks))
-    return tokens
+    chunks_kernel = _kernels()[0]
+    keys = row_keys(seeds, positions)
+
+    def chunks(logits, parts, part_max, part_col) -> None:
+        chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), temperatures.to(torch.float32).contiguous(),
+                                                keys, logits.shape[1], part_max, part_col, parts, BLOCK=BLOCK,
+                                                MASK=MASK31, MIX=MIX_MULTIPLIER, COLUMN=COLUMN_MULTIPLIER,
+                                                num_warps=4)
+
+    return _two_stages(logits, chunks)
 
 
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     """``logits.argmax(-1)`` ([rows] int64, the first maximal column) on the same two-stage Triton kernels, without
     the noise: one row of a 152K vocabulary is 76 programs instead of torch's one reduction (8 us on an H200)."""
-    _, pick_kernel, chunks_kernel = _kernels()
+    chunks_kernel = _kernels()[2]
+
+    def chunks(logits, parts, part_max, part_col) -> None:
+        chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), logits.shape[1], part_max, part_col, parts,
+                                                BLOCK=BLOCK, num_warps=4)
+
+    return _two_stages(logits, chunks)
+
+
+def _two_stages(logits: torch.Tensor, chunks) -> torch.Tensor:
+    """[rows] int64 tokens: ``chunks(logits, parts, part_max, part_col)`` launches the first stage (each chunk's
+    best score and column), then the pick takes each row's first best chunk."""
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     rows, vocab = logits.shape
-    chunks = -(-vocab // BLOCK)
-    part_max = torch.empty(rows, chunks, dtype=torch.float32, device=logits.device)
-    part_col = torch.empty(rows, chunks, dtype=torch.int64, device=logits.device)
+    parts = -(-vocab // BLOCK)
+    part_max = torch.empty(rows, parts, dtype=torch.float32, device=logits.device)
+    part_col = torch.empty(rows, parts, dtype=torch.int64, device=logits.device)
     tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
     if rows == 0:
         return tokens
-    chunks_kernel[(rows, chunks)](logits, logits.stride(0), vocab, part_max, part_col, chunks, BLOCK=BLOCK,
-                                  num_warps=4)
-    pick_kernel[(rows,)](part_max, part_col, tokens, chunks, BLOCK_C=next_pow2(chunks))
+    chunks(logits, parts, part_max, part_col)
+    _kernels()[1][(rows,)](part_max, part_col, tokens, parts, BLOCK_C=next_pow2(parts))
     return tokens
