@@ -40,8 +40,8 @@ def gemv_kernel(x_ptr, res_ptr, res_out_ptr, norm_ptr, eps, w_ptr, bias_ptr, out
 def gated_gemv_kernel(x_ptr, w_ptr, out_ptr, upper_ptr, best_ptr, N, K: tl.constexpr, BLOCK_N: tl.constexpr,
                       BLOCK_K: tl.constexpr, GROUP: tl.constexpr, SLOTS: tl.constexpr):
     """gemv_kernel's plain product for the blocks of BLOCK_N features where some feature's upper bound
-    (``upper_ptr``) reaches the largest of the SLOTS values at ``best_ptr``; the other features get -inf and no weight is read for them. A
-    program looks at GROUP blocks at once (most have nothing to compute, so one program a block would spend
+    (``upper_ptr``) reaches the largest of the SLOTS values at ``best_ptr``; the other features get -inf and no
+    weight is read for them. A program looks at GROUP blocks at once (most have nothing to compute, so one program a block would spend
     the kernel starting programs); a kept block runs gemv_kernel's own code with its tile, so its outputs are
     the ungated kernel's bit for bit (the screened LM head)."""
     pid = tl.program_id(0)

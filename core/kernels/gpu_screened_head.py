@@ -31,6 +31,7 @@ import torch
 
 from core.arith import ceil_div, next_pow2
 from core.kernels.gemv import PLAIN, gemv_config
+from core.kernels.int8_weights import Int8Weight
 
 BLOCK_V = 16  # int8 rows per program of the estimate: 16 KB of a 1,024-wide head
 ESTIMATE_WARPS = 4
@@ -47,15 +48,6 @@ def error_bounds(in_features: int, dtype: torch.dtype) -> tuple[float, float]:
     error_per_l1 = (0.50001 + 2 * 127 * gamma * (1 + UNIT)) * (1 + 2 * gamma) * (1 + 8 * UNIT)
     rounding = 2.0 ** -8 if dtype in (torch.bfloat16, torch.float16) else 0.0
     return error_per_l1, rounding + 2.0 ** -20
-
-
-def quantize_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """int8 values and a float32 scale per row (its largest magnitude over 127; 1 for a row of zeros)."""
-    w = weight.detach().float()
-    scales = w.abs().amax(dim=1) / 127.0
-    scales = torch.where(scales > 0, scales, torch.ones_like(scales))
-    values = torch.round(w / scales[:, None]).clamp_(-127, 127).to(torch.int8)
-    return values.contiguous(), scales.contiguous()
 
 
 @functools.cache
@@ -79,9 +71,9 @@ class GpuScreenedHead:
 
     @classmethod
     def of(cls, weight: torch.Tensor) -> "GpuScreenedHead":
-        values, scales = quantize_rows(weight)
+        q8 = Int8Weight.quantize(weight)  # a scale per row: its largest magnitude over 127
         rows = weight.shape[0]
-        return cls(weight, values, scales, torch.empty(rows, dtype=torch.float32, device=weight.device),
+        return cls(weight, q8.values, q8.scales, torch.empty(rows, dtype=torch.float32, device=weight.device),
                    torch.empty(BEST_SLOTS, dtype=torch.float32, device=weight.device))
 
     @staticmethod

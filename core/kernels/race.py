@@ -14,6 +14,7 @@ them on every device; ``race_tokens`` is what the sampler calls where the engine
 from __future__ import annotations
 
 import functools
+from typing import Any, NamedTuple
 
 import torch
 
@@ -38,17 +39,23 @@ def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return mix(mix((seeds ^ (seeds >> 31)) & MASK31) ^ (positions.to(torch.int64) & MASK31))
 
 
+class RaceKernels(NamedTuple):
+    race_chunks: Any  # the race's first stage: each chunk's best noisy score and its column
+    argmax_chunks: Any  # the greedy pick's first stage: each chunk's largest logit and its column
+    pick: Any  # both second stages: each row's first best chunk
+
+
 @functools.cache
-def _kernels():
+def _kernels() -> RaceKernels:
     from core.kernels.race_triton import argmax_chunks_kernel, race_chunks_kernel, race_pick_kernel  # imports triton
 
-    return race_chunks_kernel, race_pick_kernel, argmax_chunks_kernel
+    return RaceKernels(race_chunks_kernel, argmax_chunks_kernel, race_pick_kernel)
 
 
 def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
                 positions: torch.Tensor) -> torch.Tensor:
     """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels."""
-    chunks_kernel = _kernels()[0]
+    chunks_kernel = _kernels().race_chunks
     keys = row_keys(seeds, positions)
 
     def chunks(logits, parts, part_max, part_col) -> None:
@@ -63,7 +70,7 @@ def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.T
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     """``logits.argmax(-1)`` ([rows] int64, the first maximal column) on the same two-stage Triton kernels, without
     the noise: one row of a 152K vocabulary is 76 programs instead of torch's one reduction (8 us on an H200)."""
-    chunks_kernel = _kernels()[2]
+    chunks_kernel = _kernels().argmax_chunks
 
     def chunks(logits, parts, part_max, part_col) -> None:
         chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), logits.shape[1], part_max, part_col, parts,
@@ -84,5 +91,5 @@ def _two_stages(logits: torch.Tensor, chunks) -> torch.Tensor:
     if rows == 0:
         return tokens
     chunks(logits, parts, part_max, part_col)
-    _kernels()[1][(rows,)](part_max, part_col, tokens, parts, BLOCK_C=next_pow2(parts))
+    _kernels().pick[(rows,)](part_max, part_col, tokens, parts, BLOCK_C=next_pow2(parts))
     return tokens

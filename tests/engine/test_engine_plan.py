@@ -32,8 +32,8 @@ def triton_everywhere(monkeypatch):
 
 def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywhere, monkeypatch):
     assert kernel_choices("flashinfer", CUDA, torch.bfloat16) == KernelChoices(
-        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, triton_sampler=True, packed_weights=False,
-        gpu_screened_head=True)
+        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, triton_sampler=True,
+        packed_weights=False, gpu_screened_head=True)
     monkeypatch.setenv("MINISGL_DISABLE_SCREENED_HEAD", "1")
     assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).gpu_screened_head
     monkeypatch.delenv("MINISGL_DISABLE_SCREENED_HEAD")
