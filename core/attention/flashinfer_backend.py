@@ -34,11 +34,10 @@ import torch
 
 from core.attention.base import AttentionBackend
 from core.arith import pages_for
-from core.attention.paging import PagedLayout, paged_layout
+from core.attention.paging import PagedLayout, packed_page_lists, paged_layout
 from core.errors import InvalidParamsError
 from core.kernels.fused_qkv import QKVSpec
-from core.kernels.small_decode import (SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, num_splits,
-                                       small_decode_attention)
+from core.kernels.small_decode import SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan, small_decode_attention
 from core.kernels.fp8_decode_cuda import shape_unsupported_reason
 from core.kernels.fp8_gather import fp8_gather
 from core.kernels.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
@@ -55,6 +54,9 @@ PAGED_MAX_SPLITS = 4
 # 64 rows one split ran 44.9 us a layer (context 1100) against 51.6 for two and 57.3 for four
 CUDA_TARGET_BLOCKS = 256
 
+# the small decode's page lists travel as one tensor, [indptr | last_page_len | indices]
+# (paging.packed_page_lists): room for SMALL_DECODE_MAX_BS + 1 offsets, and 32 bytes keep the pages 16-byte aligned
+SMALL_LISTS_HEADER = 8
 WORKSPACE_BYTES = 128 << 20  # flashinfer's recommended float workspace for split-k partial results
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -95,6 +97,9 @@ class FlashInferMetadata:
     paged: PagedDecodeArgs | None = None  # fp8 decode: the Triton paged kernel instead of flashinfer's
     kv_slots: torch.Tensor | None = None  # fp8 prefill: every request's slots [0, device_len), concatenated
     kv_indptr: torch.Tensor | None = None  # fp8 prefill: host int32 offsets of each request in kv_slots
+    # a batch for a small-decode graph: its page lists packed for one copy (pinned host int32), and its size
+    small_lists: torch.Tensor | None = None
+    small_lists_size: int = 0
 
 
 class FlashInferBackend(AttentionBackend):
@@ -150,6 +155,14 @@ class FlashInferBackend(AttentionBackend):
             batch.attn_metadata = FlashInferMetadata(None, self._qo_indptr(batch), kv_slots=slots,
                                                      kv_indptr=self._offsets([r.device_len for r in batch.reqs]))
             return
+        if batch.is_decode and self._small_decode is not None and 0 < batch.padded_size <= SMALL_DECODE_MAX_BS:
+            lists = packed_page_lists([r.pages for r in batch.reqs], [r.device_len for r in batch.reqs],
+                                      self.page_size, batch.padded_size - batch.size, self._dummy_page,
+                                      SMALL_LISTS_HEADER)
+            if lists is not None:  # the graph's plan copies them in one piece
+                batch.attn_metadata = FlashInferMetadata(None, None, small_lists=pinned(lists, self.device),
+                                                         small_lists_size=batch.padded_size)
+                return
         batch.attn_metadata = FlashInferMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch))
 
     def _layout(self, batch: Batch, padded_size: int) -> PagedLayout:
@@ -173,6 +186,8 @@ class FlashInferBackend(AttentionBackend):
 
     def begin_forward(self, batch: Batch) -> None:
         meta: FlashInferMetadata = batch.attn_metadata
+        if meta.layout is None and meta.small_lists is not None:  # prepared for a graph that did not run it
+            meta.layout = self._layout(batch, batch.padded_size)
         lay = meta.layout
         if self.fp8:
             return self._begin_fp8(batch, meta)
@@ -272,28 +287,47 @@ class FlashInferBackend(AttentionBackend):
                                                     PAGED_MAX_SPLITS, self.device)
             return
         if self.small_decode:
-            self._small_decode = make_plan(min(max_bs, SMALL_DECODE_MAX_BS), self.num_heads, self.num_kv_heads,
-                                           self.head_dim, self.page_size, self.scale, self._graph_indptr,
-                                           self._graph_indices, self._graph_last, pdl=self.pdl)
+            small_bs = min(max_bs, SMALL_DECODE_MAX_BS)
+            header = SMALL_LISTS_HEADER
+            self._small_lists = torch.zeros(2 * header + small_bs * pages_per_row, dtype=torch.int32,
+                                            device=self.device)
+            self._small_decode = make_plan(small_bs, self.num_heads, self.num_kv_heads, self.head_dim,
+                                           self.page_size, self.scale, self._small_lists[:header],
+                                           self._small_lists[2 * header:], self._small_lists[header:2 * header],
+                                           pdl=self.pdl)
         for bs in batch_sizes:
             self._graph_wrappers[bs] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores,
                 paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
                 paged_kv_last_page_len_buffer=self._graph_last[:bs])
 
-    def _copy_to_graph_buffers(self, layout: PagedLayout) -> None:
-        """The page lists into the graphs' fixed buffers, queued on this stream after the previous replay (no
+    @staticmethod
+    def _copy_layout(layout: PagedLayout, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
+        """The page lists into a graph's fixed buffers, queued on this stream after the previous replay (no
         flashinfer plan: the Triton kernels read the lists as they are)."""
         n, pages = layout.size, len(layout.indices)
-        self._graph_indptr[: n + 1].copy_(layout.indptr, non_blocking=True)
-        self._graph_indices[:pages].copy_(layout.indices, non_blocking=True)
-        self._graph_last[:n].copy_(layout.last_page_len, non_blocking=True)
+        indptr[: n + 1].copy_(layout.indptr, non_blocking=True)
+        indices[:pages].copy_(layout.indices, non_blocking=True)
+        last[:n].copy_(layout.last_page_len, non_blocking=True)
 
-    def _plan_small_decode(self, layout: PagedLayout) -> SmallDecodePlan:
-        self._copy_to_graph_buffers(layout)
-        return replace(self._small_decode, splits=num_splits(layout.size, self.num_kv_heads))
+    def _copy_to_graph_buffers(self, layout: PagedLayout) -> None:
+        self._copy_layout(layout, self._graph_indptr, self._graph_indices, self._graph_last)
+
+    def _plan_small_decode(self, batch: Batch, padded_size: int) -> SmallDecodePlan:
+        """The small decode's page lists into its buffers: one copy where the batch was prepared for this size."""
+        meta, plan = batch.attn_metadata, self._small_decode
+        lists = (meta.small_lists if isinstance(meta, FlashInferMetadata) and meta.small_lists_size == padded_size
+                 else None)
+        if lists is not None:
+            self._small_lists[:len(lists)].copy_(lists, non_blocking=True)
+        else:  # not prepared for this size (capture, tests), or its pages only the page table has
+            self._copy_layout(self._layout(batch, padded_size), plan.kv_indptr, plan.kv_indices, plan.kv_last)
+        return plan
 
     def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
+        if self._small_decode is not None and padded_size <= SMALL_DECODE_MAX_BS:
+            batch.attn_metadata = FlashInferMetadata(None, None, None, self._plan_small_decode(batch, padded_size))
+            return
         meta = batch.attn_metadata
         layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
         if layout is None or layout.size != padded_size:  # not prepared for this size (capture, tests)
@@ -303,9 +337,6 @@ class FlashInferBackend(AttentionBackend):
             paged = self._paged_args(self._graph_indptr[: padded_size + 1], self._graph_indices,
                                      self._graph_last[:padded_size], padded_size)
             batch.attn_metadata = FlashInferMetadata(layout, None, paged=paged)
-            return
-        if self._small_decode is not None and padded_size <= SMALL_DECODE_MAX_BS:
-            batch.attn_metadata = FlashInferMetadata(layout, None, None, self._plan_small_decode(layout))
             return
         wrapper = self._graph_wrappers[padded_size]
         self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len)

@@ -68,3 +68,25 @@ def paged_layout(page_table: torch.Tensor, rows: list[int], kv_lens: list[int], 
     page_no = torch.arange(total, device=device) - torch.repeat_interleave(starts_d, counts_d, output_size=total)
     slots = page_table[row_of, page_no * page_size]
     return PagedLayout(indptr, torch.div(slots, page_size, rounding_mode="floor").to(torch.int32), last)
+
+
+def packed_page_lists(pages: list[list[int]], kv_lens: list[int], page_size: int, pad: int, dummy_page: int,
+                      header: int) -> torch.Tensor | None:
+    """A few requests' page lists as one host int32 tensor, ``[indptr | last_page_len | indices]`` with the first
+    two each padded to ``header`` entries, so that one copy fills a kernel's fixed buffers whatever the batch
+    size; plus ``pad`` padding rows of one token in ``dummy_page``. None when some request's own list is not
+    filled in (``paged_layout`` then reads the page table)."""
+    counts = [-(-n // page_size) for n in kv_lens]
+    if len(kv_lens) + pad + 1 > header or any(len(own) < count for own, count in zip(pages, counts)):
+        return None
+    indptr, last, flat = [0], [], []
+    for own, count, n in zip(pages, counts, kv_lens):
+        flat += own[:count]
+        indptr.append(indptr[-1] + count)
+        last.append(n - (count - 1) * page_size)
+    for _ in range(pad):
+        flat.append(dummy_page)
+        indptr.append(indptr[-1] + 1)
+        last.append(1)
+    filler = [0] * (header - len(indptr)), [0] * (header - len(last))
+    return torch.tensor(indptr + filler[0] + last + filler[1] + flat, dtype=torch.int32)

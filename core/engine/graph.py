@@ -6,9 +6,14 @@ input buffers (token ids, positions, KV write slots) and captures sizes 1, 2, 4,
 up to the cap. Where the LM head screens greedy rows (core/kernels/gpu_screened_head.py), the sizes it takes
 get a second graph, captured with ``greedy_logits`` set, which a step replays when it is greedy and asks for no
 log-probabilities. A batch is padded to the next captured size: padding rows read token 0 at position 0 and write
-their KV into a dummy page that no request owns, and their logits are dropped. The scheduler pads a batch as
-it prepares it (``Engine.padded_size``), so a replay is three copies, a plan and the launch. Prefill and
-batches over the cap run eagerly.
+their KV into a dummy page that no request owns, and their logits are dropped. Prefill and batches over the cap
+run eagerly.
+
+A batch-1 step is well under a millisecond, and every small copy before the replay costs a few microseconds of
+it. So the scheduler pads a batch as it prepares it (``Engine.padded_size``) and gathers its input tokens
+straight into the graph's buffer (``gather_inputs``); a size's positions and KV slots are adjacent in one
+buffer, as they are in the scheduler's upload, so they arrive in one copy; the attention backend's plan fills
+its page lists.
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ class CudaGraphRunner:
         self.max_bs = max_bs
         self.dummy_slot = dummy_slot
         self.input_ids = torch.zeros(max_bs, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(max_bs, dtype=torch.int64, device=device)
-        self.out_loc = torch.full((max_bs,), dummy_slot, dtype=torch.int64, device=device)
+        # a size's positions, then its KV slots: [:bs] and [bs:2 * bs], so one copy fills both
+        self.positions_out_loc = torch.zeros(2 * max_bs, dtype=torch.int64, device=device)
         self.greedy_sizes = tuple(s for s in greedy_sizes if s in self.sizes)
         self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # by (size, greedy)
         self.logits: dict[tuple[int, bool], torch.Tensor] = {}
@@ -59,9 +64,20 @@ class CudaGraphRunner:
         """The smallest captured batch size that holds ``n`` rows."""
         return self.sizes[bisect.bisect_left(self.sizes, n)]
 
+    def gather_inputs(self, token_pool: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
+        """The batch's input tokens, read from their places in the flat token pool straight into the graph's
+        buffer (queued after the previous replay, on the same stream)."""
+        return torch.index_select(token_pool, 0, places, out=self.input_ids[:len(places)])
+
+    def _positions(self, bs: int) -> torch.Tensor:
+        return self.positions_out_loc[:bs]
+
+    def _out_loc(self, bs: int) -> torch.Tensor:
+        return self.positions_out_loc[bs:2 * bs]
+
     def _static_batch(self, bs: int, reqs: list) -> Batch:
-        return Batch(reqs=reqs, phase="decode", positions=self.positions[:bs], input_ids=self.input_ids[:bs],
-                     out_loc=self.out_loc[:bs], padded_size=bs)
+        return Batch(reqs=reqs, phase="decode", positions=self._positions(bs), input_ids=self.input_ids[:bs],
+                     out_loc=self._out_loc(bs), padded_size=bs)
 
     @torch.inference_mode()
     def _capture_all(self, device: torch.device) -> None:
@@ -70,6 +86,7 @@ class CudaGraphRunner:
         keys = [(bs, greedy) for bs in self.sizes for greedy in (False, True) if not greedy or bs in self.greedy_sizes]
         for bs, greedy in reversed(keys):  # largest first: smaller graphs reuse its memory
             batch = self._static_batch(bs, [])
+            self._pad(0, bs)  # the warm-up runs write KV: padding rows, into the dummy page
             self.backend.plan_cuda_graph(batch, bs)
             with forward_context(batch, self.backend, greedy_logits=greedy):
                 for _ in range(2):  # warm-up outside capture (lazy init, autotuning)
@@ -86,15 +103,37 @@ class CudaGraphRunner:
         n = batch.size
         bs = self.padded_size(n)
         rows = len(batch.input_ids)  # bs when the scheduler padded the batch, else n
-        self.input_ids[:rows].copy_(batch.input_ids)
-        self.positions[:rows].copy_(batch.positions)
-        self.out_loc[:rows].copy_(batch.out_loc)
+        if batch.input_ids.data_ptr() != self.input_ids.data_ptr():  # not gathered in place (gather_inputs)
+            self.input_ids[:rows].copy_(batch.input_ids)
+        span = adjacent_span(batch.positions, batch.out_loc) if rows == bs else None
+        if span is not None:
+            self.positions_out_loc[:2 * bs].copy_(span)
+        else:
+            self._positions(bs)[:rows].copy_(batch.positions)
+            self._out_loc(bs)[:rows].copy_(batch.out_loc)
         if bs > rows:  # stale values from a larger batch must not write into a live request's KV slot
-            self.input_ids[rows:bs].zero_()
-            self.positions[rows:bs].zero_()
-            self.out_loc[rows:bs].fill_(self.dummy_slot)
+            self._pad(rows, bs)
         batch.padded_size = bs
         self.backend.plan_cuda_graph(batch, bs)
         key = (bs, bs in self.greedy_sizes and get_context().greedy_logits)
         self.graphs[key].replay()
         return self.logits[key][:n]
+
+    def _pad(self, rows: int, bs: int) -> None:
+        """Rows [rows, bs) of size ``bs``'s inputs as padding: token 0 at position 0, KV into the dummy slot."""
+        self.input_ids[rows:bs].zero_()
+        self._positions(bs)[rows:].zero_()
+        self._out_loc(bs)[rows:].fill_(self.dummy_slot)
+
+
+def adjacent_span(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor | None:
+    """``first`` and ``second`` as one tensor when they are consecutive pieces of one contiguous buffer (the
+    scheduler's upload keeps positions and KV slots so), else None."""
+    if not (first.is_contiguous() and second.is_contiguous() and first.dtype == second.dtype
+            and first.device == second.device and len(first) == len(second)):
+        return None
+    if second.data_ptr() != first.data_ptr() + first.numel() * first.element_size():
+        return None
+    if first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr():
+        return None
+    return first.as_strided((2 * len(first),), (1,))

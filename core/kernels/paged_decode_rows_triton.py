@@ -138,7 +138,8 @@ def paged_decode_head_dots_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, 
         out_ptrs = out_ptr + (b * NUM_HEADS + row_heads)[:, None] * HEAD_DIM + d[None, :]
         o = tl.reshape(tl.permute(acc, 0, 2, 1), (BLOCK_ROWS, HEAD_DIM))
         finish_split(o, tl.reshape(m, (BLOCK_ROWS,)), tl.reshape(denom, (BLOCK_ROWS,)), part_o_ptr, part_lse_ptr,
-                     counter_ptr + b, b * SPLITS, split, out_ptrs, rows, rows_valid, BLOCK_ROWS, HEAD_DIM, SPLITS)
+                     counter_ptr + b, b * SPLITS, split, out_ptrs, rows, rows_valid, BLOCK_ROWS, HEAD_DIM, SPLITS,
+                     SPLITS)
 
 
 @triton.jit
@@ -169,4 +170,4 @@ def finish_rows(o, m, denom, part_o_ptr, part_lse_ptr, counter_ptr, out_ptr, b, 
         tl.store(out_ptrs, (o / denom[:, None]).to(out_ptrs.dtype.element_ty), mask=rows_valid[:, None])
     else:
         finish_split(o, m, denom, part_o_ptr, part_lse_ptr, counter_ptr + b, b * SPLITS, split, out_ptrs, rows,
-                     rows_valid, BLOCK_H, HEAD_DIM, SPLITS)
+                     rows_valid, BLOCK_H, HEAD_DIM, SPLITS, SPLITS)

@@ -66,4 +66,4 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
     else:
         finish_split(acc, m, denom, part_o_ptr, part_lse_ptr, counter_ptr + b * NUM_KV_HEADS + kv_head,
                      (b * NUM_KV_HEADS + kv_head) * SPLITS, split, out_ptr + q_offs, g, g_valid, BLOCK_G,
-                     HEAD_DIM, SPLITS)
+                     HEAD_DIM, SPLITS, SPLITS)

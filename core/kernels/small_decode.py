@@ -6,9 +6,10 @@ flashinfer's decode kernel, the merge of its split-k partial results), ~12 us of
 of KV at a 300-token context: almost all of it fixed costs, 28 times per token. Here one program handles one
 (request, KV head, split): it normalises and rotates the group's query heads and the new key itself, reads
 its share of the cached tokens page by page, and split 0 writes the new key and value into their slot and
-attends to them from registers (so no program reads a slot another may be writing). Each split stores its
-partial result and log-sum-exp and counts itself done on a per-(request, KV head) counter; the last one to
-arrive merges all splits and resets the counter for the next layer.
+attends to them from registers (so no program reads a slot another may be writing). A request uses as many
+splits as its context has tiles, up to ``GRID_SPLITS``. With one, the program writes the output itself; with
+more, each stores its partial result and log-sum-exp and counts itself done on a per-(request, KV head)
+counter, and the last one to arrive merges them and resets the counter for the next layer.
 
 Used by the flashinfer backend for captured batches of at most ``SMALL_DECODE_MAX_BS`` rows, where flashinfer's
 kernels are dominated by fixed costs; larger batches keep flashinfer's decode, which reads KV at 3-4 TB/s.
@@ -27,22 +28,21 @@ from core.arith import next_pow2
 from core.kernels.fused_qkv import QKVSpec
 
 SMALL_DECODE_MAX_BS = 4
-TARGET_PROGRAMS = 128  # about one per SM: enough splits to read a short context in parallel
-MAX_SPLITS = 32
-BLOCK_T = 32  # cached tokens per loop iteration
-
-
-def num_splits(batch_size: int, num_kv_heads: int) -> int:
-    """Splits of the cached tokens per (request, KV head), fixed per captured batch size; a power of two (the
-    merge loads every split's log-sum-exp as one block)."""
-    splits = max(1, min(MAX_SPLITS, TARGET_PROGRAMS // (batch_size * num_kv_heads)))
-    return 1 << (splits.bit_length() - 1)
+# Programs per (request, KV head) in the grid. A request uses one per BLOCK_T cached tokens, up to this many, the
+# rest leave at once: the grid is fixed when the graph is captured, the context grows every step. On an H200 at
+# batch 1 (scripts/gpu_small_decode.py), spreading 256 tokens over 16 programs of 16 tokens cost 710 us a step
+# against 647 for 2 of 128: every split pays the merge, and one tile per split is read before the wait. Idle
+# programs are not free either: a grid of 16 took 685 us a step at 256 tokens, one of 8 657, and still as
+# little at 2,500 tokens (828 against 823).
+GRID_SPLITS = 8
+BLOCK_T = 128  # cached tokens per loop iteration, and per split where the context is short enough
+NUM_WARPS = 8
 
 
 @dataclass
 class SmallDecodePlan:
     """Device buffers shared by every captured size: the page lists (flashinfer's CSR form) and the splits'
-    partial results, plus the split count of this batch's size."""
+    partial results."""
 
     kv_indptr: torch.Tensor  # [max_bs + 1] int32
     kv_indices: torch.Tensor  # int32 pages
@@ -52,7 +52,7 @@ class SmallDecodePlan:
     counters: torch.Tensor  # [max_bs * kv_heads] int32, zero between launches
     page_size: int
     scale: float
-    splits: int = 1  # per captured size: part of the graph's launch
+    splits: int  # the grid's programs per (request, KV head): GRID_SPLITS (tests use fewer)
     pdl: bool = False  # launched as a programmatic dependent launch (KernelChoices.pdl)
 
 
@@ -65,13 +65,13 @@ def block_g(num_heads: int, num_kv_heads: int) -> int:
 def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, scale: float,
               kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last: torch.Tensor,
               pdl: bool = False) -> SmallDecodePlan:
-    rows = max_bs * num_kv_heads * num_splits(1, num_kv_heads) * block_g(num_heads, num_kv_heads)
+    rows = max_bs * num_kv_heads * GRID_SPLITS * block_g(num_heads, num_kv_heads)
     device = kv_indptr.device
     return SmallDecodePlan(kv_indptr, kv_indices, kv_last,
                            torch.empty(rows, head_dim, dtype=torch.float32, device=device),
                            torch.empty(rows, dtype=torch.float32, device=device),
                            torch.zeros(max_bs * num_kv_heads, dtype=torch.int32, device=device), page_size, scale,
-                           pdl=pdl)
+                           splits=GRID_SPLITS, pdl=pdl)
 
 
 @functools.cache
@@ -97,5 +97,5 @@ def small_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, spec: QKV
         PAGE_SIZE=plan.page_size, GROUP=spec.num_heads // spec.num_kv_heads,
         BLOCK_G=block_g(spec.num_heads, spec.num_kv_heads), BLOCK_T=BLOCK_T, SPLITS=plan.splits, NORM=norm,
         DOT_PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", PDL=plan.pdl,  # tf32: unused for bf16
-        num_warps=4, **({"launch_pdl": True} if plan.pdl else {}))
+        num_warps=NUM_WARPS, **({"launch_pdl": True} if plan.pdl else {}))
     return out

@@ -34,8 +34,10 @@ def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_n
                             PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
                             BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, NORM: tl.constexpr,
                             DOT_PRECISION: tl.constexpr, PDL: tl.constexpr):
-    """One program per (request, KV head, split of the cached tokens). Split 0 also writes the new token's k
-    and v into the pool and attends to them from registers; the last split to finish merges all splits.
+    """One program per (request, KV head, split of the cached tokens), of which a request uses one per tile of
+    its context, up to SPLITS (the grid is fixed in the CUDA graph, the context is not). Split 0 also writes the
+    new token's k and v into the pool and attends to them from registers; with more than one split in use, the
+    last to finish merges them.
 
     The loop loads each tile of cached keys and values one iteration ahead. With PDL (a programmatic dependent
     launch) the first tile, the page list and the rotary rows are read before the program waits for the
@@ -47,23 +49,41 @@ def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_n
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
-    HALF: tl.constexpr = HEAD_DIM // 2
+    # the cached tokens: positions [0, length - 1); as many splits as it has tiles (at most SPLITS), so that a
+    # short context is not spread thin over programs that each pay the merge; this split's share in whole tiles
+    first_page = tl.load(kv_indptr_ptr + b)
+    pages = tl.load(kv_indptr_ptr + b + 1) - first_page
+    cached = (pages - 1) * PAGE_SIZE + tl.load(kv_last_ptr + b) - 1
+    active = tl.minimum(tl.maximum(tl.cdiv(cached, BLOCK_T), 1), SPLITS)
+    if split < active:  # the idle programs of a short context leave at once
+        HALF: tl.constexpr = HEAD_DIM // 2
+        d = tl.arange(0, HEAD_DIM)
+        qkv_row = qkv_ptr + b * qkv_stride
+        position = tl.load(positions_ptr + b).to(tl.int64)
+        cos = tl.load(cos_sin_ptr + position * HEAD_DIM + d % HALF)
+        sin = tl.load(cos_sin_ptr + position * HEAD_DIM + HALF + d % HALF)
+        share = tl.cdiv(tl.cdiv(cached, active), BLOCK_T) * BLOCK_T
+        lo = split * share
+        hi = tl.minimum(lo + share, cached)
+        attend_split(qkv_row, b, kv_head, split, active, lo, hi, first_page, cos, sin, q_norm_ptr,
+                     k_norm_ptr, eps, k_cache_ptr, v_cache_ptr, out_loc_ptr, kv_indices_ptr, part_o_ptr,
+                     part_lse_ptr, counter_ptr, out_ptr, sm_scale, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE,
+                     GROUP, BLOCK_G, BLOCK_T, SPLITS, NORM, DOT_PRECISION, PDL)
+
+
+@triton.jit
+def attend_split(qkv_row, b, kv_head, split, active, lo, hi, first_page, cos, sin, q_norm_ptr,
+                 k_norm_ptr, eps, k_cache_ptr, v_cache_ptr, out_loc_ptr, kv_indices_ptr, part_o_ptr, part_lse_ptr,
+                 counter_ptr, out_ptr, sm_scale, NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
+                 BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                 PDL: tl.constexpr):
+    """One active split's work: cached tokens [lo, hi) of one (request, KV head), the new token in split 0, and
+    the merge by whichever of the ``active`` splits finishes last."""
     KV_ROW: tl.constexpr = NUM_KV_HEADS * HEAD_DIM
     d = tl.arange(0, HEAD_DIM)
     g = tl.arange(0, BLOCK_G)
     g_valid = g < GROUP
-    qkv_row = qkv_ptr + b * qkv_stride
-    position = tl.load(positions_ptr + b).to(tl.int64)
-    cos = tl.load(cos_sin_ptr + position * HEAD_DIM + d % HALF)
-    sin = tl.load(cos_sin_ptr + position * HEAD_DIM + HALF + d % HALF)
-
-    # the cached tokens: positions [0, length - 1); this split's share, in whole blocks
-    first_page = tl.load(kv_indptr_ptr + b)
-    pages = tl.load(kv_indptr_ptr + b + 1) - first_page
-    cached = (pages - 1) * PAGE_SIZE + tl.load(kv_last_ptr + b) - 1
-    share = tl.cdiv(tl.cdiv(cached, SPLITS), BLOCK_T) * BLOCK_T
-    lo = split * share
-    hi = tl.minimum(lo + share, cached)
     t0 = lo
     k, v = cached_tile(k_cache_ptr, v_cache_ptr, kv_indices_ptr, first_page, t0, hi, kv_head, d, PAGE_SIZE,
                        KV_ROW, HEAD_DIM, BLOCK_T)
@@ -109,9 +129,9 @@ def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_n
     heads = kv_head * GROUP + g
     out_offs = (b * NUM_HEADS + heads)[:, None] * HEAD_DIM + d[None, :]
     dtype = v_new.dtype
-    if SPLITS == 1:
+    if active == 1:  # one split, no merge
         tl.store(out_ptr + out_offs, (acc / denom[:, None]).to(dtype), mask=g_valid[:, None])
     else:
         finish_split(acc, m, denom, part_o_ptr, part_lse_ptr, counter_ptr + b * NUM_KV_HEADS + kv_head,
                      (b * NUM_KV_HEADS + kv_head) * SPLITS, split, out_ptr + out_offs, g, g_valid, BLOCK_G,
-                     HEAD_DIM, SPLITS)
+                     HEAD_DIM, SPLITS, active)

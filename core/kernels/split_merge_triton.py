@@ -14,9 +14,10 @@ import triton.language as tl
 
 @triton.jit
 def finish_split(acc, m, denom, part_o_ptr, part_lse_ptr, counter, first, split, out_ptrs, g, g_valid,
-                 BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+                 BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr, active):
     """``acc`` [BLOCK_G, HEAD_DIM], ``m`` and ``denom`` [BLOCK_G]: this split's online-softmax state; ``first``
-    the index of split 0's partial result; ``out_ptrs`` where the merged rows go."""
+    the index of split 0's partial result; ``out_ptrs`` where the merged rows go. ``active``: how many of the
+    SPLITS programs take part (the first ones; the small decode uses fewer for a short context)."""
     d = tl.arange(0, HEAD_DIM)
     part = first + split
     has_tokens = denom > 0
@@ -24,16 +25,17 @@ def finish_split(acc, m, denom, part_o_ptr, part_lse_ptr, counter, first, split,
              tl.where(has_tokens[:, None], acc / denom[:, None], 0.0), mask=g_valid[:, None])
     tl.store(part_lse_ptr + part * BLOCK_G + g, tl.where(has_tokens, m + tl.log(denom), float("-inf")))
     tl.debug_barrier()  # every thread's partial results are written before the count says so
-    if tl.atomic_add(counter, 1, sem="acq_rel") == SPLITS - 1:
+    if tl.atomic_add(counter, 1, sem="acq_rel") == active - 1:
         # every split's log-sum-exp in one load; the partial outputs in an unrolled loop, so that all their
-        # loads are in flight together (bypassing L1: other SMs wrote them)
+        # loads are in flight together (bypassing L1: other SMs wrote them); idle splits' stale slots unread
         splits = tl.arange(0, SPLITS)
-        lse = tl.load(part_lse_ptr + (first + splits)[:, None] * BLOCK_G + g[None, :], cache_modifier=".cg")
+        lse = tl.load(part_lse_ptr + (first + splits)[:, None] * BLOCK_G + g[None, :], mask=(splits < active)[:, None],
+                      other=float("-inf"), cache_modifier=".cg")
         weights = tl.exp(lse - tl.max(lse, axis=0)[None, :])  # [SPLITS, BLOCK_G]
         merged = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
         for s in tl.static_range(SPLITS):
             o = tl.load(part_o_ptr + ((first + s) * BLOCK_G + g)[:, None] * HEAD_DIM + d[None, :],
-                        mask=g_valid[:, None], other=0.0, cache_modifier=".cg")
+                        mask=(g_valid & (g * 0 + s < active))[:, None], other=0.0, cache_modifier=".cg")
             merged += tl.sum(tl.where(splits[:, None] == s, weights, 0.0), axis=0)[:, None] * o
         total = tl.sum(weights, axis=0)
         tl.store(out_ptrs, (merged / total[:, None]).to(out_ptrs.dtype.element_ty), mask=g_valid[:, None])

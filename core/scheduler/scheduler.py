@@ -226,7 +226,7 @@ class Scheduler:
         pool = self.table_manager.flat
         with after_current_stream(self.engine.stream, self.device):
             if prepared.input_index is not None:  # the previous step wrote these into the pool: read in order
-                batch.input_ids = pool[prepared.input_index]
+                batch.input_ids = self.engine.gather_inputs(pool, prepared.input_index, batch)
             next_tokens, logprobs = self.engine.forward_batch(batch, prepared.sample_args, prepared.logits_indices)
             pool[prepared.write_index] = next_tokens
             output = self.engine.to_host(next_tokens, logprobs)

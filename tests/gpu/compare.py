@@ -30,11 +30,13 @@ class LogitsRecorder:
 
 
 def top_next(llm: LLM, ids: list[int], k: int = 5) -> list[int]:
-    """The k most likely next tokens after ``ids`` (one prefill of the whole prefix)."""
+    """The k most likely next tokens after ``ids`` (one prefill of the whole prefix). The request asks for
+    log-probabilities so that every logit is computed: a greedy request's LM head may screen the row and leave
+    only its largest logit exact (core/kernels/gpu_screened_head.py)."""
     recorder = LogitsRecorder(llm.engine.sampler)
     llm.engine.sampler = recorder
     try:
-        llm.generate([ids], SamplingParams(max_tokens=1, ignore_eos=True))
+        llm.generate([ids], SamplingParams(max_tokens=1, ignore_eos=True, logprobs=0))
     finally:
         llm.engine.sampler = recorder.inner
     return recorder.last[0].topk(k).indices.tolist()

@@ -11,7 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.kernels.small_decode import QKVSpec, make_plan, num_splits, small_decode_attention
+import core.kernels.small_decode as small_decode
+from core.kernels.small_decode import QKVSpec, make_plan, small_decode_attention
 from core.layers.rope import RotaryEmbedding
 from core.kernels.triton_available import triton_runs_on
 from core.model_config import RopeScaling
@@ -102,8 +103,14 @@ def test_small_decode_head_groups_and_no_qk_norm(heads, kv_heads, norm):
     torch.testing.assert_close(got, expected, **tol)
 
 
-def test_split_count_fills_the_device_at_batch_one():
-    assert num_splits(1, 8) == 16
-    assert num_splits(4, 8) == 4
-    assert num_splits(256, 8) == 1
-    assert num_splits(3, 8) == 4  # a power of two
+@pytest.mark.parametrize("cached_lens,splits", [
+    ([40, 3], 8),  # one tile each: a single split writes the output, no merge
+    ([150, 5], 4),  # two tiles of 128: two splits merge
+    ([500], 2),  # more tiles than splits: each split loops over its share
+])
+def test_small_decode_uses_a_split_per_tile(cached_lens, splits, monkeypatch):
+    """The grid's split count is fixed; a request's context decides how many of them work (one per tile of
+    BLOCK_T tokens): results do not depend on how many sit idle."""
+    monkeypatch.setattr(small_decode, "BLOCK_T", 128)
+    got, expected, tol = run_case(torch.float32, 4, 2, 32, 16, cached_lens, splits, norm=True, seed=len(cached_lens))
+    torch.testing.assert_close(got, expected, **tol)

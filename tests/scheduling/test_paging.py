@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.attention.paging import paged_layout
-from core.engine.graph import batch_size_ladder
+from core.attention.paging import packed_page_lists, paged_layout
+from core.engine.graph import adjacent_span, batch_size_ladder
 from core.request import Req, SamplingParams
 from core.scheduler.cache import CacheManager
 
@@ -53,3 +53,34 @@ def test_layout_reads_the_page_table_when_a_request_holds_no_page_list():
     table = torch.arange(2 * 64).view(2, 64)  # row r, position p -> slot 64 r + p
     layout = paged_layout(table, [1, 0], [9, 4], 4, pages=[[], []])
     assert layout.indices.tolist() == [16, 17, 18, 0]
+
+
+@pytest.mark.parametrize("pad", [0, 2])
+def test_packed_page_lists_hold_the_layout_with_its_padding_rows(pad):
+    """The small decode's one-copy page lists: the same indptr, last lengths and pages as paged_layout gives
+    (padded the way a CUDA-graph batch is), at fixed offsets whatever the batch size."""
+    table = torch.arange(2 * 64).view(2, 64)  # row r, position p -> slot 64 r + p
+    pages = [[5, 9, 2], [7]]
+    lens = [9, 4]
+    layout = paged_layout(table, [0, 1], lens, 4, pages).padded(pad, 30)
+    header = 8
+    packed = packed_page_lists(pages, lens, 4, pad, 30, header)
+    assert packed.dtype == torch.int32
+    rows = len(lens) + pad
+    assert packed[:rows + 1].tolist() == layout.indptr.tolist()
+    assert packed[header:header + rows].tolist() == layout.last_page_len.tolist()
+    assert packed[2 * header:].tolist() == layout.indices.tolist() == [5, 9, 2, 7] + [30] * pad
+
+
+def test_packed_page_lists_give_way_when_a_list_is_missing_or_the_batch_too_big():
+    assert packed_page_lists([[1], []], [3, 3], 4, 0, 30, 8) is None  # the second request's list not filled in
+    assert packed_page_lists([[1]] * 4, [3] * 4, 4, 4, 30, 8) is None  # 8 rows need 9 offsets
+
+
+def test_adjacent_span_joins_consecutive_pieces_of_one_upload_only():
+    flat = torch.arange(10)
+    a, b, c = torch.split(flat, [3, 3, 4])
+    assert adjacent_span(a, b).tolist() == [0, 1, 2, 3, 4, 5]
+    assert adjacent_span(b, a) is None  # wrong order
+    assert adjacent_span(b, c) is None  # lengths differ
+    assert adjacent_span(a, torch.arange(3, 6)) is None  # another buffer
