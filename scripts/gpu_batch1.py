@@ -19,12 +19,12 @@ import sys
 import time
 
 
-def measure(model: str) -> dict:
+def batch1(llm) -> tuple[float, list[int]]:
+    """The peer harness's batch-1 figure on a built LLM: ms per decode step, and the 257 greedy tokens."""
     import torch
 
-    from core import LLM, SamplingParams
+    from core import SamplingParams
 
-    llm = LLM(model, page_size=16, max_running_req=8, max_seq_len=4096)
     prompt = [(7 * i + 3) % 10000 for i in range(128)]
 
     def timed(tokens: int) -> tuple[float, list[int]]:
@@ -38,10 +38,17 @@ def measure(model: str) -> dict:
     timed(257)  # warm-up
     one = min(timed(1)[0] for _ in range(3))
     runs = [timed(257) for _ in range(3)]
-    best = min(t for t, _ in runs)
+    return (min(t for t, _ in runs) - one) / 256 * 1e3, runs[0][1]
+
+
+def measure(model: str) -> dict:
+    from core import LLM
+
+    llm = LLM(model, page_size=16, max_running_req=8, max_seq_len=4096)
+    ms, tokens = batch1(llm)
     engine = llm.engine.describe()
     llm.close()
-    return {"batch1_ms": (best - one) / 256 * 1e3, "tokens": runs[0][1], "engine": engine}
+    return {"batch1_ms": ms, "tokens": tokens, "engine": engine}
 
 
 def main() -> None:

@@ -15,12 +15,12 @@ import argparse
 import gc
 import json
 import statistics
-import time
 
 import torch
 
 import core.kernels.small_decode as small
 from core import LLM, SamplingParams
+from gpu_batch1 import batch1  # scripts/, on the path when run as a script
 
 # (the grid's splits per (request, KV head), cached tokens a tile, warps)
 CHOICES = [(8, 128, 8), (4, 128, 8), (16, 128, 8), (8, 64, 8), (16, 64, 4), (8, 128, 4), (16, 32, 4)]
@@ -52,23 +52,6 @@ def replay_us(llm: LLM, context: int) -> float:
             times.append(start.elapsed_time(end) * 100)  # ms for 10 -> us each
     llm.reset_prefix_cache()
     return statistics.median(times)
-
-
-def batch1(llm: LLM) -> tuple[float, list[int]]:
-    prompt = [(7 * i + 3) % 10000 for i in range(128)]
-
-    def timed(tokens: int) -> tuple[float, list[int]]:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        result = llm.generate([prompt], SamplingParams(max_tokens=tokens, ignore_eos=True))[0]
-        torch.cuda.synchronize()
-        llm.reset_prefix_cache()
-        return time.perf_counter() - start, list(result["token_ids"])
-
-    timed(257)
-    one = min(timed(1)[0] for _ in range(3))
-    runs = [timed(257) for _ in range(3)]
-    return (min(t for t, _ in runs) - one) / 256 * 1e3, runs[0][1]
 
 
 def main() -> None:
