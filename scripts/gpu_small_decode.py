@@ -2,7 +2,7 @@
 each choice of the grid's splits, tile of cached tokens (a request uses one split per tile) and warp count, in
 one process and in alternating rounds so the machine's drift falls on every choice alike.
 
-For each choice: the graph's replay time at two contexts (one request of that many tokens, the graph replayed
+For each choice: the graph's replay time at each context (one request of that many tokens, the graph replayed
 alone, medians), and the peer harness's batch-1 figure (one greedy request of 128 prompt ids, (time of 257
 tokens - time of 1) / 256, best of three) with its tokens compared to the first choice's.
 

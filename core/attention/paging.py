@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from core.arith import pages_for
 from core.transfer import upload, upload_list
 
 
@@ -76,7 +77,7 @@ def packed_page_lists(pages: list[list[int]], kv_lens: list[int], page_size: int
     two each padded to ``header`` entries, so that one copy fills a kernel's fixed buffers whatever the batch
     size; plus ``pad`` padding rows of one token in ``dummy_page``. None when some request's own list is not
     filled in (``paged_layout`` then reads the page table)."""
-    counts = [-(-n // page_size) for n in kv_lens]
+    counts = [pages_for(n, page_size) for n in kv_lens]
     if len(kv_lens) + pad + 1 > header or any(len(own) < count for own, count in zip(pages, counts)):
         return None
     indptr, last, flat = [0], [], []
