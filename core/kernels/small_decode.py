@@ -52,7 +52,7 @@ class SmallDecodePlan:
     counters: torch.Tensor  # [max_bs * kv_heads] int32, zero between launches
     page_size: int
     scale: float
-    splits: int  # the grid's programs per (request, KV head): GRID_SPLITS (tests use fewer)
+    splits: int  # the grid's programs per (request, KV head): GRID_SPLITS (tests use fewer, never more)
     pdl: bool = False  # launched as a programmatic dependent launch (KernelChoices.pdl)
 
 
@@ -64,14 +64,16 @@ def block_g(num_heads: int, num_kv_heads: int) -> int:
 
 def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, scale: float,
               kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last: torch.Tensor,
-              pdl: bool = False) -> SmallDecodePlan:
+              pdl: bool = False, splits: int = GRID_SPLITS) -> SmallDecodePlan:
+    if not 1 <= splits <= GRID_SPLITS:  # the partial buffers hold GRID_SPLITS per (request, KV head)
+        raise ValueError(f"a small decode takes 1 to {GRID_SPLITS} splits, not {splits}")
     rows = max_bs * num_kv_heads * GRID_SPLITS * block_g(num_heads, num_kv_heads)
     device = kv_indptr.device
     return SmallDecodePlan(kv_indptr, kv_indices, kv_last,
                            torch.empty(rows, head_dim, dtype=torch.float32, device=device),
                            torch.empty(rows, dtype=torch.float32, device=device),
                            torch.zeros(max_bs * num_kv_heads, dtype=torch.int32, device=device), page_size, scale,
-                           splits=GRID_SPLITS, pdl=pdl)
+                           splits=splits, pdl=pdl)
 
 
 @functools.cache

@@ -65,8 +65,7 @@ def run_case(dtype, heads, kv_heads, dim, page_size, cached_lens, splits, norm, 
     expected = torch.stack(expected).to(dtype)
 
     plan = make_plan(batch, heads, kv_heads, dim, page_size, scale, indptr.to(DEVICE), indices.to(DEVICE),
-                     last.to(DEVICE))
-    plan.splits = splits
+                     last.to(DEVICE), splits=splits)
     spec = QKVSpec(heads, kv_heads, dim, rope.cos_sin, q_w, k_w, eps)
     got = small_decode_attention(qkv, positions, spec, k_cache, v_cache, out_loc, plan)
     tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
@@ -88,7 +87,7 @@ BF16 = pytest.param(torch.bfloat16, marks=pytest.mark.skipif(DEVICE == "cpu", re
     (16, [0], 4),  # a one-token sequence: only the new token, every split empty but the first
     (16, [40], 1),
     (16, [15, 16, 17], 4),  # page boundaries
-    (1, [5, 70], 16),  # more splits than blocks
+    (1, [5, 70], 8),  # more splits than tiles
     (4, [100], 2),
 ])
 def test_small_decode_matches_the_separate_steps(dtype, page_size, cached_lens, splits):
@@ -101,6 +100,13 @@ def test_small_decode_head_groups_and_no_qk_norm(heads, kv_heads, norm):
     """Groups of 1, 4 and 3 (not a power of two) query heads per KV head; Llama/Qwen2 layers have no QK-norm."""
     got, expected, tol = run_case(torch.float32, heads, kv_heads, 64, 16, [33, 7], 2, norm, seed=heads)
     torch.testing.assert_close(got, expected, **tol)
+
+
+@pytest.mark.parametrize("splits", [0, small_decode.GRID_SPLITS + 1])
+def test_a_plan_refuses_more_splits_than_its_buffers_hold(splits):
+    indptr = torch.tensor([0, 1], dtype=torch.int32)
+    with pytest.raises(ValueError, match="splits"):
+        small_decode.make_plan(1, 4, 2, 32, 16, 1.0, indptr, indptr[1:], indptr[1:], splits=splits)
 
 
 @pytest.mark.parametrize("cached_lens,splits", [
