@@ -4,8 +4,9 @@ against the skinny GEMM (core/kernels/skinny_gemm.py) with the norm or activatio
     . scripts/gpu_env.sh && python3 scripts/gpu_skinny_sweep.py [--rows 8,32,64,128,256] [--json OUT.json]
 
 Each figure is the median of ten CUDA-graph replays of one product per layer over 28 layers' own weights (so
-the weights come from HBM, as in a step), in microseconds a layer. The last lines sum a step's four linears
-for each row count, cuBLAS's way against the skinny GEMM's best tiles, and say which tiles those were.
+the weights come from HBM, as in a step), in microseconds a layer; "unfolded" is flashinfer's norm or
+activation kernel, then the skinny GEMM's plain product on the same tiles. A line per row count sums a step's
+four linears: cuBLAS's way, the skinny GEMM's best tiles, and the better of folded and unfolded per linear.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def replay_us(products: Callable[[], None]) -> float:
 
 def candidates(rows: int) -> list[SkinnyConfig]:
     if rows <= 64:
-        return [SkinnyConfig(n, k, 4, s, block_m=64) for n, k, s in itertools.product((16, 32, 64), (128, 256), (3, 4))]
+        tiles = itertools.product((16, 32, 64), (128, 256), (3, 4))
+        return [SkinnyConfig(n, k, 4, stages, block_m=64) for n, k, stages in tiles]
     return [SkinnyConfig(n, k, 4 if m == 64 else 8, 3, block_m=m)
             for m, n, k in itertools.product((64, 128), (32, 64), (64, 128))]
 
@@ -65,7 +67,7 @@ def main() -> None:
     gain = 1 + 0.1 * torch.randn(HIDDEN, **bf)
     results = {}
     for rows in map(int, args.rows.split(",")):
-        step = {"cublas": 0.0, "skinny": 0.0}
+        step = {"cublas": 0.0, "skinny": 0.0, "apart": 0.0}
         for name, (out_features, in_features, prologue) in SHAPES.items():
             weights = [torch.randn(out_features, in_features, **bf) * in_features ** -0.5 for _ in range(LAYERS)]
             width = 2 * in_features if prologue == SILU_MUL else in_features
@@ -88,18 +90,29 @@ def main() -> None:
                                 gain if prologue == NORM else None, EPS, cfg)
                 return run
 
+            def unfolded(cfg):  # the norm or the activation as flashinfer's kernel, then the skinny GEMM
+                def run():
+                    for w in weights:
+                        if prologue == NORM:
+                            fused_add_rmsnorm(x, residual, gain, EPS)
+                        _launch(silu_and_mul(x) if prologue == SILU_MUL else x, w, None, PLAIN, config=cfg)
+                return run
+
             base = replay_us(baseline)
             timed = sorted((replay_us(skinny(cfg)), cfg) for cfg in candidates(rows))
             best_us, best = timed[0]
+            apart = replay_us(unfolded(best)) if prologue != PLAIN else best_us
             step["cublas"] += base * LAYERS
             step["skinny"] += best_us * LAYERS
-            results[f"{name}@{rows}"] = dict(cublas_us=base, skinny_us=best_us, best=best.__dict__,
-                                             all=[(t, c.__dict__) for t, c in timed])
-            print(f"{name:8s} {rows:4d}: cuBLAS {base:6.1f} us | skinny {best_us:6.1f} us ({best}) | "
-                  f"TB/s {2 * out_features * in_features / base / 1e6:4.2f} / "
+            step["apart"] += min(best_us, apart) * LAYERS
+            results[f"{name}@{rows}"] = dict(cublas_us=base, skinny_us=best_us, unfolded_us=apart,
+                                             best=best.__dict__, all=[(t, c.__dict__) for t, c in timed])
+            print(f"{name:8s} {rows:4d}: cuBLAS {base:6.1f} us | skinny {best_us:6.1f} us ({best}) | unfolded "
+                  f"{apart:6.1f} | TB/s {2 * out_features * in_features / base / 1e6:4.2f} / "
                   f"{2 * out_features * in_features / best_us / 1e6:4.2f}", flush=True)
         print(f"rows {rows}: a step's layer linears {step['cublas'] / 1e3:.3f} ms (cuBLAS + norms) against "
-              f"{step['skinny'] / 1e3:.3f} ms (skinny, best tiles)", flush=True)
+              f"{step['skinny'] / 1e3:.3f} ms (skinny, best tiles), {step['apart'] / 1e3:.3f} ms folding only where it "
+              "pays", flush=True)
     if args.json:
         json.dump(results, open(args.json, "w"), indent=1)
 
