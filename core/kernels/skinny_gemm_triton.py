@@ -22,8 +22,8 @@ def skinny_gemm_kernel(x_ptr, res_ptr, res_out_ptr, norm_ptr, eps, w_ptr, bias_p
 
     The rows are few, so a program holds all of them (or a large share: the programs of one block of features
     then read its weight rows together, from L2 after the first) and streams its weight rows once, BLOCK_K
-    columns at a time, into tensor-core products. A folded norm first walks the rows once for their mean squares (the rows
-    are a few KB, served from L2); program 0 writes the residual sum ``x + residual`` out."""
+    columns at a time, into tensor-core products. A folded norm first walks the rows once for their mean
+    squares (the rows are a few KB, served from L2); program 0 writes the residual sum ``x + residual`` out."""
     pid = tl.program_id(0)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     m_mask = offs_m < M

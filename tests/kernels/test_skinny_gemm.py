@@ -22,7 +22,9 @@ pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),
 
 BF16 = pytest.param(torch.bfloat16, marks=pytest.mark.skipif(DEVICE == "cpu", reason="bf16 tl.dot needs CUDA"))
 # (rows, out, in, tiles): odd sizes so that every mask (rows, features, columns) is exercised, and several chunks
-SHAPES = [(3, 40, 96, SkinnyConfig(16, 32, 4, 2)), (17, 33, 64, SkinnyConfig(32, 16, 2, 3)), (40, 24, 48, SkinnyConfig(16, 16, 4, 2, block_m=16)), (2, 16, 200, None)]
+SHAPES = [(3, 40, 96, SkinnyConfig(16, 32, 4, 2)), (17, 33, 64, SkinnyConfig(32, 16, 2, 3)),
+          (40, 24, 48, SkinnyConfig(16, 16, 4, 2, block_m=16)),  # three blocks of rows
+          (2, 16, 200, None)]
 
 
 def tensors(rows, out, inp, dtype, seed=0):
