@@ -76,12 +76,6 @@ def gemv_disabled() -> bool:
     return _flag("MINISGL_DISABLE_GEMV")
 
 
-def skinny_gemm_disabled() -> bool:
-    """MINISGL_DISABLE_SKINNY_GEMM=1 runs linears of 2 to 64 rows on cuBLAS, with the norms and activations as
-    kernels of their own (see core/kernels/skinny_gemm.py; for comparisons)."""
-    return _flag("MINISGL_DISABLE_SKINNY_GEMM")
-
-
 def cpu_weight_packing_disabled() -> bool:
     """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/kernels/onednn_packed.py)."""
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")

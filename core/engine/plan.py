@@ -239,10 +239,9 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
     screened_head = c_gemm and not screen_unsupported(features.flags) and not env.screened_head_disabled()
     packed = packing_available(device, dtype) and not env.cpu_weight_packing_disabled() and not c_gemm
     gemv = triton and not env.gemv_disabled()
-    skinny_gemm = triton and device.type == "cuda" and not env.skinny_gemm_disabled()
     small_decode = fused_qkv and not kv_fp8 and not env.small_decode_disabled()
     return KernelChoices(
-        flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=gemv, skinny_gemm=skinny_gemm, small_decode=small_decode,
+        flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=gemv, small_decode=small_decode,
         pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.pdl_disabled(),
         triton_sampler=triton and not env.triton_sampler_disabled(), fp8_gather=triton and kv_fp8,
         packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1, c_gemm=c_gemm,

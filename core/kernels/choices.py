@@ -19,9 +19,6 @@ class KernelChoices:
     fused_qkv: bool = False
     # one-row linears as Triton GEMVs with the norm or the activation folded in (core/kernels/gemv.py)
     gemv: bool = False
-    # linears of 2 to SKINNY_MAX_ROWS rows as one Triton tensor-core kernel each, with the norm or the activation
-    # folded in (core/kernels/skinny_gemm.py)
-    skinny_gemm: bool = False
     # captured decode batches of a few rows as one Triton kernel per layer (core/kernels/small_decode.py); it
     # starts from the QKV projection's output, so only with ``fused_qkv``
     small_decode: bool = False
@@ -59,8 +56,8 @@ class KernelChoices:
     bf16_linears: bool = False
 
     def __post_init__(self) -> None:
-        if (self.fused_qkv or self.gemv or self.skinny_gemm or self.fp8_gather) and not self.flashinfer:
-            raise ValueError("the fused QKV, GEMV, skinny GEMM and fp8 gather kernels run in flashinfer's kernel set")
+        if (self.fused_qkv or self.gemv or self.fp8_gather) and not self.flashinfer:
+            raise ValueError("the fused QKV, GEMV and fp8 gather kernels run in flashinfer's kernel set")
         if self.c_gemm and (self.packed_weights or self.bf16_linears):
             raise ValueError("the C GEMM is a float32 CPU engine's one form of its linears")
         if self.screened_head and not self.c_gemm:

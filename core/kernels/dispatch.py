@@ -27,7 +27,6 @@ from torch import nn
 from core.kernels import onednn_packed
 from core.kernels.choices import KernelChoices
 from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
-from core.kernels import skinny_gemm
 from core.kernels.bf16_weights import Bf16Weight
 from core.kernels.cpu_gemm import PanelWeight
 from core.kernels.int8_weights import Int8Weight
@@ -152,7 +151,6 @@ class FlashInferKernels(TorchKernels):
     name: ClassVar[str] = "flashinfer"
     gemv: bool = False  # one-row linears in the Triton GEMV kernels (core/kernels/gemv.py)
     pdl: bool = False  # those kernels as programmatic dependent launches (KernelChoices.pdl)
-    skinny: bool = False  # linears of a few rows in the Triton skinny GEMM (core/kernels/skinny_gemm.py)
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -193,16 +191,10 @@ class FlashInferKernels(TorchKernels):
         """One row, where the Triton kernels beat cuBLAS (and fold the norm or the activation in)."""
         return self.gemv and x.shape[0] <= GEMV_MAX_ROWS
 
-    def uses_skinny(self, x: torch.Tensor, weight: torch.Tensor) -> bool:
-        """A few rows into a layer's outputs (not an LM head's), where the skinny GEMM beats cuBLAS."""
-        return self.skinny and skinny_gemm.fits(x.shape[0], weight.shape[0])
-
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | None) -> torch.Tensor:
         if self.uses_gemv(x):
             return gemv(x, weight, bias, pdl=self.pdl)
-        if self.uses_skinny(x, weight):
-            return skinny_gemm.skinny_linear(x, weight, bias)
         return super().linear(x, weight, bias, packed_weight)
 
     def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -210,24 +202,19 @@ class FlashInferKernels(TorchKernels):
                         packed_weight: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if self.uses_gemv(x):
             return rms_norm_gemv(x, residual, norm_weight, eps, weight, bias, pdl=self.pdl)
-        if self.uses_skinny(x, weight):
-            return skinny_gemm.skinny_rms_norm_linear(x, residual, norm_weight, eps, weight, bias)
         return super().rms_norm_linear(x, residual, norm_weight, eps, weight, bias, packed_weight)
 
     def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor,
                         packed_weight: torch.Tensor | None) -> torch.Tensor:
         if self.uses_gemv(gate_up):
             return silu_mul_gemv(gate_up, weight, pdl=self.pdl)
-        if self.uses_skinny(gate_up, weight):
-            return skinny_gemm.skinny_silu_mul_linear(gate_up, weight)
         return super().silu_mul_linear(gate_up, weight, packed_weight)
 
 
 def kernels_for(choices: KernelChoices) -> TorchKernels:
     """The table that runs these choices."""
     if choices.flashinfer:
-        return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv, pdl=choices.pdl and choices.gemv,
-                                 skinny=choices.skinny_gemm)
+        return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv, pdl=choices.pdl and choices.gemv)
     return TorchKernels(packed_one_row=choices.packed_one_row)
 
 

@@ -17,8 +17,7 @@ from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
             "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL",
-            "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_DISABLE_CUDA_FP8_DECODE", "MINISGL_DISABLE_SCREENED_HEAD",
-            "MINISGL_DISABLE_SKINNY_GEMM")
+            "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_DISABLE_CUDA_FP8_DECODE", "MINISGL_DISABLE_SCREENED_HEAD")
 
 
 @pytest.fixture
@@ -33,11 +32,8 @@ def triton_everywhere(monkeypatch):
 
 def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywhere, monkeypatch):
     assert kernel_choices("flashinfer", CUDA, torch.bfloat16) == KernelChoices(
-        flashinfer=True, fused_qkv=True, gemv=True, skinny_gemm=True, small_decode=True, pdl=True,
-        triton_sampler=True, packed_weights=False, gpu_screened_head=True)
-    monkeypatch.setenv("MINISGL_DISABLE_SKINNY_GEMM", "1")
-    assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).skinny_gemm
-    monkeypatch.delenv("MINISGL_DISABLE_SKINNY_GEMM")
+        flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, triton_sampler=True,
+        packed_weights=False, gpu_screened_head=True)
     monkeypatch.setenv("MINISGL_DISABLE_SCREENED_HEAD", "1")
     assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).gpu_screened_head
     monkeypatch.delenv("MINISGL_DISABLE_SCREENED_HEAD")
@@ -80,10 +76,7 @@ def test_the_kernel_table_carries_the_choices():
     with pytest.raises(ValueError):
         KernelChoices(flashinfer=True, pdl=True)  # dependent launches are for the GEMV and small decode kernels
     table = kernels_for(KernelChoices(flashinfer=True, fused_qkv=True, gemv=True, pdl=True))
-    assert table.gemv and table.pdl and not table.skinny
-    assert kernels_for(KernelChoices(flashinfer=True, skinny_gemm=True)).skinny
-    with pytest.raises(ValueError):
-        KernelChoices(skinny_gemm=True)  # the skinny GEMM is one of flashinfer's kernel set
+    assert table.gemv and table.pdl
 
 
 def test_dependent_launches_only_where_the_gpu_has_them(triton_everywhere, monkeypatch):
@@ -169,21 +162,3 @@ def test_an_fp8_cache_under_flashinfer_decodes_on_the_cuda_kernel_where_it_build
     assert not plan_engine(EngineConfig(kv_dtype="fp8", attention="torch"), CUDA, torch.bfloat16).fp8_cuda_decode
     monkeypatch.setenv("MINISGL_DISABLE_CUDA_FP8_DECODE", "1")
     assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode
-
-
-def test_the_kernel_table_sends_a_few_rows_of_a_layers_linear_to_the_skinny_gemm(monkeypatch):
-    """2 to SKINNY_MAX_ROWS rows into a layer's outputs; one row stays the GEMV's, more rows and an LM head's
-    width stay cuBLAS's."""
-    from core.kernels import skinny_gemm
-
-    taken = []
-    monkeypatch.setattr(skinny_gemm, "_launch", lambda x, weight, *args, **kw: (taken.append(x.shape[0]), None))
-    table = kernels_for(KernelChoices(flashinfer=True, skinny_gemm=True))
-    layer, head = torch.zeros(64, 32), torch.zeros(skinny_gemm.SKINNY_MAX_OUT + 1, 32)
-    for rows in (2, skinny_gemm.SKINNY_MAX_ROWS):
-        table.linear(torch.zeros(rows, 32), layer, None, None)
-        table.silu_mul_linear(torch.zeros(rows, 64), layer, None)
-    for rows in (1, skinny_gemm.SKINNY_MAX_ROWS + 1):
-        torch.testing.assert_close(table.linear(torch.ones(rows, 32), layer, None, None), torch.zeros(rows, 64))
-    table.linear(torch.zeros(8, 32), head, None, None)
-    assert taken == [2, 2, skinny_gemm.SKINNY_MAX_ROWS, skinny_gemm.SKINNY_MAX_ROWS]
