@@ -8,7 +8,9 @@ chunk (the first on ties, so the first maximal column wins, as ``argmax`` says).
 the same 31-bit values: its products are taken modulo 2**32 in uint32, whose low 31 bits are the int64 product's.
 
 The row keys (a few integer ops on [rows]) and the hash's constants live here, below the sampler, which draws with
-them on every device; ``race_tokens`` is what the sampler calls where the engine's plan chose this kernel.
+them on every device; ``race_tokens`` is what the sampler calls where the engine's plan chose this kernel. Its
+first kernel derives each row's key itself from the seed and the position: in torch the keys were 25 kernels of
+a microsecond or two each, on every sampled step.
 """
 
 from __future__ import annotations
@@ -56,13 +58,14 @@ def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.T
                 positions: torch.Tensor) -> torch.Tensor:
     """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels."""
     chunks_kernel = _kernels().race_chunks
-    keys = row_keys(seeds, positions)
+    # the kernel derives each row's key from these (row_keys in torch was 25 small kernels a step)
+    seeds, positions = seeds.to(torch.int64).contiguous(), positions.to(torch.int64).contiguous()
 
     def chunks(logits, parts, part_max, part_col) -> None:
         chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), temperatures.to(torch.float32).contiguous(),
-                                                keys, logits.shape[1], part_max, part_col, parts, BLOCK=BLOCK,
-                                                MASK=MASK31, MIX=MIX_MULTIPLIER, COLUMN=COLUMN_MULTIPLIER,
-                                                num_warps=4)
+                                                seeds, positions, logits.shape[1], part_max, part_col, parts,
+                                                BLOCK=BLOCK, MASK=MASK31, MIX=MIX_MULTIPLIER,
+                                                COLUMN=COLUMN_MULTIPLIER, num_warps=4)
 
     return _two_stages(logits, chunks)
 

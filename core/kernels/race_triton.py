@@ -16,16 +16,28 @@ def _mix(x, MASK: tl.constexpr, MIX: tl.constexpr):
 
 
 @triton.jit
-def race_chunks_kernel(logits_ptr, row_stride, temperatures_ptr, keys_ptr, vocab, part_max_ptr, part_col_ptr,
-                       chunks, BLOCK: tl.constexpr, MASK: tl.constexpr, MIX: tl.constexpr, COLUMN: tl.constexpr):
-    """One program per (row, chunk of BLOCK columns): the chunk's largest score and its first column."""
+def _row_key(seeds_ptr, positions_ptr, row, MASK: tl.constexpr, MIX: tl.constexpr):
+    """race.row_keys for one row: the int64 seed folded to 31 bits (an arithmetic shift, as torch's), mixed
+    twice, then mixed with the position's low 31 bits."""
+    seed = tl.load(seeds_ptr + row)
+    folded = ((seed ^ (seed >> 31)) & MASK).to(tl.uint32)
+    position = (tl.load(positions_ptr + row) & MASK).to(tl.uint32)
+    return _mix(_mix(folded, MASK, MIX) ^ position, MASK, MIX)
+
+
+@triton.jit
+def race_chunks_kernel(logits_ptr, row_stride, temperatures_ptr, seeds_ptr, positions_ptr, vocab, part_max_ptr,
+                       part_col_ptr, chunks, BLOCK: tl.constexpr, MASK: tl.constexpr, MIX: tl.constexpr,
+                       COLUMN: tl.constexpr):
+    """One program per (row, chunk of BLOCK columns): the chunk's largest score and its first column. Each
+    program derives its row's key itself (a few scalar operations), so no kernel before it computes the keys."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     cols = chunk * BLOCK + tl.arange(0, BLOCK)
     valid = cols < vocab
     logit = tl.load(logits_ptr + row.to(tl.int64) * row_stride + cols, mask=valid, other=0.0).to(tl.float32)
     temperature = tl.load(temperatures_ptr + row)
-    key = tl.load(keys_ptr + row).to(tl.uint32)
+    key = _row_key(seeds_ptr, positions_ptr, row, MASK, MIX)
     spread = (cols.to(tl.uint32) * COLUMN) & MASK
     bits = _mix((key ^ spread) & MASK, MASK, MIX) >> 7
     uniform = (bits.to(tl.float32) + 0.5) * (1.0 / 16777216.0)

@@ -25,7 +25,7 @@ def test_the_kernels_draw_the_torch_races_tokens(rows, vocab, dtype):
     gen = torch.Generator().manual_seed(rows * vocab)
     logits = (torch.randn(rows, vocab, generator=gen) * 2).to(dtype).to(DEVICE)
     temperatures = (torch.rand(rows, generator=gen) + 0.3).to(DEVICE)
-    seeds = torch.randint(0, 2 ** 62, (rows,), generator=gen).to(DEVICE)
+    seeds = torch.randint(-2 ** 62, 2 ** 62, (rows,), generator=gen).to(DEVICE)  # the key folds the sign too
     positions = torch.randint(0, 4096, (rows,), generator=gen).to(DEVICE)
     tokens = race_tokens(logits, temperatures, seeds, positions)
     assert tokens.dtype == torch.int64 and tokens.shape == (rows,)
