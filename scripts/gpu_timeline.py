@@ -9,6 +9,13 @@ time, and the longest gaps with the activity that ended each one.
     python3 scripts/gpu_timeline.py run --batch 256 --context 600 --tokens 24 --trace $OUT/tl.json
     python3 scripts/gpu_timeline.py analyze $OUT/tl.json
 
+``workload`` records nano-vllm's whole workload (the one ``minisgl bench --workload nanovllm`` times) the same way,
+and ``analyze --budget`` splits it into steps and sums, per kind of step (prefill, decode by its row count), the
+device's busy time by kernel family and the time it sat idle: where a run's seconds go, on the device's clock.
+
+    python3 scripts/gpu_timeline.py workload --trace $OUT/wl.json
+    python3 scripts/gpu_timeline.py analyze $OUT/wl.json --budget
+
 ``--steps`` splits the timeline at each copy of the sampled tokens to the host (one per step) and prints a
 typical step activity by activity: what the device runs between two steps' graphs, and where it waits.
 
@@ -54,11 +61,114 @@ def run(args: argparse.Namespace) -> None:
     llm.close()
 
 
-def analyze(args: argparse.Namespace) -> None:
-    trace = json.load(open(args.trace))
-    events = [(e["ts"] * 1e3, (e["ts"] + e.get("dur", 0)) * 1e3, e["name"])  # microseconds to nanoseconds
+def workload(args: argparse.Namespace) -> None:
+    """The nano-vllm workload once to warm up (every prefill shape, every graph), then once under the profiler."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from core import LLM
+    from core.bench.engine_run import sampling_params, warm_up
+    from core.bench.workload import make_workload, workload_spec
+
+    llm = LLM(args.model, page_size=16, max_running_req=256, max_seq_len=4096, kv_dtype=args.kv_dtype, log=print)
+    work = make_workload(workload_spec("nanovllm"), llm.engine.model_config.vocab_size, 0, None, 4096)
+    warm_up(llm, work)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        outputs = llm.generate([r.prompt_ids for r in work.requests], sampling_params(work))
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    tokens = sum(len(o["token_ids"]) for o in outputs)
+    print(f"workload under the profiler: {tokens} tokens in {wall:.2f} s ({tokens / wall:,.0f} tok/s)")
+    prof.export_chrome_trace(args.trace)
+    llm.close()
+
+
+def device_events(trace: dict) -> list[tuple[float, float, str, int]]:
+    """(start ns, end ns, name, bytes) of every kernel, copy and memset, in start order."""
+    events = [(e["ts"] * 1e3, (e["ts"] + e.get("dur", 0)) * 1e3, e["name"], int(e.get("args", {}).get("bytes", 0)))
               for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES]
     events.sort()
+    return events
+
+
+# kernel families by a piece of their name, first match wins (flashinfer's, cuBLAS's, ours in Triton, torch's)
+FAMILIES = (
+    ("attention: prefill", ("Prefill",)),
+    ("attention: decode", ("Decode", "small_decode", "paged_decode", "split_merge", "MergeStates", "merge_")),
+    ("GEMM", ("gemm", "nvjet", "cutlass", "xmma", "splitKreduce", "gemv")),
+    ("add+RMSNorm, RMSNorm", ("RMSNorm", "rms_norm", "rmsnorm")),
+    ("SiLU-and-mul", ("act_and_mul", "silu")),
+    ("QK-norm/RoPE/KV store", ("fused_qkv", "rope", "Rope")),
+    ("sampler", ("race", "screen", "argmax", "sampl")),
+    ("copies and memsets", ("Memcpy", "Memset", "memcpy", "memset")),
+)
+
+
+def family(name: str) -> str:
+    for label, pieces in FAMILIES:
+        if any(piece in name for piece in pieces):
+            return label
+    return "other (torch's own kernels)"
+
+
+def split_steps(events: list) -> list[list]:
+    """The timeline cut after each copy of sampled tokens to the host: one piece per engine step."""
+    steps, current = [], []
+    for event in events:
+        current.append(event)
+        if is_token_copy(event[2]):
+            steps.append(current)
+            current = []
+    if current:
+        steps.append(current)
+    return steps
+
+
+def step_kind(step: list) -> str:
+    if any("Prefill" in name for _, _, name, _ in step):
+        return "prefill"
+    rows = max((b for _, _, name, b in step if is_token_copy(name)), default=0) // 8  # int64 tokens
+    for low, high in ((1, 1), (2, 32), (33, 128), (129, 255), (256, 256)):
+        if rows <= high:
+            return f"decode {low}-{high} rows" if low < high else f"decode {low} rows"
+    return f"decode {rows} rows"
+
+
+def budget(events: list) -> None:
+    """Per kind of step: steps, the device span from the previous step's token copy to this one's, its busy
+    time by kernel family, and its idle time (waiting for the host between kernels)."""
+    rows: dict[str, dict] = {}
+    previous_end = events[0][0]
+    for step in split_steps(events):
+        kind = rows.setdefault(step_kind(step), {"steps": 0, "span": 0.0, "idle": 0.0, "busy": Counter()})
+        kind["steps"] += 1
+        kind["span"] += step[-1][1] - previous_end
+        cursor = previous_end
+        for start, end, name, _ in step:
+            kind["idle"] += max(start - cursor, 0.0)
+            kind["busy"][family(name)] += max(end - max(start, cursor), 0.0)  # overlapping streams count once
+            cursor = max(cursor, end)
+        previous_end = cursor
+    total = sum(k["span"] for k in rows.values())
+    print(f"\nthe run by kind of step: {total / 1e9:.3f} s on the device's clock")
+    labels = [label for label, _ in FAMILIES] + ["other (torch's own kernels)"]
+    for kind, k in sorted(rows.items(), key=lambda kv: -kv[1]["span"]):
+        print(f"  {kind}: {k['steps']} steps, {k['span'] / 1e9:.3f} s ({k['span'] / max(k['steps'], 1) / 1e3:.0f} us "
+              f"a step), idle {k['idle'] / 1e9:.3f} s")
+        for label in labels:
+            if k["busy"][label]:
+                print(f"      {k['busy'][label] / 1e9:8.3f} s  {label}")
+
+
+def analyze(args: argparse.Namespace) -> None:
+    events = device_events(json.load(open(args.trace)))
+    if args.budget and events:
+        budget(events)
+    events = [(start, end, name) for start, end, name, _ in events]
     if not events:
         sys.exit("no kernels in the file")
     first = events[0][0] + args.skip_ms * 1e6
@@ -93,12 +203,7 @@ def is_token_copy(name: str) -> bool:
 def step_lines(events: list[tuple[float, float, str]], top: int) -> None:
     """A typical step, activity by activity: median gap before it and median duration, over the steps that
     ran the most common sequence of activities (steps that also write a new page-table entry differ)."""
-    steps, current = [], []
-    for event in events:
-        current.append(event)
-        if is_token_copy(event[2]):
-            steps.append(current)
-            current = []
+    steps = [step for step in split_steps(events) if is_token_copy(step[-1][2])]
     if len(steps) < 3:
         print("fewer than three token copies in the trace: not a decode timeline")
         return
@@ -153,8 +258,13 @@ def main() -> None:
     a.add_argument("--skip-ms", type=float, default=0.0, help="leave out the first milliseconds")
     a.add_argument("--top", type=int, default=15)
     a.add_argument("--steps", action="store_true", help="a typical decode step, activity by activity")
+    a.add_argument("--budget", action="store_true", help="the whole run by kind of step and kernel family")
+    w = sub.add_parser("workload", help="nano-vllm's workload, profiled whole (device activity only)")
+    w.add_argument("--model", default="random:qwen3-0.6b")
+    w.add_argument("--kv-dtype", default="auto")
+    w.add_argument("--trace", default="workload.json", help="where the Chrome trace goes")
     args = parser.parse_args()
-    run(args) if args.command == "run" else analyze(args)
+    {"run": run, "analyze": analyze, "workload": workload}[args.command](args)
 
 
 if __name__ == "__main__":
