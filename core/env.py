@@ -64,6 +64,20 @@ def triton_sampler_disabled() -> bool:
     return _flag("MINISGL_DISABLE_TRITON_SAMPLER")
 
 
+def split_k_slices() -> int:
+    """MINISGL_SPLIT_K=S (an integer, default 0: off) runs the narrow linears (o_proj, down) on CUDA as S slices
+    of their inputs with the sum folded into the add+RMSNorm after them (core/kernels/split_k.py; for
+    comparisons while it is measured)."""
+    raw = os.environ.get("MINISGL_SPLIT_K", "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit() or int(raw) > 16:
+        from core.errors import InvalidParamsError
+
+        raise InvalidParamsError(f"MINISGL_SPLIT_K must be a number of slices from 0 to 16, got {raw!r}")
+    return int(raw)
+
+
 def cuda_fp8_decode_disabled() -> bool:
     """MINISGL_DISABLE_CUDA_FP8_DECODE=1 decodes an fp8 KV cache with the Triton paged kernel instead of the CUDA
     one (core/kernels/fp8_decode_cuda.py; for comparisons)."""

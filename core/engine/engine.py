@@ -288,7 +288,8 @@ def _kernel_words(plan: EnginePlan) -> str:
                                    (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode"),
                                    (kernels.pdl, "dependent launches"), (kernels.triton_sampler, "Triton sampler"),
                                    (plan.c_attention, "decode attention in C"),
-                                   (plan.fp8_cuda_decode, "CUDA fp8 decode"))
+                                   (plan.fp8_cuda_decode, "CUDA fp8 decode"),
+                                   (kernels.split_k, f"split-K x{kernels.split_k}"))
              if on]
     return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
 

@@ -31,6 +31,9 @@ class KernelChoices:
     # torch.compile's); on an H200 the nano-vllm workload ran 22,440 / 21,847 tok/s with it against 20,466 without,
     # alternated in one call
     triton_sampler: bool = False
+    # the narrow linears (o_proj, down) of more than one row cut over their inputs into this many slices, the
+    # slices' partial products summed by the add+RMSNorm after them (core/kernels/split_k.py); 0: one cuBLAS GEMM
+    split_k: int = 0
     # an fp8 pool's sequences read back for flashinfer's ragged prefill in one Triton launch a layer
     # (core/kernels/fp8_gather.py) instead of torch's ten
     fp8_gather: bool = False
@@ -56,8 +59,8 @@ class KernelChoices:
     bf16_linears: bool = False
 
     def __post_init__(self) -> None:
-        if (self.fused_qkv or self.gemv or self.fp8_gather) and not self.flashinfer:
-            raise ValueError("the fused QKV, GEMV and fp8 gather kernels run in flashinfer's kernel set")
+        if (self.fused_qkv or self.gemv or self.fp8_gather or self.split_k) and not self.flashinfer:
+            raise ValueError("the fused QKV, GEMV, fp8 gather and split-K kernels run in flashinfer's kernel set")
         if self.c_gemm and (self.packed_weights or self.bf16_linears):
             raise ValueError("the C GEMM is a float32 CPU engine's one form of its linears")
         if self.screened_head and not self.c_gemm:

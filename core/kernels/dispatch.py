@@ -9,6 +9,8 @@ core/kernels/bf16_weights.py), each with its own ``linear``, or oneDNN's packed 
 ``FlashInferKernels`` swaps in flashinfer's fused CUDA kernels (one launch instead of several, no float32
 intermediates in memory), in bf16/fp16 on CUDA, and with ``gemv`` runs each one-row linear (decode at batch 1),
 with the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/kernels/gemv.py).
+With ``split_k`` a linear whose caller says its output is ``summed_later`` (a single rank's o_proj and down, each
+followed by an add+RMSNorm) returns ``Partials``, which that add+RMSNorm sums (core/kernels/split_k.py).
 Layers hold a ``kernels`` instance, set for the whole model by ``install_kernels`` from the engine's
 ``KernelChoices`` (core/kernels/choices.py): the table carries those decisions, and a forward pass only looks
 at its own batch's shape.
@@ -30,6 +32,7 @@ from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
 from core.kernels.bf16_weights import Bf16Weight
 from core.kernels.cpu_gemm import PanelWeight
 from core.kernels.int8_weights import Int8Weight
+from core.kernels.split_k import add_rms_norm_partials, split_k_linear
 
 # the forms of a weight that multiply by themselves (the ``linear`` method each has)
 WEIGHT_FORMS = (PanelWeight, Int8Weight, Bf16Weight)
@@ -53,6 +56,14 @@ def _rotate_folded(x: torch.Tensor, cos: torch.Tensor, folded_sin: torch.Tensor)
     swapped instead of swapped and negated, one op fewer, and every product and sum is the same float."""
     half = x.shape[-1] // 2
     return (x * cos).add_(torch.cat((x[..., half:], x[..., :half]), dim=-1).mul_(folded_sin))
+
+
+@dataclass(frozen=True)
+class Partials:
+    """A split-K linear's output before its slices are summed: [splits, rows, out] float32. Only the add+RMSNorm
+    of ``FlashInferKernels`` takes it, and only a linear told ``summed_later`` returns it."""
+
+    parts: torch.Tensor
 
 
 @functools.lru_cache(maxsize=64)
@@ -100,8 +111,10 @@ class TorchKernels:
         return F.silu(gate).mul_(up)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-               packed_weight: "torch.Tensor | PanelWeight | Int8Weight | Bf16Weight | None") -> torch.Tensor:
-        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's other form of the weight, if any (see above)."""
+               packed_weight: "torch.Tensor | PanelWeight | Int8Weight | Bf16Weight | None",
+               summed_later: bool = False) -> torch.Tensor:
+        """``x @ weight.T + bias``; ``packed_weight`` is the CPU's other form of the weight, if any (see above).
+        ``summed_later``: the output goes straight into an add+RMSNorm, which may take ``Partials`` instead."""
         if isinstance(packed_weight, PanelWeight) and not packed_weight.takes(x):
             packed_weight = None  # a large batch: torch's BLAS on the float32 weight
         if isinstance(packed_weight, WEIGHT_FORMS):
@@ -121,11 +134,11 @@ class TorchKernels:
             x, residual = self.add_rms_norm(x, residual, norm_weight, eps)
         return self.linear(x, weight, bias, packed_weight), residual
 
-    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor,
-                        packed_weight: torch.Tensor | None) -> torch.Tensor:
+    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor, packed_weight: torch.Tensor | None,
+                        summed_later: bool = False) -> torch.Tensor:
         if isinstance(packed_weight, PanelWeight) and packed_weight.takes(gate_up):  # SiLU-and-mul in the call
             return packed_weight.silu_mul_linear(gate_up)
-        return self.linear(self.silu_and_mul(gate_up), weight, None, packed_weight)
+        return self.linear(self.silu_and_mul(gate_up), weight, None, packed_weight, summed_later)
 
     @staticmethod
     def rope(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
@@ -151,6 +164,7 @@ class FlashInferKernels(TorchKernels):
     name: ClassVar[str] = "flashinfer"
     gemv: bool = False  # one-row linears in the Triton GEMV kernels (core/kernels/gemv.py)
     pdl: bool = False  # those kernels as programmatic dependent launches (KernelChoices.pdl)
+    split_k: int = 0  # slices of a summed-later linear's inputs (KernelChoices.split_k); 0: one GEMM
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -162,7 +176,10 @@ class FlashInferKernels(TorchKernels):
     def add_rms_norm(cls, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                      eps: float) -> tuple[torch.Tensor, torch.Tensor]:
         """In place: ``residual += x`` then ``x = rms_norm(residual)``. Both are this step's own activations."""
+        if isinstance(x, Partials):
+            return add_rms_norm_partials(x.parts, residual, weight, eps)
         from flashinfer.norm import fused_add_rmsnorm
+
 
         fused_add_rmsnorm(x, residual, weight, eps)
         return x, residual
@@ -192,9 +209,11 @@ class FlashInferKernels(TorchKernels):
         return self.gemv and x.shape[0] <= GEMV_MAX_ROWS
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-               packed_weight: torch.Tensor | None) -> torch.Tensor:
+               packed_weight: torch.Tensor | None, summed_later: bool = False) -> torch.Tensor:
         if self.uses_gemv(x):
             return gemv(x, weight, bias, pdl=self.pdl)
+        if summed_later and self.split_k and bias is None:
+            return Partials(split_k_linear(x, weight, self.split_k, torch.float32))
         return super().linear(x, weight, bias, packed_weight)
 
     def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,
@@ -204,17 +223,18 @@ class FlashInferKernels(TorchKernels):
             return rms_norm_gemv(x, residual, norm_weight, eps, weight, bias, pdl=self.pdl)
         return super().rms_norm_linear(x, residual, norm_weight, eps, weight, bias, packed_weight)
 
-    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor,
-                        packed_weight: torch.Tensor | None) -> torch.Tensor:
+    def silu_mul_linear(self, gate_up: torch.Tensor, weight: torch.Tensor, packed_weight: torch.Tensor | None,
+                        summed_later: bool = False) -> torch.Tensor:
         if self.uses_gemv(gate_up):
             return silu_mul_gemv(gate_up, weight, pdl=self.pdl)
-        return super().silu_mul_linear(gate_up, weight, packed_weight)
+        return super().silu_mul_linear(gate_up, weight, packed_weight, summed_later)
 
 
 def kernels_for(choices: KernelChoices) -> TorchKernels:
     """The table that runs these choices."""
     if choices.flashinfer:
-        return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv, pdl=choices.pdl and choices.gemv)
+        return FlashInferKernels(fuses_qkv=choices.fused_qkv, gemv=choices.gemv, pdl=choices.pdl and choices.gemv,
+                                 split_k=choices.split_k)
     return TorchKernels(packed_one_row=choices.packed_one_row)
 
 

@@ -121,8 +121,12 @@ class RowParallelLinear(nn.Module):
         self.weight.data.copy_(tensor[:, self.start:self.start + self.part])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return all_reduce(self.kernels.linear(x, self.weight, None, self.packed), self.tp_size)
+        """On one rank the output goes into the add+RMSNorm after this layer, which may sum a split-K linear's
+        slices itself (``summed_later``); across ranks the all-reduce needs it whole."""
+        out = self.kernels.linear(x, self.weight, None, self.packed, summed_later=self.tp_size == 1)
+        return all_reduce(out, self.tp_size)
 
     def forward_after_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
         """``self(silu(gate) * up)`` for a gate_up projection's output: at small batch one kernel."""
-        return all_reduce(self.kernels.silu_mul_linear(gate_up, self.weight, self.packed), self.tp_size)
+        out = self.kernels.silu_mul_linear(gate_up, self.weight, self.packed, summed_later=self.tp_size == 1)
+        return all_reduce(out, self.tp_size)

@@ -53,3 +53,50 @@ def test_add_rms_norm_partials_matches_torch(dtype, splits, rows, width):
     torch.testing.assert_close(new_residual, expected_residual, **tol)
     torch.testing.assert_close(out, expected_out, **tol)
     torch.testing.assert_close(new_residual.float(), (partials.sum(0) + before.float()).to(dtype).float(), **tol)
+
+
+@needs_triton
+@pytest.mark.parametrize("splits", [2, 4])
+def test_a_layer_chain_with_split_k_matches_plain_kernels(splits):
+    """o_proj through the split-K kernels, then the add+RMSNorm in front of the next linear: the same rows and the
+    same residual as the plain linear and torch's add+RMSNorm (float32, where torch's batched GEMM is the plain
+    one), and the RowParallelLinear of one rank hands its partials on."""
+    from core.kernels.dispatch import FlashInferKernels, Partials, TorchKernels
+    from core.layers.linear import RowParallelLinear
+
+    gen = torch.Generator().manual_seed(splits)
+    layer = RowParallelLinear(256, 64).to(DEVICE)
+    layer.weight.data.copy_(torch.randn(64, 256, generator=gen))
+    x = torch.randn(9, 256, generator=gen).to(DEVICE)
+    residual = torch.randn(9, 64, generator=gen).to(DEVICE)
+    norm_weight = (1 + 0.1 * torch.randn(64, generator=gen)).to(DEVICE)
+
+    layer.kernels = TorchKernels()
+    plain = layer(x)
+    expected = TorchKernels.add_rms_norm(plain, residual.clone(), norm_weight, 1e-6)
+    layer.kernels = FlashInferKernels(split_k=splits)
+    split = layer(x)
+    assert isinstance(split, Partials) and split.parts.shape == (splits, 9, 64)
+    normed, new_residual = layer.kernels.add_rms_norm(split, residual.clone(), norm_weight, 1e-6)
+    torch.testing.assert_close(new_residual, expected[1], rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(normed, expected[0], rtol=1e-5, atol=1e-4)
+    # without split_k, or on a row that the GEMV takes, the kernels return the whole product
+    assert not isinstance(FlashInferKernels().linear(x, layer.weight, None, None, summed_later=True), Partials)
+
+
+@pytest.mark.parametrize("raw,slices", [("", 0), ("0", 0), ("4", 4), (" 8 ", 8)])
+def test_the_split_k_knob(monkeypatch, raw, slices):
+    from core import env
+
+    monkeypatch.setenv("MINISGL_SPLIT_K", raw)
+    assert env.split_k_slices() == slices
+
+
+@pytest.mark.parametrize("raw", ["two", "-1", "17", "2.5"])
+def test_a_bad_split_k_knob_is_refused(monkeypatch, raw):
+    from core import env
+    from core.errors import InvalidParamsError
+
+    monkeypatch.setenv("MINISGL_SPLIT_K", raw)
+    with pytest.raises(InvalidParamsError, match="MINISGL_SPLIT_K"):
+        env.split_k_slices()
