@@ -5,7 +5,7 @@
 #   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
 # Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
-# bf16 or fp8), peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on the
+# bf16 or fp8), splitk (bf16 with MINISGL_SPLIT_K=${SPLIT_K:-4}: the narrow linears split over their inputs), peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on the
 # workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
 # writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
 # stage, so a call cut short still leaves the next one warm.
@@ -32,6 +32,8 @@ for stage in $STAGES; do
             --batches 256,64 --json "$OUT/variants.json" ;;
         bf16) MINISGL_KW='{"page_size": 16}' run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"
             . scripts/gpu_save_cache.sh ;;
+        splitk) MINISGL_SPLIT_K=${SPLIT_K:-4} MINISGL_KW='{"page_size": 16}' run_stage splitk \
+            python3 .peer/peer_bench.py minisgl "$OUT/splitk.json" ;;
         fp8) MINISGL_KW='{"page_size": 16, "kv_dtype": "fp8"}' run_stage fp8 python3 .peer/peer_bench.py minisgl \
             "$OUT/fp8.json"
             . scripts/gpu_save_cache.sh ;;
@@ -41,21 +43,21 @@ for stage in $STAGES; do
             . scripts/gpu_save_cache.sh ;;
         quality) run_stage quality python3 scripts/gpu_fp8_quality.py --requests 64 --max-tokens 256 \
             --json "$OUT/quality.json" ;;
-        *) echo "gpu_peer: unknown stage $stage (tests, variants, bf16, fp8, peer, quality)" >&2; exit 2 ;;
+        *) echo "gpu_peer: unknown stage $stage (tests, variants, bf16, splitk, fp8, peer, quality)" >&2; exit 2 ;;
     esac
 done
 
 python3 - "$OUT" <<'EOF'
 import json, os, sys
 runs = {}
-for name in ("bf16", "fp8", "peer"):
+for name in ("bf16", "splitk", "fp8", "peer"):
     path = os.path.join(sys.argv[1], f"{name}.json")
     if os.path.exists(path):
         runs[name] = json.load(open(path))
 for name, run in runs.items():
     print(f"{name}: {run['tok_s']:.0f} tok/s, batch-1 decode {run['batch1_ms']:.3f} ms")
 peer = runs.get("peer")
-for name in ("bf16", "fp8"):
+for name in ("bf16", "splitk", "fp8"):
     if peer and name in runs:
         print(f"minisgl {name} / mini-sglang: throughput {runs[name]['tok_s'] / peer['tok_s']:.2f}x, "
               f"batch-1 {peer['batch1_ms'] / runs[name]['batch1_ms']:.2f}x faster")
