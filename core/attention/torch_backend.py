@@ -124,8 +124,10 @@ class TorchAttentionBackend(AttentionBackend):
                         batch: Batch) -> torch.Tensor | None:
         """Attention in C from the QKV output (``CDecodeAttention.from_qkv``) where it runs at all, on the float32
         pool it reads: every decode step, and prefills of short sequences."""
+        if self.c_attention is None or self.pool.fp8 or qkv.dtype != torch.float32:
+            return None  # before reading the metadata: a subclass's (the paged backend's) has no C rows
         rows = batch.attn_metadata.c_rows
-        if self.c_attention is None or rows is None or self.pool.fp8 or qkv.dtype != torch.float32:
+        if rows is None:
             return None
         return self.c_attention.from_qkv(qkv, positions, spec, self.pool.k_layers[layer], self.pool.v_layers[layer],
                                          batch.out_loc, rows, self.scale)
