@@ -142,7 +142,7 @@ class LLM(Scheduler):
     def tokenize(self, prompt: Prompt) -> list[int]:
         if isinstance(prompt, str):
             return list(self.tokenizer(prompt)["input_ids"])
-        if isinstance(prompt, (list, tuple)) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if isinstance(prompt, (list, tuple)) and _all_token_ids(prompt):
             return list(prompt)
         raise InvalidParamsError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
 
@@ -337,3 +337,12 @@ class LLM(Scheduler):
             with self._lock:
                 self._routes.pop(uid, None)
         return {"uid": uid, **got.result(self.tokenizer)}
+
+
+def _all_token_ids(prompt: list | tuple) -> bool:
+    """Every item an int and none a bool. The types are collected in C first: a per-item isinstance loop cost
+    57 ms of nano-vllm's 6 s workload (150,000 prompt ids) before its first step; subclasses of int take the
+    slow check."""
+    if set(map(type, prompt)) <= {int}:
+        return True
+    return all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
