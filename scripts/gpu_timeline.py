@@ -98,7 +98,7 @@ def device_events(trace: dict) -> list[tuple[float, float, str, int]]:
 # kernel families by a piece of their name, first match wins (flashinfer's, cuBLAS's, ours in Triton, torch's)
 FAMILIES = (
     ("attention: prefill", ("Prefill",)),
-    ("attention: decode", ("Decode", "small_decode", "paged_decode", "split_merge", "MergeStates", "merge_")),
+    ("attention: decode", ("Decode", "decode_attention", "paged_decode", "merge", "Merge", "finish_split")),
     ("GEMM", ("gemm", "nvjet", "cutlass", "xmma", "splitKreduce", "gemv")),
     ("add+RMSNorm, RMSNorm", ("RMSNorm", "rms_norm", "rmsnorm")),
     ("SiLU-and-mul", ("act_and_mul", "silu")),
