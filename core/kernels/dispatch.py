@@ -65,6 +65,11 @@ class Partials:
 
     parts: torch.Tensor
 
+    @property
+    def shape(self) -> torch.Size:
+        """The shape of the sum, [rows, out]: what the kernels look at to choose their path."""
+        return self.parts.shape[1:]
+
 
 @functools.lru_cache(maxsize=64)
 def _constant(value: float, device: torch.device) -> torch.Tensor:

@@ -80,6 +80,10 @@ def test_a_layer_chain_with_split_k_matches_plain_kernels(splits):
     normed, new_residual = layer.kernels.add_rms_norm(split, residual.clone(), norm_weight, 1e-6)
     torch.testing.assert_close(new_residual, expected[1], rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(normed, expected[0], rtol=1e-5, atol=1e-4)
+    # the next layer's norm and linear take the partials as they take a tensor
+    nxt = torch.randn(32, 64, generator=gen).to(DEVICE)
+    projected, _ = layer.kernels.rms_norm_linear(split, residual.clone(), norm_weight, 1e-6, nxt, None, None)
+    torch.testing.assert_close(projected, expected[0] @ nxt.T, rtol=1e-4, atol=1e-3)
     # without split_k, or on a row that the GEMV takes, the kernels return the whole product
     assert not isinstance(FlashInferKernels().linear(x, layer.weight, None, None, summed_later=True), Partials)
 
