@@ -32,7 +32,7 @@ from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
 from core.kernels.bf16_weights import Bf16Weight
 from core.kernels.cpu_gemm import PanelWeight
 from core.kernels.int8_weights import Int8Weight
-from core.kernels.split_k import add_rms_norm_partials, split_k_linear
+from core.kernels.split_k import SPLIT_K_MAX_ROWS, add_rms_norm_partials, split_k_linear
 
 # the forms of a weight that multiply by themselves (the ``linear`` method each has)
 WEIGHT_FORMS = (PanelWeight, Int8Weight, Bf16Weight)
@@ -217,7 +217,7 @@ class FlashInferKernels(TorchKernels):
                packed_weight: torch.Tensor | None, summed_later: bool = False) -> torch.Tensor:
         if self.uses_gemv(x):
             return gemv(x, weight, bias, pdl=self.pdl)
-        if summed_later and self.split_k and bias is None:
+        if summed_later and self.split_k and bias is None and x.shape[0] <= SPLIT_K_MAX_ROWS:
             return Partials(split_k_linear(x, weight, self.split_k, torch.float32))
         return super().linear(x, weight, bias, packed_weight)
 

@@ -17,6 +17,10 @@ import torch
 
 from core.arith import next_pow2
 
+# decode steps only: a prefill chunk's thousands of rows fill the SMs without a split, and its float32 partials
+# would be hundreds of MB to write and read back
+SPLIT_K_MAX_ROWS = 256
+
 
 def split_k_linear(x: torch.Tensor, weight: torch.Tensor, splits: int,
                    out_dtype: torch.dtype | None = None) -> torch.Tensor:
