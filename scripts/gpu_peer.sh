@@ -5,7 +5,7 @@
 #   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
 # Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
-# bf16 or fp8), splitk (bf16 with MINISGL_SPLIT_K=${SPLIT_K:-4}: the narrow linears split over their inputs), peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on the
+# bf16 or fp8), splitk (bf16 with MINISGL_SPLIT_K=${SPLIT_K:-0}: the narrow linears as one GEMM each, the A/B of the default split), peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on the
 # workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
 # writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
 # stage, so a call cut short still leaves the next one warm.
@@ -32,7 +32,7 @@ for stage in $STAGES; do
             --batches 256,64 --json "$OUT/variants.json" ;;
         bf16) MINISGL_KW='{"page_size": 16}' run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"
             . scripts/gpu_save_cache.sh ;;
-        splitk) MINISGL_SPLIT_K=${SPLIT_K:-4} MINISGL_KW='{"page_size": 16}' run_stage splitk \
+        splitk) MINISGL_SPLIT_K=${SPLIT_K:-0} MINISGL_KW='{"page_size": 16}' run_stage splitk \
             python3 .peer/peer_bench.py minisgl "$OUT/splitk.json" ;;
         fp8) MINISGL_KW='{"page_size": 16, "kv_dtype": "fp8"}' run_stage fp8 python3 .peer/peer_bench.py minisgl \
             "$OUT/fp8.json"

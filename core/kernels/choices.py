@@ -33,6 +33,7 @@ class KernelChoices:
     triton_sampler: bool = False
     # the narrow linears (o_proj, down) of more than one row cut over their inputs into this many slices, the
     # slices' partial products summed by the add+RMSNorm after them (core/kernels/split_k.py); 0: one cuBLAS GEMM
+    # (the plan takes MINISGL_SPLIT_K, default 2, where the Triton kernels run)
     split_k: int = 0
     # an fp8 pool's sequences read back for flashinfer's ragged prefill in one Triton launch a layer
     # (core/kernels/fp8_gather.py) instead of torch's ten

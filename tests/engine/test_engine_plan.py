@@ -33,7 +33,11 @@ def triton_everywhere(monkeypatch):
 def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywhere, monkeypatch):
     assert kernel_choices("flashinfer", CUDA, torch.bfloat16) == KernelChoices(
         flashinfer=True, fused_qkv=True, gemv=True, small_decode=True, pdl=True, triton_sampler=True,
-        packed_weights=False, gpu_screened_head=True)
+        packed_weights=False, gpu_screened_head=True, split_k=2)
+    monkeypatch.setenv("MINISGL_SPLIT_K", "0")
+    assert kernel_choices("flashinfer", CUDA, torch.bfloat16).split_k == 0
+    monkeypatch.delenv("MINISGL_SPLIT_K")
+    assert kernel_choices("torch", CUDA, torch.bfloat16).split_k == 0  # the partials' norm is a Triton kernel
     monkeypatch.setenv("MINISGL_DISABLE_SCREENED_HEAD", "1")
     assert not kernel_choices("flashinfer", CUDA, torch.bfloat16).gpu_screened_head
     monkeypatch.delenv("MINISGL_DISABLE_SCREENED_HEAD")

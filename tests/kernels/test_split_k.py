@@ -88,7 +88,7 @@ def test_a_layer_chain_with_split_k_matches_plain_kernels(splits):
     assert not isinstance(FlashInferKernels().linear(x, layer.weight, None, None, summed_later=True), Partials)
 
 
-@pytest.mark.parametrize("raw,slices", [("", 0), ("0", 0), ("4", 4), (" 8 ", 8)])
+@pytest.mark.parametrize("raw,slices", [("", 2), ("0", 0), ("4", 4), (" 8 ", 8)])
 def test_the_split_k_knob(monkeypatch, raw, slices):
     from core import env
 
