@@ -5,8 +5,9 @@
 #   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
 # Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
-# bf16 or fp8), splitk (bf16 with MINISGL_SPLIT_K=${SPLIT_K:-0}: the narrow linears as one GEMM each, the A/B of the default split), peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on the
-# workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
+# bf16 or fp8), splitk (bf16 with MINISGL_SPLIT_K=${SPLIT_K:-0}: the narrow linears as one GEMM each, the A/B of
+# the default split), peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on
+# the workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
 # writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
 # stage, so a call cut short still leaves the next one warm.
 set -u

@@ -185,7 +185,6 @@ class FlashInferKernels(TorchKernels):
             return add_rms_norm_partials(x.parts, residual, weight, eps)
         from flashinfer.norm import fused_add_rmsnorm
 
-
         fused_add_rmsnorm(x, residual, weight, eps)
         return x, residual
 
@@ -213,11 +212,18 @@ class FlashInferKernels(TorchKernels):
         """One row, where the Triton kernels beat cuBLAS (and fold the norm or the activation in)."""
         return self.gemv and x.shape[0] <= GEMV_MAX_ROWS
 
+    def takes_split_k(self, x: torch.Tensor, bias: torch.Tensor | None, summed_later: bool) -> bool:
+        """A decode step's summed-later linear without a bias, whose inputs cut into ``split_k`` equal slices (a
+        model with another input width keeps one GEMM there)."""
+        if not (summed_later and self.split_k > 0 and bias is None):
+            return False
+        return x.shape[0] <= SPLIT_K_MAX_ROWS and x.shape[-1] % self.split_k == 0
+
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | None, summed_later: bool = False) -> torch.Tensor:
         if self.uses_gemv(x):
             return gemv(x, weight, bias, pdl=self.pdl)
-        if summed_later and self.split_k and bias is None and x.shape[0] <= SPLIT_K_MAX_ROWS:
+        if self.takes_split_k(x, bias, summed_later):
             return Partials(split_k_linear(x, weight, self.split_k, torch.float32))
         return super().linear(x, weight, bias, packed_weight)
 

@@ -84,8 +84,11 @@ def test_a_layer_chain_with_split_k_matches_plain_kernels(splits):
     nxt = torch.randn(32, 64, generator=gen).to(DEVICE)
     projected, _ = layer.kernels.rms_norm_linear(split, residual.clone(), norm_weight, 1e-6, nxt, None, None)
     torch.testing.assert_close(projected, expected[0] @ nxt.T, rtol=1e-4, atol=1e-3)
-    # without split_k, or on a row that the GEMV takes, the kernels return the whole product
+    # without split_k, or with inputs that do not cut into equal slices, the kernels return the whole product
     assert not isinstance(FlashInferKernels().linear(x, layer.weight, None, None, summed_later=True), Partials)
+    odd_x, odd_weight = x[:, :255].contiguous(), layer.weight[:, :255].contiguous()
+    whole = FlashInferKernels(split_k=splits).linear(odd_x, odd_weight, None, None, summed_later=True)
+    torch.testing.assert_close(whole, odd_x @ odd_weight.T)
 
 
 @pytest.mark.parametrize("raw,slices", [("", 2), ("0", 0), ("4", 4), (" 8 ", 8)])
