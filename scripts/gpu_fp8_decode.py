@@ -3,7 +3,7 @@ against flashinfer's bf16 decode. Batch 256, 16 query / 8 KV heads, head dim 128
 1100 and 1600; device time per layer from CUDA events over replays of a CUDA graph, and the KV bytes read
 over that time. Prints one line per case; ``--json PATH`` writes them too.
 
-    python3 scripts/gpu_fp8_decode.py [--sweep] [--contexts 600,1100,1600] [--json out.json]
+    python3 scripts/gpu_fp8_decode.py [--sweep] [--bf16] [--batches 256,192] [--contexts 600,1100,1600] [--json F]
     python3 scripts/gpu_fp8_decode.py --all-heads [--contexts 600,1100] [--json out.json]
     python3 scripts/gpu_fp8_decode.py --variants [--contexts 600,1100] [--batches 256,64]
 
@@ -75,10 +75,10 @@ def filled_pool(num_pages: int, fp8: bool) -> KVPool:
     return pool
 
 
-def case(context: int, batch: int = BATCH) -> list[dict]:
+def case(context: int, batch: int = BATCH, kv_kinds: tuple[bool, ...] = (True, False)) -> list[dict]:
     num_pages, indptr, order, last, q = layout(batch, context)
     rows = []
-    for fp8 in (True, False):
+    for fp8 in kv_kinds:
         pool = filled_pool(num_pages, fp8)
         out = torch.empty_like(q)
         seconds = timed(lambda: paged_decode(q, pool, 0, indptr, order, last, DIM ** -0.5, out))
@@ -322,6 +322,7 @@ def main() -> None:
                         help="the all-heads variant's sweep against the default fp8 tile and flashinfer bf16 only")
     parser.add_argument("--variants", action="store_true",
                         help="the CUDA fp8 decode's builds with its choices turned off, against the default build")
+    parser.add_argument("--bf16", action="store_true", help="bf16 pages only (the Triton kernel, flashinfer's two)")
     parser.add_argument("--batches", default=str(BATCH), help="rows of the kernel-against-flashinfer cases")
     parser.add_argument("--contexts", default=None,
                         help="contexts of the kernel-against-flashinfer cases, comma-separated ('' for none; "
@@ -348,7 +349,7 @@ def main() -> None:
         return
     rows = [r for b in (BATCH, 64) for r in sweep(1100, b)] if args.sweep else []
     for context, batch in itertools.product(contexts, [int(b) for b in args.batches.split(",")]):
-        for row in case(context, batch):
+        for row in case(context, batch, (False,) if args.bf16 else (True, False)):
             diff = f", max diff to triton {row['max_diff_to_triton']:.1e}" if "max_diff_to_triton" in row else ""
             print(f"{row['kernel']:<20} rows {row['batch']:>3} context {row['context']:>5}: "
                   f"{row['us']:8.1f} us per layer, {row['tb_s']:.2f} TB/s of KV{diff}", flush=True)

@@ -8,7 +8,9 @@ queries aligned to the end of each sequence. Page lists come from the page table
 Planning (flashinfer's ``plan``: split-k decisions and their metadata) happens in ``begin_forward``. Under
 CUDA graphs each captured batch size has its own decode wrapper whose metadata lives in fixed buffers, and
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
-dummy page that no request owns.
+dummy page that no request owns. A decode batch runs flashinfer's plain decode kernel, or from
+``tensor_core_rows`` rows up its tensor-core one (faster there for 2 query heads per KV head on an H200), each
+captured size with the one its size takes.
 
 With an fp8 pool (core/kvcache/pool.py: e4m3 values with a scale per slot and KV head, which flashinfer's
 kernels do not take) decode runs the Triton paged kernel (core/kernels/paged_decode.py) over the same page
@@ -69,9 +71,12 @@ def flashinfer_available() -> bool:
     return True
 
 
-def use_tensor_core_decode(num_heads: int, num_kv_heads: int) -> bool:
-    """flashinfer's advice: its tensor-core (prefill-style) decode pays off once 4+ query heads share a KV head."""
-    return num_heads // num_kv_heads >= 4
+def use_tensor_core_decode(num_heads: int, num_kv_heads: int, rows: int = 0, min_rows: int = 0) -> bool:
+    """flashinfer's advice: its tensor-core (prefill-style) decode pays off once 4+ query heads share a KV head.
+    With fewer it still does at large batches (``rows`` of at least ``min_rows``, when that is set): on an H200,
+    16 query / 8 KV heads at context 1200, 192 rows took 235 us a layer on tensor cores against 263 on the plain
+    kernel, which stayed the faster at 128 rows (scripts/gpu_fp8_decode.py)."""
+    return num_heads // num_kv_heads >= 4 or (min_rows > 0 and rows >= min_rows)
 
 
 def paged_splits(batch_size: int, num_kv_heads: int, all_heads: bool = False, cuda: bool = False) -> int:
@@ -105,13 +110,14 @@ class FlashInferMetadata:
 class FlashInferBackend(AttentionBackend):
     def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
                  head_dim: int, small_decode: bool = False, pdl: bool = False, fp8_cuda: bool = False,
-                 fp8_gather: bool = False) -> None:
+                 fp8_gather: bool = False, tensor_core_rows: int = 0) -> None:
         """``small_decode``: captured batches of a few rows run the one-kernel Triton decode; the engine's plan
         sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from.
         ``pdl``: that kernel runs as a programmatic dependent launch (KernelChoices.pdl). ``fp8_cuda``: an fp8
         pool's decode runs the CUDA kernel (core/kernels/fp8_decode_cuda.py) where it takes this shape.
         ``fp8_gather``: an fp8 pool's prefill reads its sequences back in one Triton launch a layer
-        (core/kernels/fp8_gather.py)."""
+        (core/kernels/fp8_gather.py). ``tensor_core_rows``: bf16 decode batches of at least this many rows run
+        flashinfer's tensor-core decode (``use_tensor_core_decode``; 0: the plain kernel at every size)."""
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
         assert not (small_decode and pool.fp8), "the small-batch decode reads bf16 pages (the plan says so)"
         self.small_decode = small_decode
@@ -127,11 +133,10 @@ class FlashInferBackend(AttentionBackend):
         self.fp8_cuda = self.fp8 and fp8_cuda and not shape_unsupported_reason(num_heads, num_kv_heads, head_dim,
                                                                                pool.dtype)
         self.device = pool.k.device
-        self.tensor_cores = use_tensor_core_decode(num_heads, num_kv_heads)
+        self.tensor_core_rows = tensor_core_rows
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
-        self.decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            self.workspace, "NHD", use_tensor_cores=self.tensor_cores)
+        self._decode_wrappers: dict[bool, Any] = {}  # eager decode, by whether it runs on tensor cores
         if self.fp8:
             self.ragged_wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD")
         self._split_buffers: SplitBuffers | None = None
@@ -199,8 +204,21 @@ class FlashInferBackend(AttentionBackend):
             self._mark_plan()
             meta.wrapper = self.prefill_wrapper
         else:
-            self._plan_decode(self.decode_wrapper, lay.indptr, lay.indices, lay.last_page_len)
-            meta.wrapper = self.decode_wrapper
+            wrapper = self._decode_wrapper(lay.size)
+            self._plan_decode(wrapper, lay.indptr, lay.indices, lay.last_page_len)
+            meta.wrapper = wrapper
+
+    def tensor_cores(self, rows: int) -> bool:
+        """Whether a decode batch of ``rows`` rows runs flashinfer's tensor-core decode."""
+        return use_tensor_core_decode(self.num_heads, self.num_kv_heads, rows, self.tensor_core_rows)
+
+    def _decode_wrapper(self, rows: int) -> Any:
+        """The eager decode wrapper for a batch of ``rows`` rows: one per kind of kernel, made when first needed."""
+        tensor_cores = self.tensor_cores(rows)
+        if tensor_cores not in self._decode_wrappers:
+            self._decode_wrappers[tensor_cores] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
+                self.workspace, "NHD", use_tensor_cores=tensor_cores)
+        return self._decode_wrappers[tensor_cores]
 
     def _begin_fp8(self, batch: Batch, meta: FlashInferMetadata) -> None:
         """Prefill: flashinfer's ragged kernel over the dequantised sequences; decode: the paged kernel."""
@@ -297,7 +315,7 @@ class FlashInferBackend(AttentionBackend):
                                            pdl=self.pdl)
         for bs in batch_sizes:
             self._graph_wrappers[bs] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
-                self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores,
+                self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores(bs),
                 paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
                 paged_kv_last_page_len_buffer=self._graph_last[:bs])
 

@@ -45,6 +45,9 @@ class EnginePlan:
     # an fp8 pool's decode steps under flashinfer attention on the CUDA kernel (core/kernels/fp8_decode_cuda.py)
     # instead of the Triton paged kernel, where nvcc builds it for this GPU
     fp8_cuda_decode: bool = False
+    # bf16 decode batches of at least this many rows on flashinfer's tensor-core decode (0: the plain one; a model
+    # with 4+ query heads per KV head takes tensor cores at every size); only under flashinfer attention
+    tensor_core_decode_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -277,4 +280,5 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
         cuda_graph_max_bs=graph_max_bs(config, device, attention),
         overlap=overlap_enabled(config, device), precision=precision,
         c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
-        fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8))
+        fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8),
+        tensor_core_decode_rows=env.tensor_core_decode_rows() if attention == "flashinfer" else 0)

@@ -24,6 +24,7 @@ from tests.support.prompts import varied_prompts
 class _Paged:
     def __init__(self, workspace, layout="NHD", use_cuda_graph=False, use_tensor_cores=False, **buffers):
         assert layout == "NHD"
+        self.tensor_cores = use_tensor_cores
 
     def plan(self, *args, **kwargs):
         if len(args) == 8:  # prefill: (qo_indptr, kv_indptr, indices, last_page_len, heads, kv_heads, dim, page)
@@ -103,6 +104,42 @@ def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_fl
     assert fi_llm.engine.model.model.norm.kernels.name == "flashinfer"
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
+
+
+def test_large_decode_batches_run_on_tensor_cores_and_keep_the_tokens(model_dirs, fake_flashinfer, monkeypatch):
+    """With the threshold at 3 rows, a run whose batches shrink from 4 rows to 1 plans both kinds of decode
+    wrapper, each made with the kernel its size calls for, and the tokens stay the torch backend's (one row
+    runs the CPU's C step, so the plain kernel is met at 2)."""
+    monkeypatch.setenv("MINISGL_TENSOR_CORE_DECODE_ROWS", "3")
+    prompts, _ = varied_prompts(4, seed=5)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 9, 12)]
+    kwargs = dict(max_running_req=4, page_size=4, device="cpu")
+    ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
+    fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
+    backend = fi_llm.engine.attn_backend
+    assert fi_llm.engine.plan.tensor_core_decode_rows == 3
+    assert [backend.tensor_cores(rows) for rows in (2, 3, 4)] == [False, True, True]
+    got = fi_llm.generate(prompts, params)
+    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
+    assert {k: w.tensor_cores for k, w in backend._decode_wrappers.items()} == {False: False, True: True}
+
+
+def test_tensor_core_decode_by_heads_and_rows():
+    from core.attention.flashinfer_backend import use_tensor_core_decode
+
+    assert use_tensor_core_decode(32, 8) and use_tensor_core_decode(32, 8, rows=1, min_rows=160)
+    assert not use_tensor_core_decode(16, 8, rows=256)  # no threshold: the plain kernel
+    assert [use_tensor_core_decode(16, 8, rows, 160) for rows in (128, 159, 160, 256)] == [False, False, True, True]
+
+
+@pytest.mark.parametrize("raw", ["-1", "many", "1.5"])
+def test_a_bad_tensor_core_threshold_is_refused(monkeypatch, raw):
+    from core import env
+    from core.errors import InvalidParamsError
+
+    monkeypatch.setenv("MINISGL_TENSOR_CORE_DECODE_ROWS", raw)
+    with pytest.raises(InvalidParamsError, match="MINISGL_TENSOR_CORE_DECODE_ROWS"):
+        env.tensor_core_decode_rows()
 
 
 def test_fp8_decode_splits_count_programs_per_request_for_the_all_heads_variant():
