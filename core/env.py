@@ -101,27 +101,6 @@ def tensor_core_decode_rows() -> int:
     return int(raw)
 
 
-DEFAULT_TRITON_DECODE_ROWS: tuple[int, int] | None = None
-
-
-def triton_decode_rows() -> tuple[int, int] | None:
-    """MINISGL_TRITON_DECODE_ROWS=LO-HI: bf16 decode batches of LO to HI rows under flashinfer attention run the
-    Triton paged kernel (core/kernels/paged_decode.py, the fp8 cache's kernel, on bf16 pages) instead of
-    flashinfer's; ``off`` (or 0) runs flashinfer's at every size."""
-    raw = os.environ.get("MINISGL_TRITON_DECODE_ROWS", "").strip().lower()
-    if not raw:
-        return DEFAULT_TRITON_DECODE_ROWS
-    if raw in ("0", "off"):
-        return None
-    lo, _, hi = raw.partition("-")
-    if not (lo.isdigit() and hi.isdigit() and 0 < int(lo) <= int(hi)):
-        from core.errors import InvalidParamsError
-
-        raise InvalidParamsError(f"MINISGL_TRITON_DECODE_ROWS must be a range of rows like 144-255, or off; "
-                                 f"got {raw!r}")
-    return int(lo), int(hi)
-
-
 def cuda_fp8_decode_disabled() -> bool:
     """MINISGL_DISABLE_CUDA_FP8_DECODE=1 decodes an fp8 KV cache with the Triton paged kernel instead of the CUDA
     one (core/kernels/fp8_decode_cuda.py; for comparisons)."""

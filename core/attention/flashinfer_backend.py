@@ -12,8 +12,7 @@ dummy page that no request owns. A decode batch runs flashinfer's plain decode k
 ``tensor_core_rows`` rows up its tensor-core one (faster there for 2 query heads per KV head on an H200), each
 captured size with the one its size takes.
 
-With ``triton_rows``, bf16 decode batches of that many rows run the Triton paged kernel instead, as an fp8 pool's
-do. With an fp8 pool (core/kvcache/pool.py: e4m3 values with a scale per slot and KV head, which flashinfer's
+With an fp8 pool (core/kvcache/pool.py: e4m3 values with a scale per slot and KV head, which flashinfer's
 kernels do not take) decode runs the Triton paged kernel (core/kernels/paged_decode.py) over the same page
 lists, eagerly and under CUDA graphs alike, and prefill reads each request's whole sequence back from the pool,
 dequantised, into flashinfer's ragged prefill; the fused QKV kernel quantises k and v on the way into the pool.
@@ -111,17 +110,14 @@ class FlashInferMetadata:
 class FlashInferBackend(AttentionBackend):
     def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
                  head_dim: int, small_decode: bool = False, pdl: bool = False, fp8_cuda: bool = False,
-                 fp8_gather: bool = False, tensor_core_rows: int = 0,
-                 triton_rows: tuple[int, int] | None = None) -> None:
+                 fp8_gather: bool = False, tensor_core_rows: int = 0) -> None:
         """``small_decode``: captured batches of a few rows run the one-kernel Triton decode; the engine's plan
         sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from.
         ``pdl``: that kernel runs as a programmatic dependent launch (KernelChoices.pdl). ``fp8_cuda``: an fp8
         pool's decode runs the CUDA kernel (core/kernels/fp8_decode_cuda.py) where it takes this shape.
         ``fp8_gather``: an fp8 pool's prefill reads its sequences back in one Triton launch a layer
         (core/kernels/fp8_gather.py). ``tensor_core_rows``: bf16 decode batches of at least this many rows run
-        flashinfer's tensor-core decode (``use_tensor_core_decode``; 0: the plain kernel at every size).
-        ``triton_rows``: bf16 decode batches of this range of rows (inclusive) run the Triton paged kernel, the one
-        an fp8 pool decodes with, on bf16 pages."""
+        flashinfer's tensor-core decode (``use_tensor_core_decode``; 0: the plain kernel at every size)."""
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
         assert not (small_decode and pool.fp8), "the small-batch decode reads bf16 pages (the plan says so)"
         self.small_decode = small_decode
@@ -138,7 +134,6 @@ class FlashInferBackend(AttentionBackend):
                                                                                pool.dtype)
         self.device = pool.k.device
         self.tensor_core_rows = tensor_core_rows
-        self.triton_rows = triton_rows
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
         self._decode_wrappers: dict[bool, Any] = {}  # eager decode, by whether it runs on tensor cores
@@ -201,10 +196,6 @@ class FlashInferBackend(AttentionBackend):
         lay = meta.layout
         if self.fp8:
             return self._begin_fp8(batch, meta)
-        if batch.is_decode and self.paged_decode(lay.size):
-            meta.paged = self._paged_args(upload(lay.indptr, self.device), lay.indices,
-                                          upload(lay.last_page_len, self.device), lay.size)
-            return
         if batch.is_prefill:
             self._wait_last_plan()
             self.prefill_wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len, self.num_heads,
@@ -216,10 +207,6 @@ class FlashInferBackend(AttentionBackend):
             wrapper = self._decode_wrapper(lay.size)
             self._plan_decode(wrapper, lay.indptr, lay.indices, lay.last_page_len)
             meta.wrapper = wrapper
-
-    def paged_decode(self, rows: int) -> bool:
-        """Whether a decode batch of ``rows`` rows runs the Triton paged kernel (always, for an fp8 pool)."""
-        return self.fp8 or (self.triton_rows is not None and self.triton_rows[0] <= rows <= self.triton_rows[1])
 
     def tensor_cores(self, rows: int) -> bool:
         """Whether a decode batch of ``rows`` rows runs flashinfer's tensor-core decode."""
@@ -249,8 +236,8 @@ class FlashInferBackend(AttentionBackend):
 
     def _paged_args(self, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
                     size: int) -> PagedDecodeArgs:
-        splits = paged_splits(size, self.num_kv_heads, TILES[self.fp8].all_heads, cuda=self.fp8_cuda)
-        tile = replace(TILES[self.fp8], splits=splits)
+        splits = paged_splits(size, self.num_kv_heads, TILES[True].all_heads, cuda=self.fp8_cuda)
+        tile = replace(TILES[True], splits=splits)
         buffers = self._split_buffers
         if splits == 1 or buffers is None or len(buffers.counters) < size * self.num_kv_heads:
             buffers = None  # none needed, or an eager batch over the graphs' cap: paged_decode makes its own
@@ -312,11 +299,10 @@ class FlashInferBackend(AttentionBackend):
         self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)
         self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
         self._dummy_page = dummy_page
-        if any(self.paged_decode(bs) for bs in batch_sizes):  # the paged kernel reads the fixed page lists as
-            # they are; the buffers fit either variant of the kernel (SplitBuffers.make sizes for both)
+        if self.fp8:  # the paged kernel reads the fixed page lists as they are: no flashinfer wrappers
+            # (the buffers fit either variant of the kernel: SplitBuffers.make sizes for both)
             self._split_buffers = SplitBuffers.make(max_bs, self.num_heads, self.num_kv_heads, self.head_dim,
                                                     PAGED_MAX_SPLITS, self.device)
-        if self.fp8:  # no flashinfer wrappers
             return
         if self.small_decode:
             small_bs = min(max_bs, SMALL_DECODE_MAX_BS)
@@ -327,7 +313,7 @@ class FlashInferBackend(AttentionBackend):
                                            self.page_size, self.scale, self._small_lists[:header],
                                            self._small_lists[2 * header:], self._small_lists[header:2 * header],
                                            pdl=self.pdl)
-        for bs in (bs for bs in batch_sizes if not self.paged_decode(bs)):
+        for bs in batch_sizes:
             self._graph_wrappers[bs] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
                 self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores(bs),
                 paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
@@ -364,7 +350,7 @@ class FlashInferBackend(AttentionBackend):
         layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
         if layout is None or layout.size != padded_size:  # not prepared for this size (capture, tests)
             layout = self._layout(batch, padded_size)
-        if self.paged_decode(padded_size):
+        if self.fp8:
             self._copy_to_graph_buffers(layout)
             paged = self._paged_args(self._graph_indptr[: padded_size + 1], self._graph_indices,
                                      self._graph_last[:padded_size], padded_size)

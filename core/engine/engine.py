@@ -204,8 +204,7 @@ class Engine:
             kernels = self.plan.kernels
             return FlashInferBackend(*args, small_decode=kernels.small_decode, pdl=kernels.pdl and kernels.small_decode,
                                      fp8_cuda=self.plan.fp8_cuda_decode, fp8_gather=kernels.fp8_gather,
-                                     tensor_core_rows=self.plan.tensor_core_decode_rows,
-                                     triton_rows=self.plan.triton_decode_rows)
+                                     tensor_core_rows=self.plan.tensor_core_decode_rows)
         if self.plan.fp8_paged_decode:
             from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
 
@@ -293,9 +292,7 @@ def _kernel_words(plan: EnginePlan) -> str:
                                    (plan.fp8_cuda_decode, "CUDA fp8 decode"),
                                    (kernels.split_k, f"split-K x{kernels.split_k}"),
                                    (plan.tensor_core_decode_rows and not plan.kv_fp8,
-                                    f"tensor-core decode from {plan.tensor_core_decode_rows} rows"),
-                                   (plan.triton_decode_rows and not plan.kv_fp8,
-                                    "Triton decode at {}-{} rows".format(*(plan.triton_decode_rows or (0, 0)))))
+                                    f"tensor-core decode from {plan.tensor_core_decode_rows} rows"))
              if on]
     return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
 

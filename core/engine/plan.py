@@ -48,9 +48,6 @@ class EnginePlan:
     # bf16 decode batches of at least this many rows on flashinfer's tensor-core decode (0: the plain one; a model
     # with 4+ query heads per KV head takes tensor cores at every size); only under flashinfer attention
     tensor_core_decode_rows: int = 0
-    # bf16 decode batches of this range of rows (inclusive) on the Triton paged kernel instead of flashinfer's;
-    # None: flashinfer's at every size
-    triton_decode_rows: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -284,5 +281,4 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
         overlap=overlap_enabled(config, device), precision=precision,
         c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
         fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8),
-        tensor_core_decode_rows=env.tensor_core_decode_rows() if attention == "flashinfer" else 0,
-        triton_decode_rows=env.triton_decode_rows() if attention == "flashinfer" and triton_runs_on(device) else None)
+        tensor_core_decode_rows=env.tensor_core_decode_rows() if attention == "flashinfer" else 0)

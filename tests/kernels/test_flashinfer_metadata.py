@@ -142,24 +142,6 @@ def test_a_bad_tensor_core_threshold_is_refused(monkeypatch, raw):
         env.tensor_core_decode_rows()
 
 
-@pytest.mark.parametrize("raw", ["160", "9-3", "a-b", "-5"])
-def test_a_bad_triton_decode_range_is_refused(monkeypatch, raw):
-    from core import env
-    from core.errors import InvalidParamsError
-
-    monkeypatch.setenv("MINISGL_TRITON_DECODE_ROWS", raw)
-    with pytest.raises(InvalidParamsError, match="MINISGL_TRITON_DECODE_ROWS"):
-        env.triton_decode_rows()
-
-
-@pytest.mark.parametrize("raw, rows", [("144-255", (144, 255)), ("8-8", (8, 8)), ("off", None), ("0", None)])
-def test_a_triton_decode_range_is_read(monkeypatch, raw, rows):
-    from core import env
-
-    monkeypatch.setenv("MINISGL_TRITON_DECODE_ROWS", raw)
-    assert env.triton_decode_rows() == rows
-
-
 def test_fp8_decode_splits_count_programs_per_request_for_the_all_heads_variant():
     """The per-head kernel runs a program per (request, KV head, split), the all-heads one per (request,
     split): at 64 rows and 8 KV heads that is 512 programs unsplit against 64, which 4 splits bring to 256."""
