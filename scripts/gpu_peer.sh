@@ -6,7 +6,8 @@
 # Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
 # bf16 or fp8), splitk (bf16 with MINISGL_SPLIT_K=${SPLIT_K:-0}: the narrow linears as one GEMM each, the A/B of
-# the default split), ab (bf16 with the variables in $AB_ENV exported, e.g. AB_ENV="MINISGL_TENSOR_CORE_DECODE_ROWS=0"),
+# the default split), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ... exported, e.g.
+# AB_ENV="MINISGL_TENSOR_CORE_DECODE_ROWS=0", and the LLM options in $AB_KW, default '{"page_size": 16}'),
 # peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on
 # the workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
 # writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
@@ -34,8 +35,10 @@ for stage in $STAGES; do
             --batches 256,64 --json "$OUT/variants.json" ;;
         bf16) MINISGL_KW='{"page_size": 16}' run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"
             . scripts/gpu_save_cache.sh ;;
-        ab) (export ${AB_ENV:?AB_ENV names the variables of the ab stage}
-            MINISGL_KW='{"page_size": 16}' run_stage ab python3 .peer/peer_bench.py minisgl "$OUT/ab.json") ;;
+        ab*) vars=${stage^^}_ENV kw=${stage^^}_KW
+            (export ${!vars:?$vars names the variables of stage $stage}
+             MINISGL_KW=${!kw:-'{"page_size": 16}'} run_stage "$stage" python3 .peer/peer_bench.py minisgl \
+                 "$OUT/$stage.json") ;;
         splitk) MINISGL_SPLIT_K=${SPLIT_K:-0} MINISGL_KW='{"page_size": 16}' run_stage splitk \
             python3 .peer/peer_bench.py minisgl "$OUT/splitk.json" ;;
         fp8) MINISGL_KW='{"page_size": 16, "kv_dtype": "fp8"}' run_stage fp8 python3 .peer/peer_bench.py minisgl \
@@ -54,15 +57,16 @@ done
 python3 - "$OUT" <<'EOF'
 import json, os, sys
 runs = {}
-for name in ("bf16", "splitk", "ab", "fp8", "peer"):
+for name in ["bf16", "splitk"] + sorted(f[:-5] for f in os.listdir(sys.argv[1]) if f.startswith("ab") and
+                                        f.endswith(".json")) + ["fp8", "peer"]:
     path = os.path.join(sys.argv[1], f"{name}.json")
     if os.path.exists(path):
         runs[name] = json.load(open(path))
 for name, run in runs.items():
     print(f"{name}: {run['tok_s']:.0f} tok/s, batch-1 decode {run['batch1_ms']:.3f} ms")
 peer = runs.get("peer")
-for name in ("bf16", "splitk", "ab", "fp8"):
-    if peer and name in runs:
+for name in runs:
+    if peer and name != "peer":
         print(f"minisgl {name} / mini-sglang: throughput {runs[name]['tok_s'] / peer['tok_s']:.2f}x, "
               f"batch-1 {peer['batch1_ms'] / runs[name]['batch1_ms']:.2f}x faster")
 EOF

@@ -10,7 +10,7 @@ CUDA graphs each captured batch size has its own decode wrapper whose metadata l
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
 dummy page that no request owns. A decode batch runs flashinfer's plain decode kernel, or from
 ``tensor_core_rows`` rows up its tensor-core one (faster there for 2 query heads per KV head on an H200), each
-captured size with the one its size takes.
+captured size with the kernel its size takes.
 
 With an fp8 pool (core/kvcache/pool.py: e4m3 values with a scale per slot and KV head, which flashinfer's
 kernels do not take) decode runs the Triton paged kernel (core/kernels/paged_decode.py) over the same page
@@ -74,8 +74,8 @@ def flashinfer_available() -> bool:
 def use_tensor_core_decode(num_heads: int, num_kv_heads: int, rows: int = 0, min_rows: int = 0) -> bool:
     """flashinfer's advice: its tensor-core (prefill-style) decode pays off once 4+ query heads share a KV head.
     With fewer it still does at large batches (``rows`` of at least ``min_rows``, when that is set): on an H200,
-    16 query / 8 KV heads at context 1200, 192 rows took 235 us a layer on tensor cores against 263 on the plain
-    kernel, which stayed the faster at 128 rows (scripts/gpu_fp8_decode.py)."""
+    16 query / 8 KV heads, context 1200, the plain kernel took 166 us a layer at 144 rows and 217 at 152, the
+    tensor-core one 185 and 190 (scripts/gpu_fp8_decode.py --bf16)."""
     return num_heads // num_kv_heads >= 4 or (min_rows > 0 and rows >= min_rows)
 
 

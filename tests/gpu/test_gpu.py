@@ -171,6 +171,30 @@ def test_cuda_graphs_on_and_off_give_the_same_tokens(hd128_dir, monkeypatch):
 
 
 @needs_flashinfer
+@pytest.mark.parametrize("graph_max_bs", [0, 16])
+def test_decode_on_tensor_cores_from_a_batch_size_agrees_with_torch(hd128_dir, monkeypatch, graph_max_bs):
+    """Batches shrinking from 14 rows run flashinfer's tensor-core decode from 9 rows and its plain one below,
+    eagerly and as captured graphs (sizes 14 and 8: one of each); the near-tie rule judges against the torch
+    backend, and every request gets its tokens."""
+    monkeypatch.setenv("MINISGL_DISABLE_SMALL_DECODE", "1")
+    monkeypatch.setenv("MINISGL_TENSOR_CORE_DECODE_ROWS", "9")
+    prompts, lengths = prompts_and_lengths(14, seed=21)
+    lengths = [n + 3 * i for i, n in enumerate(lengths)]  # they finish one after another
+    common = dict(device="cuda", dtype="bfloat16", max_running_req=14, page_size=16, **SMALL)
+    ref = LLM(hd128_dir, attention="torch", cuda_graph_max_bs=0, **common)
+    fi = LLM(hd128_dir, attention="flashinfer", cuda_graph_max_bs=graph_max_bs, **common)
+    backend = fi.engine.attn_backend
+    assert [backend.tensor_cores(n) for n in (8, 9, 14)] == [False, True, True]
+    outs_ref, outs_fi = generate(ref, prompts, lengths), generate(fi, prompts, lengths)
+    assert [len(o) for o in outs_fi] == lengths
+    verdict = near_tie_compare(ref, fi, prompts, outs_ref, outs_fi)
+    assert verdict.ok, verdict.details
+    if graph_max_bs:
+        wrappers = fi.engine.attn_backend._graph_wrappers
+        assert wrappers[14].use_tensor_cores and not wrappers[8].use_tensor_cores
+
+
+@needs_flashinfer
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_small_decode_kernel_agrees_with_flashinfer(hd128_dir, page_size):
     """Graphs of 4, 2 and 1 rows run the one-kernel Triton decode; eager steps run flashinfer's kernels. bf16
