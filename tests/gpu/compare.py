@@ -29,17 +29,24 @@ class LogitsRecorder:
         return self.inner.sample(logits, args)
 
 
-def top_next(llm: LLM, ids: list[int], k: int = 5) -> list[int]:
-    """The k most likely next tokens after ``ids`` (one prefill of the whole prefix). The request asks for
-    log-probabilities so that every logit is computed: a greedy request's LM head may screen the row and leave
-    only its largest logit exact (core/kernels/gpu_screened_head.py)."""
+def next_logits(llm: LLM, ids: list[int]) -> torch.Tensor:
+    """Every logit of the next token after ``ids`` (one prefill of the whole prefix), float32 on the host. The
+    request asks for log-probabilities so that every logit is computed: a greedy request's LM head may screen
+    the row and leave only its largest logit exact (core/kernels/gpu_screened_head.py)."""
     recorder = LogitsRecorder(llm.engine.sampler)
     llm.engine.sampler = recorder
     try:
         llm.generate([ids], SamplingParams(max_tokens=1, ignore_eos=True, logprobs=0))
     finally:
         llm.engine.sampler = recorder.inner
-    return recorder.last[0].topk(k).indices.tolist()
+    return recorder.last[0].cpu()
+
+
+def _margins(logits: torch.Tensor, own: int, other: int, k: int) -> str:
+    """How far apart the two tokens are in one engine's logits, against its k-th largest: what a mismatch's
+    report needs to tell a tie just outside the top k from a real difference."""
+    kth = logits.topk(k).values[-1].item()
+    return f"{logits[own].item():.3f} / {logits[other].item():.3f} (k-th {kth:.3f})"
 
 
 @dataclass
@@ -70,10 +77,13 @@ def near_tie_compare(llm_a: LLM, llm_b: LLM, prompts: list[list[int]], outs_a: l
             verdict.details.append(f"prompt {i}: lengths {len(a)} vs {len(b)}")
             continue
         prefix = prompt + a[:pos]
-        top_a, top_b = top_next(llm_a, prefix, k), top_next(llm_b, prefix, k)
+        logits_a, logits_b = next_logits(llm_a, prefix), next_logits(llm_b, prefix)
+        top_a, top_b = logits_a.topk(k).indices.tolist(), logits_b.topk(k).indices.tolist()
         if a[pos] in top_b and b[pos] in top_a:
             verdict.near_tie += 1
         else:
             verdict.mismatch += 1
-            verdict.details.append(f"prompt {i} pos {pos}: {a[pos]} vs {b[pos]}; top {top_a} / {top_b}")
+            verdict.details.append(f"prompt {i} pos {pos}: {a[pos]} vs {b[pos]}; top {top_a} / {top_b}; logits of "
+                                   f"the two: {_margins(logits_a, a[pos], b[pos], k)} / "
+                                   f"{_margins(logits_b, b[pos], a[pos], k)}")
     return verdict
