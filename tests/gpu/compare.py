@@ -2,7 +2,7 @@
 
 Batching can flip a greedy near-tie in bf16, so two runs are compared as vLLM's tests do: at the first
 position where the tokens differ, each side's token must be among the other side's five most likely tokens
-for that same prefix, and the comparison stops there.
+for that same prefix (a tie with the fifth counts), and the comparison stops there.
 """
 
 from __future__ import annotations
@@ -42,6 +42,13 @@ def next_logits(llm: LLM, ids: list[int]) -> torch.Tensor:
     return recorder.last[0].cpu()
 
 
+def in_top(logits: torch.Tensor, token: int, k: int) -> bool:
+    """Whether ``token`` is among the k most likely, a tie with the k-th included: bf16 logits tie often, and
+    topk's order among equal values is its own (an fp8 engine's token once sat at exactly the 5th logit, 7.156,
+    and fell outside topk's five)."""
+    return logits[token].item() >= logits.topk(k).values[-1].item()
+
+
 def _margins(logits: torch.Tensor, own: int, other: int, k: int) -> str:
     """How far apart the two tokens are in one engine's logits, against its k-th largest: what a mismatch's
     report needs to tell a tie just outside the top k from a real difference."""
@@ -79,7 +86,7 @@ def near_tie_compare(llm_a: LLM, llm_b: LLM, prompts: list[list[int]], outs_a: l
         prefix = prompt + a[:pos]
         logits_a, logits_b = next_logits(llm_a, prefix), next_logits(llm_b, prefix)
         top_a, top_b = logits_a.topk(k).indices.tolist(), logits_b.topk(k).indices.tolist()
-        if a[pos] in top_b and b[pos] in top_a:
+        if in_top(logits_b, a[pos], k) and in_top(logits_a, b[pos], k):
             verdict.near_tie += 1
         else:
             verdict.mismatch += 1
