@@ -118,6 +118,12 @@ def cpu_weight_packing_disabled() -> bool:
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")
 
 
+def four_bit_panels_disabled() -> bool:
+    """MINISGL_DISABLE_FOUR_BIT_PANELS=1 keeps the C GEMM's weights as float32 panels even where they are 4-bit codes
+    (a Q4_1 GGUF's linears; the same products either way, for comparisons)."""
+    return _flag("MINISGL_DISABLE_FOUR_BIT_PANELS")
+
+
 def screened_head_disabled() -> bool:
     """MINISGL_DISABLE_SCREENED_HEAD=1 computes a greedy step's whole LM head instead of screening it through an
     int8 copy (on a CPU core/kernels/screened_head.py, on CUDA core/kernels/gpu_screened_head.py; the same tokens,

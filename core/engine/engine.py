@@ -30,7 +30,7 @@ from core.kernels import cpu_decode
 from core.kernels.bf16_weights import bf16_linears
 from core.kernels.cpu_attention import CDecodeAttention
 from core.kernels.cpu_features import cpu_features
-from core.kernels.cpu_gemm import panel_linears
+from core.kernels.cpu_gemm import four_bit_panels, panel_linears
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
 from core.kernels.gpu_screened_head import GpuScreenedHead
@@ -112,7 +112,8 @@ class Engine:
         self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
         # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
         # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
-        self.packed_linears = (panel_linears(self.model, torch.get_num_threads()) if kernels.c_gemm else
+        self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), kernels.four_bit_panels)
+                               if kernels.c_gemm else
                                pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
         # a greedy batch's LM head screened through an int8 copy of its weight: on a CPU its panels'
         # (core/kernels/screened_head.py), on CUDA a greedy request's alone (core/kernels/gpu_screened_head.py)
@@ -159,7 +160,10 @@ class Engine:
             why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
-        packed = (", linears in C on weights packed into panels (AVX-512)" if plan.kernels.c_gemm else
+        four_bit = four_bit_panels(self.model)
+        packed = ((", linears in C on weights packed into panels (AVX-512" +
+                   (f"; {four_bit} of them as the 4-bit codes they are made of)" if four_bit else ")"))
+                  if plan.kernels.c_gemm else
                   ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else "")
         if self.screened_head:
             packed += (", greedy batches' LM head screened through int8 (VNNI)" if plan.kernels.screened_head else

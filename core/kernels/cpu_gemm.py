@@ -57,9 +57,11 @@ _I64, _INT = ctypes.c_int64, ctypes.c_int
 SIGNATURES = {
     "panel_floats": ([_I64, _I64], _I64),
     "pack_panels": ([_P, _I64, _I64, _P], None),
-    "gemm_panels": ([_P, _I64, _I64, _P, _I64, _P, _P, _INT], None),
-    "norm_gemm_panels": ([_P, _P, _P, ctypes.c_float, _I64, _I64, _P, _I64, _P, _P, _P, _P, _INT], None),
-    "silu_mul_gemm_panels": ([_P, _I64, _I64, _P, _I64, _P, _P, _INT], None),
+    "q4_panel_bytes": ([_I64, _I64], _I64),
+    "pack_q4": ([_P, _P, _P, _I64, _I64, _P], None),
+    "gemm_panels": ([_P, _I64, _I64, _P, _P, _P, _I64, _P, _P, _INT], None),
+    "norm_gemm_panels": ([_P, _P, _P, ctypes.c_float, _I64, _I64, _P, _P, _P, _I64, _P, _P, _P, _P, _INT], None),
+    "silu_mul_gemm_panels": ([_P, _I64, _I64, _P, _P, _P, _I64, _P, _P, _INT], None),
     # the greedy LM head's screen (core/kernels/screened_head.py)
     "screen_bytes": ([_I64, _I64], _I64),
     "screen_blocks": ([_I64], _I64),
@@ -81,23 +83,37 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
+PANEL = 48  # cpu_gemm.c's output features per panel
+
+
 @dataclass(frozen=True)
 class PanelWeight:
     """A float32 weight [out, in] packed into the GEMM's panels, and the threads its products run on (torch's,
-    read when the engine packed it)."""
+    read when the engine packed it). With ``q4`` the panels are held in their 4-bit form instead (``panels`` is
+    then empty, and ``scratch`` is where each thread expands one panel): the same floats, a sixth of the bytes."""
 
     panels: torch.Tensor
     out_features: int
     in_features: int
     threads: int
+    q4: torch.Tensor | None = None
+    scratch: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, weight: torch.Tensor, threads: int) -> "PanelWeight":
+    def of(cls, weight: torch.Tensor, threads: int, four_bit: bool = False) -> "PanelWeight":
+        """``four_bit``: hold the weight in 4-bit panels where it is made of 4-bit codes (``q4_codes``), which
+        leaves every float as it is; float32 panels otherwise."""
         weight = weight.detach().contiguous()
         if weight.dtype != torch.float32 or weight.dim() != 2 or weight.device.type != "cpu":
             raise ValueError(f"the C GEMM packs 2-D float32 CPU weights, got {weight.dtype} {tuple(weight.shape)}")
         out_features, in_features = weight.shape
         lib = _library()
+        codes = q4_codes(weight) if four_bit else None
+        if codes is not None:
+            q4 = torch.empty(lib.q4_panel_bytes(out_features, in_features), dtype=torch.uint8)
+            lib.pack_q4(codes[0].data_ptr(), codes[1].data_ptr(), codes[2].data_ptr(), out_features, in_features,
+                        q4.data_ptr())
+            return cls(torch.empty(0), out_features, in_features, threads, q4, _scratch(threads, in_features))
         panels = torch.empty(lib.panel_floats(out_features, in_features), dtype=torch.float32)
         lib.pack_panels(weight.data_ptr(), out_features, in_features, panels.data_ptr())
         return cls(panels, out_features, in_features, threads)
@@ -111,7 +127,7 @@ class PanelWeight:
         """``x @ weight.T + bias`` for float32 x [..., in]."""
         rows = self._rows(x, self.in_features)
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
-        _library().gemm_panels(rows.data_ptr(), rows.shape[0], self.in_features, self.panels.data_ptr(),
+        _library().gemm_panels(rows.data_ptr(), rows.shape[0], self.in_features, *self._weights(),
                                self.out_features, address(bias), out.data_ptr(), self.threads)
         return out.reshape(*x.shape[:-1], self.out_features)
 
@@ -124,7 +140,7 @@ class PanelWeight:
         normed, out = torch.empty_like(rows), torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
         new_residual = rows if summed is None else torch.empty_like(rows)
         _library().norm_gemm_panels(rows.data_ptr(), address(summed), address(norm_weight), eps,
-                                    rows.shape[0], self.in_features, self.panels.data_ptr(), self.out_features,
+                                    rows.shape[0], self.in_features, *self._weights(), self.out_features,
                                     address(bias), normed.data_ptr(), new_residual.data_ptr(), out.data_ptr(),
                                     self.threads)
         return out.reshape(*x.shape[:-1], self.out_features), new_residual.reshape(x.shape)
@@ -133,9 +149,13 @@ class PanelWeight:
         """``(silu(gate) * up) @ weight.T`` for gate_up [..., 2 * in] (gate then up), in one call."""
         rows = self._rows(gate_up, 2 * self.in_features)
         act, out = torch.empty(rows.shape[0], self.in_features), torch.empty(rows.shape[0], self.out_features)
-        _library().silu_mul_gemm_panels(rows.data_ptr(), rows.shape[0], self.in_features, self.panels.data_ptr(),
+        _library().silu_mul_gemm_panels(rows.data_ptr(), rows.shape[0], self.in_features, *self._weights(),
                                         self.out_features, act.data_ptr(), out.data_ptr(), self.threads)
         return out.reshape(*gate_up.shape[:-1], self.out_features)
+
+    def _weights(self) -> tuple[int, int | None, int | None]:
+        """The C calls' (panels, q4, scratch) pointers."""
+        return self.panels.data_ptr(), address(self.q4, torch.uint8), address(self.scratch)
 
     @staticmethod
     def _rows(x: torch.Tensor, width: int) -> torch.Tensor:
@@ -144,12 +164,44 @@ class PanelWeight:
         return x.reshape(math.prod(x.shape[:-1]), width).contiguous()
 
 
-def panel_linears(model: nn.Module, threads: int) -> int:
+def four_bit_panels(model: nn.Module) -> int:
+    """How many of the model's layers hold their panels in 4-bit form."""
+    return sum(isinstance(getattr(m, "packed", None), PanelWeight) and m.packed.q4 is not None
+               for m in model.modules())
+
+
+Q4_BLOCK = 32  # cpu_gemm.c's inputs per block of 4-bit codes
+
+
+def q4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """(codes uint8 [n, k], d and m float32 [n, k / 32]) with weight == d * codes + m exactly, block by block of
+    32 inputs (float32: the exact product plus m, one rounding, as a Q4_1 GGUF dequantises), or None where some
+    block is not of that form. m is a block's smallest weight (code 0), d its range over 15 rounded to float16 (a
+    GGUF's d is a float16); every weight is then checked bit for bit."""
+    n, k = weight.shape
+    if k % Q4_BLOCK:
+        return None
+    blocks = weight.reshape(n, k // Q4_BLOCK, Q4_BLOCK)
+    low, high = blocks.amin(-1), blocks.amax(-1)
+    d = ((high - low) / 15).half().float()
+    codes = torch.where(d[..., None] > 0, ((blocks - low[..., None]) / d[..., None]).round(), 0).clamp(0, 15)
+    if not torch.equal(d[..., None] * codes + low[..., None], blocks):
+        return None
+    return codes.to(torch.uint8).reshape(n, k), d.contiguous(), low.contiguous()
+
+
+@lru_cache(maxsize=None)
+def _scratch(threads: int, in_features: int) -> torch.Tensor:
+    """Where each thread expands one 4-bit panel: shared by every weight of that width (one product at a time)."""
+    return torch.empty(threads * PANEL * in_features, dtype=torch.float32)
+
+
+def panel_linears(model: nn.Module, threads: int, four_bit: bool = False) -> int:
     """Give every layer with an empty ``packed`` slot (the decoder's linears and the LM head) its panels, once, at
-    load; returns how many."""
+    load (``four_bit``: in 4-bit form where the weight allows it, see ``PanelWeight.of``); returns how many."""
     count = 0
     for module in model.modules():
         if getattr(module, "packed", True) is None:
-            module.packed = PanelWeight.of(module.weight, threads)
+            module.packed = PanelWeight.of(module.weight, threads, four_bit)
             count += 1
     return count

@@ -121,3 +121,56 @@ def test_large_batches_go_to_torchs_blas_and_small_ones_to_the_panels(monkeypatc
         x = torch.randn(rows, 32)
         torch.testing.assert_close(table.linear(x, weight, None, panels), x @ weight.T, rtol=1e-5, atol=1e-5)
     assert calls == [3]  # the large batch ran torch.mm on the float32 weight
+
+
+# ---- 4-bit panels ------------------------------------------------------------------------------------------------
+def four_bit_weight(out_features: int, in_features: int, seed: int) -> torch.Tensor:
+    """A weight made as a Q4_1 GGUF dequantises: codes 0..15 per block of 32 inputs (each block holding a 0 and a
+    15, as the quantiser's min and max do), float16 d and m, float32 d * q + m."""
+    gen = torch.Generator().manual_seed(seed)
+    blocks = in_features // 32
+    codes = torch.randint(0, 16, (out_features, blocks, 32), generator=gen).float()
+    codes[..., 0], codes[..., 1] = 0, 15
+    d = (torch.rand(out_features, blocks, 1, generator=gen) * 0.02 + 1e-3).half().float()
+    m = (-torch.rand(out_features, blocks, 1, generator=gen) * 0.2).half().float()
+    return (codes * d + m).reshape(out_features, in_features)
+
+
+def test_four_bit_codes_give_back_every_float_and_refuse_other_weights():
+    weight = four_bit_weight(70, 96, seed=1)
+    codes, d, m = cpu_gemm.q4_codes(weight)
+    assert codes.dtype == torch.uint8 and int(codes.max()) == 15 and d.shape == m.shape == (70, 3)
+    rebuilt = codes.float().reshape(70, 3, 32) * d[..., None] + m[..., None]
+    assert torch.equal(rebuilt.reshape(70, 96), weight)
+    nudged = weight.clone()
+    nudged[3, 40] = torch.nextafter(nudged[3, 40], torch.tensor(1.0))  # one float off the grid
+    assert cpu_gemm.q4_codes(nudged) is None
+    assert cpu_gemm.q4_codes(torch.randn(8, 64)) is None  # a float32 weight
+    assert cpu_gemm.q4_codes(four_bit_weight(8, 64, seed=2)[:, :48]) is None  # inputs not in blocks of 32
+
+
+@pytest.mark.parametrize("rows, out_features, in_features", [
+    (1, 5, 32), (7, 50, 64), (8, 96, 576), (33, 576, 1536), (130, 49, 96), (600, 100, 576)])
+def test_four_bit_panels_compute_the_float32_panels_products_bit_for_bit(rows, out_features, in_features):
+    weight = four_bit_weight(out_features, in_features, seed=rows)
+    four, plain = PanelWeight.of(weight, 2, four_bit=True), PanelWeight.of(weight, 2)
+    assert four.q4 is not None and four.panels.numel() == 0 and plain.q4 is None
+    assert four.q4.numel() * 5 < plain.panels.numel() * 4  # under a fifth of the bytes
+    gen = torch.Generator().manual_seed(7)
+    x, residual = torch.randn(rows, in_features, generator=gen), torch.randn(rows, in_features, generator=gen)
+    bias, norm = torch.randn(out_features, generator=gen), torch.rand(in_features, generator=gen)
+    assert torch.equal(four.linear(x, bias), plain.linear(x, bias))
+    for got, want in zip(four.norm_linear(x, residual, norm, 1e-6), plain.norm_linear(x, residual, norm, 1e-6)):
+        assert torch.equal(got, want)
+    half = in_features // 2 // 32 * 32
+    if half:  # silu-and-mul needs the down projection's width: a weight over half the inputs
+        down = four_bit_weight(out_features, half, seed=3)
+        gate_up = torch.randn(rows, 2 * half, generator=gen)
+        assert torch.equal(PanelWeight.of(down, 2, four_bit=True).silu_mul_linear(gate_up),
+                           PanelWeight.of(down, 2).silu_mul_linear(gate_up))
+
+
+def test_a_float32_weight_stays_on_float32_panels_when_four_bit_is_asked():
+    weight = torch.randn(40, 64)
+    packed = PanelWeight.of(weight, 2, four_bit=True)
+    assert packed.q4 is None and packed.panels.numel() > 0
