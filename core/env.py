@@ -118,10 +118,10 @@ def cpu_weight_packing_disabled() -> bool:
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")
 
 
-def four_bit_panels_disabled() -> bool:
-    """MINISGL_DISABLE_FOUR_BIT_PANELS=1 keeps the C GEMM's weights as float32 panels even where they are 4-bit codes
-    (a Q4_1 GGUF's linears; the same products either way, for comparisons)."""
-    return _flag("MINISGL_DISABLE_FOUR_BIT_PANELS")
+def four_bit_weights_disabled() -> bool:
+    """MINISGL_DISABLE_FOUR_BIT_WEIGHTS=1 has the C GEMM and the C decode step read float32 weights as float32 even
+    where they are 4-bit codes (a Q4_1 GGUF's linears; the same products either way, for comparisons)."""
+    return _flag("MINISGL_DISABLE_FOUR_BIT_WEIGHTS")
 
 
 def screened_head_disabled() -> bool:

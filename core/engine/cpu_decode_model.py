@@ -3,40 +3,45 @@
 It lives with the engine because it reads the decoder's module names; the kernel itself knows only tensors.
 With ``int8`` the step reads int8 copies of the float32 weights (core/kernels/int8_weights.py), the LM head's
 too (whose float32 weight, the embedding table when they are tied, stays for the input token's row lookup);
-the torch layers keep their float32 weights for prefill and batches.
+the torch layers keep their float32 weights for prefill and batches. With ``four_bit`` a float32 linear made of
+4-bit codes (the embedded GGUF's) is read as those codes: the same floats from a fifth of the bytes.
 """
 
 from __future__ import annotations
 
 import torch
 
-from core.kernels.cpu_decode import CpuDecodeStep, DecodeShape, LayerWeights
+from core.kernels.cpu_decode import CpuDecodeStep, DecodeShape, FourBitRows, LayerWeights, StepWeight
 from core.kernels.int8_weights import Int8Weight
 from core.kvcache.pool import KVPool
 from core.model_config import ModelConfig
 from core.models.decoder import CausalLM
 
 
-def _linear_weight(module: torch.nn.Module, int8: bool) -> torch.Tensor | Int8Weight:
-    """With ``int8`` an int8 copy of the layer's float32 weight, else that weight."""
-    return Int8Weight.quantize(module.weight) if int8 else module.weight.detach()
+def _linear_weight(module: torch.nn.Module, int8: bool, four_bit: bool) -> StepWeight:
+    """With ``int8`` an int8 copy of the layer's float32 weight; else with ``four_bit`` its 4-bit codes where it is
+    made of them (the same floats); else that weight."""
+    if int8:
+        return Int8Weight.quantize(module.weight)
+    return (FourBitRows.of(module.weight) if four_bit else None) or module.weight.detach()
 
 
 def build_cpu_decode(model: CausalLM, cfg: ModelConfig, pool: KVPool, max_len: int, threads: int,
-                     int8: bool = False, int8_dots: bool = False) -> CpuDecodeStep:
+                     int8: bool = False, int8_dots: bool = False, four_bit: bool = False) -> CpuDecodeStep:
     """The step over ``model``'s own weights and ``pool``'s buffers (nothing is copied but the int8 copies that
     ``int8`` asks for); ``max_len``: the most tokens a request can hold (the page table's width); ``int8_dots``:
-    integer dot products on int8 inputs (core/kernels/cpu_decode.c)."""
+    integer dot products on int8 inputs (core/kernels/cpu_decode.c); ``four_bit``: float32 linears made of 4-bit
+    codes read as the codes (core/kernels/four_bit.py)."""
     layers = []
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp
         layers.append(LayerWeights(
-            input_norm=layer.input_layernorm.weight, qkv=_linear_weight(attn.qkv_proj, int8),
+            input_norm=layer.input_layernorm.weight, qkv=_linear_weight(attn.qkv_proj, int8, four_bit),
             qkv_bias=attn.qkv_proj.bias,
             q_norm=attn.q_norm.weight if attn.q_norm is not None else None,
             k_norm=attn.k_norm.weight if attn.k_norm is not None else None,
-            o_proj=_linear_weight(attn.o_proj, int8), post_norm=layer.post_attention_layernorm.weight,
-            gate_up=_linear_weight(mlp.gate_up_proj, int8), down=_linear_weight(mlp.down_proj, int8),
+            o_proj=_linear_weight(attn.o_proj, int8, four_bit), post_norm=layer.post_attention_layernorm.weight,
+            gate_up=_linear_weight(mlp.gate_up_proj, int8, four_bit), down=_linear_weight(mlp.down_proj, int8, four_bit),
             k_cache=pool.k_layers[i], v_cache=pool.v_layers[i]))
     shape = DecodeShape(hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, heads=cfg.num_heads,
                         kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, vocab=cfg.vocab_size,

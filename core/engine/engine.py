@@ -112,7 +112,7 @@ class Engine:
         self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
         # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
         # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
-        self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), kernels.four_bit_panels)
+        self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), kernels.four_bit_weights)
                                if kernels.c_gemm else
                                pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
         # a greedy batch's LM head screened through an int8 copy of its weight: on a CPU its panels'
@@ -126,7 +126,8 @@ class Engine:
         # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
                                             int8=self.plan.precision.c_int8,
-                                            int8_dots=self.plan.precision.int8_dots)
+                                            int8_dots=self.plan.precision.int8_dots,
+                                            four_bit=self.plan.kernels.four_bit_weights)
                            if self.plan.precision.c_decode else None)
         self.sampler = Sampler(self.device, triton_race=kernels.triton_sampler)
         if self.device.type == "cuda":

@@ -249,7 +249,8 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
         triton_sampler=triton and not env.triton_sampler_disabled(), fp8_gather=triton and kv_fp8,
         split_k=env.split_k_slices() if triton else 0,
         packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1, c_gemm=c_gemm,
-        four_bit_panels=c_gemm and not env.four_bit_panels_disabled(),
+        four_bit_weights=(device.type == "cpu" and dtype == torch.float32 and not int8_weights and not bf16_linears
+                          and not env.four_bit_weights_disabled()),
         screened_head=screened_head, gpu_screened_head=gemv and not env.screened_head_disabled(),
         int8_weights=int8_weights, bf16_linears=bf16_linears)
 

@@ -43,9 +43,10 @@ class KernelChoices:
     # float32 CPU linears through the C GEMM on weights packed once into its panels (core/kernels/cpu_gemm.py),
     # in place of oneDNN's packing, on x86-64 with AVX-512
     c_gemm: bool = False
-    # the C GEMM's weights held as 4-bit codes with a scale and offset per block of 32 inputs where they are exactly
-    # that (a Q4_1 GGUF's linears, dequantised): the same floats expanded in cache, a sixth of the bytes from memory
-    four_bit_panels: bool = False
+    # float32 CPU linears that are 4-bit codes with a scale and offset per block of 32 inputs (a Q4_1 GGUF's,
+    # dequantised) read as those codes by the C GEMM and the C decode step (core/kernels/four_bit.py): the same
+    # floats, expanded in registers or cache, a fifth of the bytes from memory
+    four_bit_weights: bool = False
     # a greedy batch's LM head (no log-probabilities asked) screened through an int8 copy with AVX512-VNNI, only
     # the logits that can be a row's largest computed in float32 on the C GEMM's panels
     # (core/kernels/screened_head.py)
@@ -67,8 +68,6 @@ class KernelChoices:
             raise ValueError("the fused QKV, GEMV, fp8 gather and split-K kernels run in flashinfer's kernel set")
         if self.c_gemm and (self.packed_weights or self.bf16_linears):
             raise ValueError("the C GEMM is a float32 CPU engine's one form of its linears")
-        if self.four_bit_panels and not self.c_gemm:
-            raise ValueError("4-bit panels are a form of the C GEMM's panels")
         if self.screened_head and not self.c_gemm:
             raise ValueError("the screened LM head computes its kept logits on the C GEMM's panels")
         if self.gpu_screened_head and not self.gemv:

@@ -29,11 +29,19 @@
 #endif
 
 /* A linear's weight: float32 [out, in] when scales is NULL, else int8 [out, in] with scales [out] (under integer
- * dot products in tile_int8's layout). */
+ * dot products in tile_int8's layout). A float32 weight made of 4-bit codes (a Q4_1 GGUF's linears, dequantised)
+ * may come as q4 instead (values unused): each row's blocks of Q4_BLOCK inputs as Q4_ROW_BYTES bytes, byte j
+ * holding input j's code in its low nibble and input j + 16's in its high one, then the block's d and m (float32);
+ * every weight is fma(code, d, m), the float the float32 weight holds, so the step's sums are the same floats from
+ * a fifth of the bytes. */
 typedef struct {
     const void *values;
     const float *scales;
+    const uint8_t *q4;
 } Weight;
+
+#define Q4_BLOCK 32
+#define Q4_ROW_BYTES (Q4_BLOCK / 2 + 8)
 
 typedef struct {
     const float *input_norm, *qkv_bias, *q_norm, *k_norm; /* qkv_bias, q_norm, k_norm may be NULL */
@@ -100,6 +108,33 @@ static inline float dot_ahead(const float *a, const float *b, int n, int ahead) 
 }
 
 static inline float dot(const float *a, const float *b, int n) { return dot_ahead(a, b, n, 0); }
+
+/* dot_ahead's sum for a row of 4-bit codes (n a multiple of Q4_BLOCK): its weights expanded eight at a time and
+ * multiplied in dot_ahead's order (inputs k..k+7 into one accumulator, k+8..k+15 into the other), so the same
+ * float. */
+static inline float dot_q4(const uint8_t *row, const float *x, int n) {
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const __m256i low = _mm256_set1_epi32(15);
+    for (int k = 0; k < n; k += Q4_BLOCK) {
+        const uint8_t *block = row + k / Q4_BLOCK * Q4_ROW_BYTES;
+        _mm_prefetch((const char *)block + STREAM_AHEAD / 4, _MM_HINT_T0);
+        _mm_prefetch((const char *)block + FAR_AHEAD / 4, _MM_HINT_T1);
+        __m128i codes = _mm_loadu_si128((const __m128i *)block);
+        float dm[2];
+        memcpy(dm, block + Q4_BLOCK / 2, sizeof dm);
+        __m256 d = _mm256_set1_ps(dm[0]), m = _mm256_set1_ps(dm[1]);
+        __m256i c0 = _mm256_cvtepu8_epi32(codes), c1 = _mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8));
+        __m256 w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(c0, low)), d, m);
+        __m256 w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(c1, low)), d, m);
+        __m256 w2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c0, 4)), d, m);
+        __m256 w3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(c1, 4)), d, m);
+        acc0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + k), acc0);
+        acc1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + k + 8), acc1);
+        acc0 = _mm256_fmadd_ps(w2, _mm256_loadu_ps(x + k + 16), acc0);
+        acc1 = _mm256_fmadd_ps(w3, _mm256_loadu_ps(x + k + 24), acc1);
+    }
+    return hsum(_mm256_add_ps(acc0, acc1));
+}
 
 /* Eight int8 weights widened to float32. */
 static inline __m256 widen8(const int8_t *p) {
@@ -285,6 +320,7 @@ static inline void rows4_int8(Weight w, int64_t row, Input in, int n, float out[
 /* One row of either weight type against the input: every row of a float32 weight, an int8 weight's rows left over
  * from the blocks of four. */
 static inline float row1(Weight w, int64_t row, Input in, int n) {
+    if (w.q4) return dot_q4(w.q4 + row * (n / Q4_BLOCK) * Q4_ROW_BYTES, in.x, n);
     if (!w.scales) return dot_ahead((const float *)w.values + row * n, in.x, n, STREAM_AHEAD);
     const int8_t *r = (const int8_t *)w.values + row * n;
     float sum = 0.0f;

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 
 from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
+from core.kernels.four_bit import q4_rows
 from core.kernels.int8_weights import Int8Weight
 
 SOURCE = Path(__file__).with_name("cpu_decode.c")
@@ -49,7 +50,7 @@ _P = ctypes.c_void_p
 
 
 class _Weight(ctypes.Structure):
-    _fields_ = [("values", _P), ("scales", _P)]
+    _fields_ = [("values", _P), ("scales", _P), ("q4", _P)]
 
 
 LINEARS = ("qkv", "o_proj", "gate_up", "down")
@@ -111,24 +112,42 @@ class DecodeShape:
 
 
 @dataclass(frozen=True)
+class FourBitRows:
+    """A float32 weight made of 4-bit codes, as the step reads it instead (core/kernels/four_bit.py's q4_rows):
+    the same floats, a fifth of the bytes."""
+
+    rows: torch.Tensor  # [out, in / 32, 24] uint8
+
+    @classmethod
+    def of(cls, weight: torch.Tensor) -> "FourBitRows | None":
+        rows = q4_rows(weight.detach())
+        return None if rows is None else cls(rows)
+
+
+StepWeight = torch.Tensor | Int8Weight | FourBitRows  # a linear as the step reads it
+
+
+@dataclass(frozen=True)
 class LayerWeights:
     """One decoder layer's tensors as the C step reads them (contiguous; see cpu_decode.c). A linear is a float32
-    weight, or an ``Int8Weight`` (int8 values and float32 scales per row)."""
+    weight, its ``FourBitRows``, or an ``Int8Weight`` (int8 values and float32 scales per row)."""
 
     input_norm: torch.Tensor
-    qkv: torch.Tensor | Int8Weight  # [q + k + v rows, hidden]
+    qkv: StepWeight  # [q + k + v rows, hidden]
     qkv_bias: torch.Tensor | None
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
-    o_proj: torch.Tensor | Int8Weight
+    o_proj: StepWeight
     post_norm: torch.Tensor
-    gate_up: torch.Tensor | Int8Weight  # [2 * intermediate, hidden]: gate rows, then up rows
-    down: torch.Tensor | Int8Weight
+    gate_up: StepWeight  # [2 * intermediate, hidden]: gate rows, then up rows
+    down: StepWeight
     k_cache: torch.Tensor  # this layer's [slots, kv_heads, head_dim] of the pool
     v_cache: torch.Tensor
 
 
-def _weight(w: torch.Tensor | Int8Weight) -> _Weight:
+def _weight(w: StepWeight) -> _Weight:
+    if isinstance(w, FourBitRows):
+        return _Weight(None, None, address(w.rows, torch.uint8))
     if isinstance(w, Int8Weight):
         return _Weight(address(w.values, torch.int8), address(w.scales))
     return _Weight(address(w), None)

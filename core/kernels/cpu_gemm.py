@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
+from core.kernels.four_bit import q4_codes
 
 SOURCE = Path(__file__).with_name("cpu_gemm.c")
 # the AVX-512 code is marked in the source (target attributes): the rest builds for any x86-64 with AVX2
@@ -168,26 +169,6 @@ def four_bit_panels(model: nn.Module) -> int:
     """How many of the model's layers hold their panels in 4-bit form."""
     return sum(isinstance(getattr(m, "packed", None), PanelWeight) and m.packed.q4 is not None
                for m in model.modules())
-
-
-Q4_BLOCK = 32  # cpu_gemm.c's inputs per block of 4-bit codes
-
-
-def q4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """(codes uint8 [n, k], d and m float32 [n, k / 32]) with weight == d * codes + m exactly, block by block of
-    32 inputs (float32: the exact product plus m, one rounding, as a Q4_1 GGUF dequantises), or None where some
-    block is not of that form. m is a block's smallest weight (code 0), d its range over 15 rounded to float16 (a
-    GGUF's d is a float16); every weight is then checked bit for bit."""
-    n, k = weight.shape
-    if k % Q4_BLOCK:
-        return None
-    blocks = weight.reshape(n, k // Q4_BLOCK, Q4_BLOCK)
-    low, high = blocks.amin(-1), blocks.amax(-1)
-    d = ((high - low) / 15).half().float()
-    codes = torch.where(d[..., None] > 0, ((blocks - low[..., None]) / d[..., None]).round(), 0).clamp(0, 15)
-    if not torch.equal(d[..., None] * codes + low[..., None], blocks):
-        return None
-    return codes.to(torch.uint8).reshape(n, k), d.contiguous(), low.contiguous()
 
 
 @lru_cache(maxsize=None)

@@ -41,18 +41,23 @@ def test_embedded_model_is_the_default(smollm2):
     assert smollm2.engine.model_config.vocab_size == 49152
 
 
-def test_the_linears_run_on_their_four_bit_codes_with_the_float32_panels_results(smollm2, monkeypatch):
-    """The GGUF's Q4_1 linears, dequantised to float32, are held in the C GEMM as their codes: every one of the
-    120 (30 layers' QKV, o_proj, gate_up, down), with the same log-probabilities, bit for bit, as float32 panels."""
+def test_the_linears_run_on_their_four_bit_codes_with_the_float32_weights_results(smollm2, monkeypatch):
+    """The GGUF's Q4_1 linears, dequantised to float32, are read as their codes by the C GEMM and by the C decode
+    step: every one of the 120 (30 layers' QKV, o_proj, gate_up, down), with the same log-probabilities, bit for
+    bit, as on the float32 weights (batches of five rows down to one: both kernels)."""
+    from core.kernels.cpu_decode import FourBitRows
     from core.kernels.cpu_gemm import four_bit_panels
 
-    if not smollm2.engine.plan.kernels.c_gemm:
-        pytest.skip("the C GEMM does not run here")
+    if not smollm2.engine.plan.kernels.c_gemm or smollm2.engine.cpu_decode is None:
+        pytest.skip("the C GEMM or the C decode step does not run here")
     assert four_bit_panels(smollm2.engine.model) == 120
     assert "120 of them as the 4-bit codes" in smollm2.engine.describe()
-    monkeypatch.setenv("MINISGL_DISABLE_FOUR_BIT_PANELS", "1")
+    assert all(isinstance(getattr(layer, name), FourBitRows) for layer in smollm2.engine.cpu_decode.layers_kept
+               for name in ("qkv", "o_proj", "gate_up", "down"))
+    monkeypatch.setenv("MINISGL_DISABLE_FOUR_BIT_WEIGHTS", "1")
     plain = LLM(max_running_req=8)
     assert four_bit_panels(plain.engine.model) == 0
+    assert not isinstance(plain.engine.cpu_decode.layers_kept[0].qkv, FourBitRows)
     params = [SamplingParams(max_tokens=n + 3, ignore_eos=True, logprobs=0) for n in CHAPTER_MAX_TOKENS]
     got, want = smollm2.generate(CHAPTER_PROMPTS, params), plain.generate(CHAPTER_PROMPTS, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]

@@ -9,6 +9,7 @@ import torch
 from core.kernels import cpu_gemm
 from core.kernels.cpu_features import cpu_features
 from core.kernels.cpu_gemm import PanelWeight, panel_linears
+from core.kernels.four_bit import q4_codes
 from core.kernels.dispatch import TorchKernels
 
 REASON = cpu_gemm.unsupported_reason(cpu_features().flags) or cpu_gemm.load_library().reason
@@ -138,15 +139,15 @@ def four_bit_weight(out_features: int, in_features: int, seed: int) -> torch.Ten
 
 def test_four_bit_codes_give_back_every_float_and_refuse_other_weights():
     weight = four_bit_weight(70, 96, seed=1)
-    codes, d, m = cpu_gemm.q4_codes(weight)
+    codes, d, m = q4_codes(weight)
     assert codes.dtype == torch.uint8 and int(codes.max()) == 15 and d.shape == m.shape == (70, 3)
     rebuilt = codes.float().reshape(70, 3, 32) * d[..., None] + m[..., None]
     assert torch.equal(rebuilt.reshape(70, 96), weight)
     nudged = weight.clone()
     nudged[3, 40] = torch.nextafter(nudged[3, 40], torch.tensor(1.0))  # one float off the grid
-    assert cpu_gemm.q4_codes(nudged) is None
-    assert cpu_gemm.q4_codes(torch.randn(8, 64)) is None  # a float32 weight
-    assert cpu_gemm.q4_codes(four_bit_weight(8, 64, seed=2)[:, :48]) is None  # inputs not in blocks of 32
+    assert q4_codes(nudged) is None
+    assert q4_codes(torch.randn(8, 64)) is None  # a float32 weight
+    assert q4_codes(four_bit_weight(8, 64, seed=2)[:, :48]) is None  # inputs not in blocks of 32
 
 
 @pytest.mark.parametrize("rows, out_features, in_features", [
