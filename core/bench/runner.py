@@ -14,6 +14,8 @@ import torch
 
 from core.bench.engine_run import batch1_request, run_batch1, run_engine, warm_up
 from core.bench.floor import ModelCosts, batch1_floor_ms, measure_ceilings, workload_floor
+from core.kernels.cpu_gemm import four_bit_panels
+from core.kernels.four_bit import BYTES_PER_WEIGHT as FOUR_BIT_BYTES
 from core.bench.flops import workload_flops
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
@@ -109,7 +111,8 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
                                   progress, skipped, warn, say, seconds)
     say("measuring the device's memory bandwidth and matmul rate")
     ceilings = measure_ceilings(llm.device, llm.engine.dtype)
-    costs = ModelCosts.of(cfg, llm.engine.dtype.itemsize, llm.engine.kv_bytes_per_token, options.tp)
+    costs = ModelCosts.of(cfg, _body_bytes(llm), llm.engine.kv_bytes_per_token, options.tp,
+                          head_elem_bytes=llm.engine.dtype.itemsize)
     batch1_costs = _batch1_costs(llm, cfg, costs, options.tp)
     return BenchReport(
         workload=spec.name, model=model_name, device=_describe(llm.device), requests=len(workload.requests),
@@ -119,6 +122,15 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         floor=workload_floor(costs, workload.requests, ceilings),
         batch1_floor_ms=batch1_floor_ms(batch1_costs, batch1, ceilings), precision=options.precision,
         precision_note=llm.precision_note, exact_batch1_ms_per_token=exact_batch1_ms)
+
+
+def _body_bytes(llm: LLM) -> float:
+    """Bytes per decoder weight the engine reads: its float32 linears' 4-bit codes where its C kernels read them
+    (core/kernels/four_bit.py: the same floats, so the work costs only those bytes), else its dtype's size."""
+    engine = llm.engine
+    if engine.plan.kernels.four_bit_weights and four_bit_panels(engine.model):
+        return FOUR_BIT_BYTES
+    return engine.dtype.itemsize
 
 
 def _batch1_costs(llm: LLM, cfg: ModelConfig, costs: ModelCosts, tp: int) -> ModelCosts:

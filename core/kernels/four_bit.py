@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 
 Q4_BLOCK = 32  # inputs per block of codes, as in a Q4_1 GGUF and in both C files
+# what the C kernels read per weight in that form: half a byte of code, and d and m (float32) per 32
+BYTES_PER_WEIGHT = 0.5 + 8 / Q4_BLOCK
 
 
 def q4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
