@@ -41,7 +41,8 @@ def build_cpu_decode(model: CausalLM, cfg: ModelConfig, pool: KVPool, max_len: i
             q_norm=attn.q_norm.weight if attn.q_norm is not None else None,
             k_norm=attn.k_norm.weight if attn.k_norm is not None else None,
             o_proj=_linear_weight(attn.o_proj, int8, four_bit), post_norm=layer.post_attention_layernorm.weight,
-            gate_up=_linear_weight(mlp.gate_up_proj, int8, four_bit), down=_linear_weight(mlp.down_proj, int8, four_bit),
+            gate_up=_linear_weight(mlp.gate_up_proj, int8, four_bit),
+            down=_linear_weight(mlp.down_proj, int8, four_bit),
             k_cache=pool.k_layers[i], v_cache=pool.v_layers[i]))
     shape = DecodeShape(hidden=cfg.hidden_size, intermediate=cfg.intermediate_size, heads=cfg.num_heads,
                         kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, vocab=cfg.vocab_size,
