@@ -26,6 +26,13 @@ def q4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     n, k = weight.shape
     if k % Q4_BLOCK or weight.dtype != torch.float32:
         return None
+    if n > 1 and _codes_of(weight[:1]) is None:  # most weights are not codes: the first row tells at once
+        return None
+    return _codes_of(weight)
+
+
+def _codes_of(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    n, k = weight.shape
     blocks = weight.reshape(n, k // Q4_BLOCK, Q4_BLOCK)
     low, high = blocks.amin(-1), blocks.amax(-1)
     d = ((high - low) / 15).half().float()
