@@ -14,6 +14,7 @@ import torch
 
 from core.bench.engine_run import batch1_request, run_batch1, run_engine, warm_up
 from core.bench.floor import ModelCosts, batch1_floor_ms, measure_ceilings, workload_floor
+from core.kernels.cpu_decode import SCREEN_BYTES_PER_WEIGHT
 from core.kernels.cpu_gemm import four_bit_panels
 from core.kernels.four_bit import BYTES_PER_WEIGHT as FOUR_BIT_BYTES
 from core.bench.flops import workload_flops
@@ -135,8 +136,12 @@ def _body_bytes(llm: LLM) -> float:
 
 def _batch1_costs(llm: LLM, cfg: ModelConfig, costs: ModelCosts, tp: int) -> ModelCosts:
     """What one request's decode step reads: under int8 that is int8 weights even where batches keep float32
-    ones (the C step reads int8 copies, its LM head too; torch's int8 layers keep a float32 head)."""
+    ones (the C step reads int8 copies, its LM head too; torch's int8 layers keep a float32 head); the float32 C
+    step screens the greedy batch-1 request's LM head through its int8 copy (the few rows it keeps are not counted)."""
     precision = llm.engine.plan.precision
+    if precision.c_decode and not precision.c_int8:
+        return ModelCosts.of(cfg, _body_bytes(llm), llm.engine.kv_bytes_per_token, tp,
+                             head_elem_bytes=SCREEN_BYTES_PER_WEIGHT)
     if not (precision.c_int8 or precision.int8_weights):
         return costs
     head_bytes = 1 if precision.c_int8 else llm.engine.dtype.itemsize

@@ -45,6 +45,8 @@ SOURCE = Path(__file__).with_name("cpu_decode.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-std=c11")
 NEEDED_FLAGS = {"avx2": "AVX2", "fma": "FMA"}
 QBLOCK = 32  # integer dot products: the inputs' values per scale (cpu_decode.c's QBLOCK)
+# what a greedy step's screen reads per LM-head weight: its int8 copy and each block's float32 sum of magnitudes
+SCREEN_BYTES_PER_WEIGHT = 1 + 4 / QBLOCK
 
 _P = ctypes.c_void_p
 
