@@ -136,6 +136,37 @@ static inline float dot_q4(const uint8_t *row, const float *x, int n) {
     return hsum(_mm256_add_ps(acc0, acc1));
 }
 
+/* The same sum with AVX-512: lanes 0-7 of one accumulator are dot_q4's acc0, lanes 8-15 its acc1, each lane fed the
+ * same products in the same order, and the halves added before the same horizontal sum; sixteen weights are
+ * expanded at a time, half the instructions. */
+__attribute__((target("avx512f,fma"))) static float dot_q4_wide(const uint8_t *row, const float *x, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi32(15);
+    for (int k = 0; k < n; k += Q4_BLOCK) {
+        const uint8_t *block = row + k / Q4_BLOCK * Q4_ROW_BYTES;
+        _mm_prefetch((const char *)block + STREAM_AHEAD / 4, _MM_HINT_T0);
+        _mm_prefetch((const char *)block + FAR_AHEAD / 4, _MM_HINT_T1);
+        float dm[2];
+        memcpy(dm, block + Q4_BLOCK / 2, sizeof dm);
+        __m512 d = _mm512_set1_ps(dm[0]), m = _mm512_set1_ps(dm[1]);
+        __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)block));
+        __m512 w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(c, low)), d, m);
+        __m512 w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(c, 4)), d, m);
+        acc = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + k), acc);
+        acc = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + k + 16), acc);
+    }
+    __m256 lo = _mm512_castps512_ps256(acc);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+    return hsum(_mm256_add_ps(lo, hi));
+}
+
+/* Whether this CPU has AVX-512F, asked once (the answer is the same for every thread that races to it). */
+static int has_avx512(void) {
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    return known;
+}
+
 /* Eight int8 weights widened to float32. */
 static inline __m256 widen8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
@@ -320,7 +351,10 @@ static inline void rows4_int8(Weight w, int64_t row, Input in, int n, float out[
 /* One row of either weight type against the input: every row of a float32 weight, an int8 weight's rows left over
  * from the blocks of four. */
 static inline float row1(Weight w, int64_t row, Input in, int n) {
-    if (w.q4) return dot_q4(w.q4 + row * (n / Q4_BLOCK) * Q4_ROW_BYTES, in.x, n);
+    if (w.q4) {
+        const uint8_t *codes = w.q4 + row * (n / Q4_BLOCK) * Q4_ROW_BYTES;
+        return has_avx512() ? dot_q4_wide(codes, in.x, n) : dot_q4(codes, in.x, n);
+    }
     if (!w.scales) return dot_ahead((const float *)w.values + row * n, in.x, n, STREAM_AHEAD);
     const int8_t *r = (const int8_t *)w.values + row * n;
     float sum = 0.0f;
