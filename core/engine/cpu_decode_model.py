@@ -12,26 +12,29 @@ from __future__ import annotations
 import torch
 
 from core.kernels.cpu_decode import CpuDecodeStep, DecodeShape, FourBitRows, LayerWeights, StepWeight
+from core.kernels.four_bit import Q4Codes
 from core.kernels.int8_weights import Int8Weight
 from core.kvcache.pool import KVPool
 from core.model_config import ModelConfig
 from core.models.decoder import CausalLM
 
 
-def _linear_weight(module: torch.nn.Module, int8: bool, four_bit: bool) -> StepWeight:
-    """With ``int8`` an int8 copy of the layer's float32 weight; else with ``four_bit`` its 4-bit codes where it is
-    made of them (the same floats); else that weight."""
+def _linear_weight(module: torch.nn.Module, int8: bool, four_bit: dict[torch.nn.Module, Q4Codes]) -> StepWeight:
+    """With ``int8`` an int8 copy of the layer's float32 weight; else its 4-bit codes where ``four_bit`` has them
+    (the same floats); else that weight."""
     if int8:
         return Int8Weight.quantize(module.weight)
-    return (FourBitRows.of(module.weight) if four_bit else None) or module.weight.detach()
+    return FourBitRows.of(four_bit[module]) if module in four_bit else module.weight.detach()
 
 
 def build_cpu_decode(model: CausalLM, cfg: ModelConfig, pool: KVPool, max_len: int, threads: int,
-                     int8: bool = False, int8_dots: bool = False, four_bit: bool = False) -> CpuDecodeStep:
+                     int8: bool = False, int8_dots: bool = False,
+                     four_bit: dict[torch.nn.Module, Q4Codes] | None = None) -> CpuDecodeStep:
     """The step over ``model``'s own weights and ``pool``'s buffers (nothing is copied but the int8 copies that
     ``int8`` asks for); ``max_len``: the most tokens a request can hold (the page table's width); ``int8_dots``:
-    integer dot products on int8 inputs (core/kernels/cpu_decode.c); ``four_bit``: float32 linears made of 4-bit
-    codes read as the codes (core/kernels/four_bit.py)."""
+    integer dot products on int8 inputs (core/kernels/cpu_decode.c); ``four_bit``: the linears made of 4-bit codes,
+    with their codes (core/kernels/four_bit.py's ``linear_codes``), read as the codes."""
+    four_bit = four_bit or {}
     layers = []
     for i, layer in enumerate(model.model.layers):
         attn, mlp = layer.self_attn, layer.mlp

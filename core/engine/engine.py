@@ -31,6 +31,7 @@ from core.kernels.bf16_weights import bf16_linears
 from core.kernels.cpu_attention import CDecodeAttention
 from core.kernels.cpu_features import cpu_features
 from core.kernels.cpu_gemm import four_bit_panels, panel_linears
+from core.kernels.four_bit import linear_codes
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
 from core.kernels.gpu_screened_head import GpuScreenedHead
@@ -110,10 +111,13 @@ class Engine:
         kernels = self.plan.kernels
         # fast on a CPU with AMX: bf16 copies of the linears and the LM head (core/kernels/bf16_weights.py)
         self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
+        # float32 linears that are 4-bit codes (core/kernels/four_bit.py), found once for both C kernels reading them
+        precision = self.plan.precision
+        reads_codes = kernels.c_gemm or (precision.c_decode and not precision.c_int8)
+        codes = linear_codes(self.model) if kernels.four_bit_weights and reads_codes else {}
         # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
         # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
-        self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), kernels.four_bit_weights)
-                               if kernels.c_gemm else
+        self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), codes) if kernels.c_gemm else
                                pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
         # a greedy batch's LM head screened through an int8 copy of its weight: on a CPU its panels'
         # (core/kernels/screened_head.py), on CUDA a greedy request's alone (core/kernels/gpu_screened_head.py)
@@ -127,7 +131,7 @@ class Engine:
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
                                             int8=self.plan.precision.c_int8,
                                             int8_dots=self.plan.precision.int8_dots,
-                                            four_bit=self.plan.kernels.four_bit_weights)
+                                            four_bit=codes)
                            if self.plan.precision.c_decode else None)
         self.sampler = Sampler(self.device, triton_race=kernels.triton_sampler)
         if self.device.type == "cuda":

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
-from core.kernels.four_bit import q4_rows
+from core.kernels.four_bit import Q4Codes, q4_rows
 from core.kernels.int8_weights import Int8Weight
 
 SOURCE = Path(__file__).with_name("cpu_decode.c")
@@ -121,9 +121,8 @@ class FourBitRows:
     rows: torch.Tensor  # [out, in / 32, 24] uint8
 
     @classmethod
-    def of(cls, weight: torch.Tensor) -> "FourBitRows | None":
-        rows = q4_rows(weight.detach())
-        return None if rows is None else cls(rows)
+    def of(cls, codes: Q4Codes) -> "FourBitRows":
+        return cls(q4_rows(codes))
 
 
 StepWeight = torch.Tensor | Int8Weight | FourBitRows  # a linear as the step reads it

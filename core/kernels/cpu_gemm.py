@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
-from core.kernels.four_bit import q4_codes
+from core.kernels.four_bit import Q4Codes
 
 SOURCE = Path(__file__).with_name("cpu_gemm.c")
 # the AVX-512 code is marked in the source (target attributes): the rest builds for any x86-64 with AVX2
@@ -101,15 +101,14 @@ class PanelWeight:
     scratch: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, weight: torch.Tensor, threads: int, four_bit: bool = False) -> "PanelWeight":
-        """``four_bit``: hold the weight in 4-bit panels where it is made of 4-bit codes (``q4_codes``), which
-        leaves every float as it is; float32 panels otherwise."""
+    def of(cls, weight: torch.Tensor, threads: int, codes: Q4Codes | None = None) -> "PanelWeight":
+        """``codes``: the weight's 4-bit codes (core/kernels/four_bit.py's ``q4_codes``), held as 4-bit panels,
+        which leaves every float as it is; float32 panels without them."""
         weight = weight.detach().contiguous()
         if weight.dtype != torch.float32 or weight.dim() != 2 or weight.device.type != "cpu":
             raise ValueError(f"the C GEMM packs 2-D float32 CPU weights, got {weight.dtype} {tuple(weight.shape)}")
         out_features, in_features = weight.shape
         lib = _library()
-        codes = q4_codes(weight) if four_bit else None
         if codes is not None:
             q4 = torch.empty(lib.q4_panel_bytes(out_features, in_features), dtype=torch.uint8)
             lib.pack_q4(codes[0].data_ptr(), codes[1].data_ptr(), codes[2].data_ptr(), out_features, in_features,
@@ -177,12 +176,13 @@ def _scratch(threads: int, in_features: int) -> torch.Tensor:
     return torch.empty(threads * PANEL * in_features, dtype=torch.float32)
 
 
-def panel_linears(model: nn.Module, threads: int, four_bit: bool = False) -> int:
+def panel_linears(model: nn.Module, threads: int, codes: dict[nn.Module, Q4Codes] | None = None) -> int:
     """Give every layer with an empty ``packed`` slot (the decoder's linears and the LM head) its panels, once, at
-    load (``four_bit``: in 4-bit form where the weight allows it, see ``PanelWeight.of``); returns how many."""
+    load (in 4-bit form for the layers ``codes`` has, see ``PanelWeight.of``); returns how many."""
+    codes = codes or {}
     count = 0
     for module in model.modules():
         if getattr(module, "packed", True) is None:
-            module.packed = PanelWeight.of(module.weight, threads, four_bit)
+            module.packed = PanelWeight.of(module.weight, threads, codes.get(module))
             count += 1
     return count

@@ -13,16 +13,21 @@ stays float32.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
 Q4_BLOCK = 32  # inputs per block of codes, as in a Q4_1 GGUF and in both C files
 # what the C kernels read per weight in that form: half a byte of code, and d and m (float32) per 32
 BYTES_PER_WEIGHT = 0.5 + 8 / Q4_BLOCK
 
 
-def q4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+Q4Codes = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # codes uint8 [n, k], d and m float32 [n, k / 32]
+
+
+def q4_codes(weight: torch.Tensor) -> Q4Codes | None:
     """(codes uint8 [n, k], d and m float32 [n, k / 32]) with weight == d * codes + m exactly, block by block of
     32 inputs, or None where some block is not of that form. m is a block's smallest weight (code 0), d its range
     over 15 rounded to float16 (a GGUF's d is a float16); every weight is then checked bit for bit."""
+    weight = weight.detach()
     n, k = weight.shape
     if k % Q4_BLOCK or weight.dtype != torch.float32:
         return None
@@ -31,7 +36,7 @@ def q4_codes(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return _codes_of(weight)
 
 
-def _codes_of(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+def _codes_of(weight: torch.Tensor) -> Q4Codes | None:
     n, k = weight.shape
     blocks = weight.reshape(n, k // Q4_BLOCK, Q4_BLOCK)
     low, high = blocks.amin(-1), blocks.amax(-1)
@@ -42,14 +47,20 @@ def _codes_of(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
     return codes.to(torch.uint8).reshape(n, k), d.contiguous(), low.contiguous()
 
 
-def q4_rows(weight: torch.Tensor) -> torch.Tensor | None:
-    """The weight as the C decode step reads 4-bit rows (cpu_decode.c's Weight.q4): [n, k / 32, 24] bytes, per
-    block 16 bytes of codes (input j low nibble, input j + 16 high) then d and m as float32; None where the weight
-    is not made of codes."""
-    found = q4_codes(weight)
-    if found is None:
-        return None
-    codes, d, m = found
+def linear_codes(model: nn.Module) -> dict[nn.Module, Q4Codes]:
+    """Every linear (a layer with a ``packed`` slot) whose weight is made of codes, with its codes: found once for
+    both C kernels that read them, when the engine is built."""
+    found = {}
+    for module in model.modules():
+        if getattr(module, "packed", True) is None and (codes := q4_codes(module.weight)) is not None:
+            found[module] = codes
+    return found
+
+
+def q4_rows(codes: Q4Codes) -> torch.Tensor:
+    """The codes as the C decode step reads 4-bit rows (cpu_decode.c's Weight.q4): [n, k / 32, 24] bytes, per
+    block 16 bytes of codes (input j low nibble, input j + 16 high) then d and m as float32."""
+    codes, d, m = codes
     n, k = codes.shape
     blocks = codes.reshape(n, k // Q4_BLOCK, Q4_BLOCK)
     packed = blocks[..., :Q4_BLOCK // 2] | (blocks[..., Q4_BLOCK // 2:] << 4)

@@ -154,7 +154,7 @@ def test_four_bit_codes_give_back_every_float_and_refuse_other_weights():
     (1, 5, 32), (7, 50, 64), (8, 96, 576), (33, 576, 1536), (130, 49, 96), (600, 100, 576)])
 def test_four_bit_panels_compute_the_float32_panels_products_bit_for_bit(rows, out_features, in_features):
     weight = four_bit_weight(out_features, in_features, seed=rows)
-    four, plain = PanelWeight.of(weight, 2, four_bit=True), PanelWeight.of(weight, 2)
+    four, plain = PanelWeight.of(weight, 2, q4_codes(weight)), PanelWeight.of(weight, 2)
     assert four.q4 is not None and four.panels.numel() == 0 and plain.q4 is None
     assert four.q4.numel() * 5 < plain.panels.numel() * 4  # under a fifth of the bytes
     gen = torch.Generator().manual_seed(7)
@@ -167,11 +167,11 @@ def test_four_bit_panels_compute_the_float32_panels_products_bit_for_bit(rows, o
     if half:  # silu-and-mul needs the down projection's width: a weight over half the inputs
         down = four_bit_weight(out_features, half, seed=3)
         gate_up = torch.randn(rows, 2 * half, generator=gen)
-        assert torch.equal(PanelWeight.of(down, 2, four_bit=True).silu_mul_linear(gate_up),
+        assert torch.equal(PanelWeight.of(down, 2, q4_codes(down)).silu_mul_linear(gate_up),
                            PanelWeight.of(down, 2).silu_mul_linear(gate_up))
 
 
 def test_a_float32_weight_stays_on_float32_panels_when_four_bit_is_asked():
     weight = torch.randn(40, 64)
-    packed = PanelWeight.of(weight, 2, four_bit=True)
+    packed = PanelWeight.of(weight, 2, q4_codes(weight))
     assert packed.q4 is None and packed.panels.numel() > 0

@@ -50,7 +50,7 @@ def four_bit_checkpoint(source: str, target: Path) -> str:
 def test_rows_hold_the_codes_low_then_high_nibble_and_the_blocks_scales():
     weight = as_four_bit(torch.randn(3, 64))
     codes, d, m = q4_codes(weight)
-    rows = q4_rows(weight)
+    rows = q4_rows((codes, d, m))
     assert rows.shape == (3, 2, 24) and rows.dtype == torch.uint8
     assert torch.equal(rows[..., :16] & 15, codes.reshape(3, 2, 32)[..., :16])
     assert torch.equal(rows[..., :16] >> 4, codes.reshape(3, 2, 32)[..., 16:])
