@@ -14,7 +14,7 @@ import torch
 
 from core.bench.engine_run import batch1_request, run_batch1, run_engine, warm_up
 from core.bench.floor import ModelCosts, batch1_floor_ms, measure_ceilings, workload_floor
-from core.kernels.cpu_decode import SCREEN_BYTES_PER_WEIGHT
+from core.kernels.cpu_decode import SCREEN_BYTES_PER_WEIGHT, FourBitRows
 from core.kernels.cpu_gemm import four_bit_panels
 from core.kernels.four_bit import BYTES_PER_WEIGHT as FOUR_BIT_BYTES
 from core.bench.flops import workload_flops
@@ -125,13 +125,15 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         precision_note=llm.precision_note, exact_batch1_ms_per_token=exact_batch1_ms)
 
 
-def _body_bytes(llm: LLM) -> float:
-    """Bytes per decoder weight the engine reads: its float32 linears' 4-bit codes where its C kernels read them
-    (core/kernels/four_bit.py: the same floats, so the work costs only those bytes), else its dtype's size."""
+def _body_bytes(llm: LLM, one_request: bool = False) -> float:
+    """Bytes per decoder weight the engine reads (``one_request``: its C decode step does): its float32 linears'
+    4-bit codes where its C kernels hold them (core/kernels/four_bit.py: the same floats, so the work costs only
+    those bytes), else its dtype's size."""
     engine = llm.engine
-    if engine.plan.kernels.four_bit_weights and four_bit_panels(engine.model):
-        return FOUR_BIT_BYTES
-    return engine.dtype.itemsize
+    step = engine.cpu_decode
+    four_bit = (step is not None and isinstance(step.layers_kept[0].qkv, FourBitRows) if one_request
+                else four_bit_panels(engine.model) > 0)
+    return FOUR_BIT_BYTES if four_bit else engine.dtype.itemsize
 
 
 def _batch1_costs(llm: LLM, cfg: ModelConfig, costs: ModelCosts, tp: int) -> ModelCosts:
@@ -140,7 +142,7 @@ def _batch1_costs(llm: LLM, cfg: ModelConfig, costs: ModelCosts, tp: int) -> Mod
     step screens the greedy batch-1 request's LM head through its int8 copy (the few rows it keeps are not counted)."""
     precision = llm.engine.plan.precision
     if precision.c_decode and not precision.c_int8:
-        return ModelCosts.of(cfg, _body_bytes(llm), llm.engine.kv_bytes_per_token, tp,
+        return ModelCosts.of(cfg, _body_bytes(llm, one_request=True), llm.engine.kv_bytes_per_token, tp,
                              head_elem_bytes=SCREEN_BYTES_PER_WEIGHT)
     if not (precision.c_int8 or precision.int8_weights):
         return costs

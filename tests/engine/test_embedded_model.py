@@ -62,6 +62,7 @@ def test_the_linears_run_on_their_four_bit_codes_with_the_float32_weights_result
     from core.bench.runner import _body_bytes
 
     assert (_body_bytes(smollm2), _body_bytes(plain)) == (0.75, 4)
+    assert (_body_bytes(smollm2, one_request=True), _body_bytes(plain, one_request=True)) == (0.75, 4)
     params = [SamplingParams(max_tokens=n + 3, ignore_eos=True, logprobs=0) for n in CHAPTER_MAX_TOKENS]
     got, want = smollm2.generate(CHAPTER_PROMPTS, params), plain.generate(CHAPTER_PROMPTS, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
