@@ -5,9 +5,9 @@
 #   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
 # Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
-# bf16 or fp8), splitk (bf16 with MINISGL_SPLIT_K=${SPLIT_K:-0}: the narrow linears as one GEMM each, the A/B of
-# the default split), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ... exported, e.g.
-# AB_ENV="MINISGL_TENSOR_CORE_DECODE_ROWS=0", and the LLM options in $AB_KW, default '{"page_size": 16}'),
+# bf16 or fp8), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ... exported, e.g.
+# AB_ENV="MINISGL_SPLIT_K=0" for the A/B of the default split, and the LLM options in $AB_KW, default
+# '{"page_size": 16}'),
 # peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on
 # the workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
 # writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
@@ -39,8 +39,6 @@ for stage in $STAGES; do
             (export ${!vars:?$vars names the variables of stage $stage}
              MINISGL_KW=${!kw:-'{"page_size": 16}'} run_stage "$stage" python3 .peer/peer_bench.py minisgl \
                  "$OUT/$stage.json") ;;
-        splitk) MINISGL_SPLIT_K=${SPLIT_K:-0} MINISGL_KW='{"page_size": 16}' run_stage splitk \
-            python3 .peer/peer_bench.py minisgl "$OUT/splitk.json" ;;
         fp8) MINISGL_KW='{"page_size": 16, "kv_dtype": "fp8"}' run_stage fp8 python3 .peer/peer_bench.py minisgl \
             "$OUT/fp8.json"
             . scripts/gpu_save_cache.sh ;;
@@ -50,14 +48,14 @@ for stage in $STAGES; do
             . scripts/gpu_save_cache.sh ;;
         quality) run_stage quality python3 scripts/gpu_fp8_quality.py --requests 64 --max-tokens 256 \
             --json "$OUT/quality.json" ;;
-        *) echo "gpu_peer: unknown stage $stage (tests, variants, bf16, splitk, ab, fp8, peer, quality)" >&2; exit 2 ;;
+        *) echo "gpu_peer: unknown stage $stage (tests, variants, bf16, ab*, fp8, peer, quality)" >&2; exit 2 ;;
     esac
 done
 
 python3 - "$OUT" <<'EOF'
 import json, os, sys
 runs = {}
-for name in ["bf16", "splitk"] + sorted(f[:-5] for f in os.listdir(sys.argv[1]) if f.startswith("ab") and
+for name in ["bf16"] + sorted(f[:-5] for f in os.listdir(sys.argv[1]) if f.startswith("ab") and
                                         f.endswith(".json")) + ["fp8", "peer"]:
     path = os.path.join(sys.argv[1], f"{name}.json")
     if os.path.exists(path):
