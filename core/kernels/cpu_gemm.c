@@ -190,10 +190,12 @@ __attribute__((target("avx512f,fma"))) static void products(const float *x, int6
     for (int64_t m0 = 0; m0 < m; m0 += chunk) {
         int64_t rows = m - m0 < chunk ? m - m0 : chunk, blocks = (rows + ROWS - 1) / ROWS;
         for (int64_t p = begin; p < end; p++) {
-            const float *panel = panels + p * k * PANEL;
-            Prefetch pf = {p + 1 < end ? (const char *)(panel + k * PANEL) : 0, k * PANEL * 4 / 64, blocks * k, 0, 0};
+            /* the panel the blocks read, and the next one's bytes to prefetch while they do */
+            const float *panel;
+            const char *next;
+            int64_t bytes;
             if (q4) {
-                int64_t bytes = k / Q4_BLOCK * Q4_BYTES;
+                bytes = k / Q4_BLOCK * Q4_BYTES;
 #ifdef _OPENMP
                 float *own = scratch + (int64_t)omp_get_thread_num() * k * PANEL;
 #else
@@ -201,9 +203,13 @@ __attribute__((target("avx512f,fma"))) static void products(const float *x, int6
 #endif
                 expand_q4(q4 + p * bytes, k, own);
                 panel = own;
-                pf.next = p + 1 < end ? (const char *)(q4 + (p + 1) * bytes) : 0;
-                pf.lines = bytes / 64;
+                next = (const char *)(q4 + (p + 1) * bytes);
+            } else {
+                bytes = k * PANEL * 4;
+                panel = panels + p * k * PANEL;
+                next = (const char *)(panel + k * PANEL);
             }
+            Prefetch pf = {p + 1 < end ? next : 0, bytes / 64, blocks * k, 0, 0};
             int cols = n - p * PANEL < PANEL ? (int)(n - p * PANEL) : PANEL;
             const float *b = bias ? bias + p * PANEL : 0;
             for (int64_t blk = 0; blk < blocks; blk++) {
