@@ -59,6 +59,7 @@ SIGNATURES = {
     "panel_floats": ([_I64, _I64], _I64),
     "pack_panels": ([_P, _I64, _I64, _P], None),
     "q4_panel_bytes": ([_I64, _I64], _I64),
+    "q4_slab_floats": ([], _I64),
     "pack_q4": ([_P, _P, _P, _I64, _I64, _P], None),
     "gemm_panels": ([_P, _I64, _I64, _P, _P, _P, _I64, _P, _P, _INT], None),
     "norm_gemm_panels": ([_P, _P, _P, ctypes.c_float, _I64, _I64, _P, _P, _P, _I64, _P, _P, _P, _P, _INT], None),
@@ -91,7 +92,8 @@ PANEL = 48  # cpu_gemm.c's output features per panel
 class PanelWeight:
     """A float32 weight [out, in] packed into the GEMM's panels, and the threads its products run on (torch's,
     read when the engine packed it). With ``q4`` the panels are held in their 4-bit form instead (``panels`` is
-    then empty, and ``scratch`` is where each thread expands one panel): the same floats, a sixth of the bytes."""
+    then empty, and ``scratch`` is where each thread expands a slab of one panel at a time): the same floats, a
+    sixth of the bytes."""
 
     panels: torch.Tensor
     out_features: int
@@ -113,7 +115,7 @@ class PanelWeight:
             q4 = torch.empty(lib.q4_panel_bytes(out_features, in_features), dtype=torch.uint8)
             lib.pack_q4(codes[0].data_ptr(), codes[1].data_ptr(), codes[2].data_ptr(), out_features, in_features,
                         q4.data_ptr())
-            return cls(torch.empty(0), out_features, in_features, threads, q4, _scratch(threads, in_features))
+            return cls(torch.empty(0), out_features, in_features, threads, q4, _scratch(threads))
         panels = torch.empty(lib.panel_floats(out_features, in_features), dtype=torch.float32)
         lib.pack_panels(weight.data_ptr(), out_features, in_features, panels.data_ptr())
         return cls(panels, out_features, in_features, threads)
@@ -171,9 +173,10 @@ def four_bit_panels(model: nn.Module) -> int:
 
 
 @lru_cache(maxsize=None)
-def _scratch(threads: int, in_features: int) -> torch.Tensor:
-    """Where each thread expands one 4-bit panel: shared by every weight of that width (one product at a time)."""
-    return torch.empty(threads * PANEL * in_features, dtype=torch.float32)
+def _scratch(threads: int) -> torch.Tensor:
+    """Where each thread expands a slab of a 4-bit panel (small enough to stay in its L1 cache): shared by every
+    4-bit weight (one product runs at a time)."""
+    return torch.empty(threads * _library().q4_slab_floats(), dtype=torch.float32)
 
 
 def panel_linears(model: nn.Module, threads: int, codes: dict[nn.Module, Q4Codes] | None = None) -> int:
