@@ -905,8 +905,9 @@ static void attend_units(const float *q, const float *k_cache, const float *v_ca
             keys[t] = k_cache + own[t] * row + g * dim;
             values[t] = v_cache + own[t] * row + g * dim;
             /* every line of the unit's keys and values asked for at once: the rows lie wherever their slots are,
-             * which no hardware prefetcher follows, and one at a time each waits out the memory's latency */
-            for (int64_t line = 0; line < dim; line += 16) {
+             * which no hardware prefetcher follows, and one at a time each waits out the memory's latency (a
+             * prefill's tokens, rows over one list, find their prefix in the cache: the token before read it) */
+            for (int64_t line = 0; !row_seq && line < dim; line += 16) {
                 _mm_prefetch((const char *)(keys[t] + line), _MM_HINT_T0);
                 _mm_prefetch((const char *)(values[t] + line), _MM_HINT_T1);
             }

@@ -141,7 +141,7 @@ static inline void prefetch_tick(Prefetch *pf) {
  * into y's columns [0, cols) (row stride ldy). A panel's inputs can come in several slabs, in order: the first
  * starts the sums from zero, a later one reloads them from y where the one before left them (a float32 stored and
  * loaded is the same float, so each output is still one fused multiply-add chain over k in order), and the last
- * adds the bias. Inlined with a constant `rows` for full blocks, so the accumulators stay in registers. */
+ * adds the bias. Inlined with a constant `rows` (1 to ROWS), so the accumulators stay in registers. */
 __attribute__((target("avx512f,fma"), always_inline)) static inline void block(
     const float *x, int64_t ldx, int64_t len, const float *panel, int rows, int first, int last, const float *bias,
     float *y, int64_t ldy, int cols, Prefetch *pf) {
@@ -227,10 +227,13 @@ __attribute__((target("avx512f,fma"))) static void products(const float *x, int6
                     const float *xb = x + (m0 + blk * ROWS) * k + s0;
                     float *yb = y + (m0 + blk * ROWS) * n + p * PANEL;
                     int64_t left = rows - blk * ROWS;
-                    if (left >= ROWS)
-                        block(xb, k, len, part, ROWS, first, last, b, yb, n, cols, &pf);
-                    else
-                        block(xb, k, len, part, (int)left, first, last, b, yb, n, cols, &pf);
+                    /* each row count its own copy of the loop: with `rows` unknown at compile time every
+                     * iteration tested every row, and a block of four rows took as long as one of eight */
+                    switch (left >= ROWS ? ROWS : left) {
+#define BLOCK_OF(R) case R: block(xb, k, len, part, R, first, last, b, yb, n, cols, &pf); break;
+                    BLOCK_OF(1) BLOCK_OF(2) BLOCK_OF(3) BLOCK_OF(4) BLOCK_OF(5) BLOCK_OF(6) BLOCK_OF(7) BLOCK_OF(8)
+#undef BLOCK_OF
+                    }
                 }
             }
         }
@@ -560,12 +563,15 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void screened_logits_
                 int rows = m - r0 < SCREEN_ROWS ? (int)(m - r0) : SCREEN_ROWS;
                 float *yb = y + r0 * n + g * SCREEN, *tb = top + r0 * 16;
                 const int8_t *ahead = r0 == 0 ? next : 0;
-                if (rows == SCREEN_ROWS)
-                    screen_block(xq + r0 * k4, k4, k, group, SCREEN_ROWS, steps + r0 * blocks, blocks,
-                                 scales + g * SCREEN, gq, gl, row_l1 + g * SCREEN, in + r0, yb, n, mask, tb, ahead);
-                else
-                    screen_block(xq + r0 * k4, k4, k, group, rows, steps + r0 * blocks, blocks, scales + g * SCREEN,
-                                 gq, gl, row_l1 + g * SCREEN, in + r0, yb, n, mask, tb, ahead);
+                switch (rows) {  /* a copy of the loop for each row count, as in products() */
+#define SCREEN_OF(R)                                                                                                  \
+    case R:                                                                                                           \
+        screen_block(xq + r0 * k4, k4, k, group, R, steps + r0 * blocks, blocks, scales + g * SCREEN, gq, gl,          \
+                     row_l1 + g * SCREEN, in + r0, yb, n, mask, tb, ahead);                                           \
+        break;
+                SCREEN_OF(1) SCREEN_OF(2) SCREEN_OF(3) SCREEN_OF(4) SCREEN_OF(5) SCREEN_OF(6) SCREEN_OF(7) SCREEN_OF(8)
+#undef SCREEN_OF
+                }
             }
         }
 #pragma omp barrier
