@@ -35,7 +35,7 @@
 #endif
 
 #define PANEL 48       /* output features per panel: three 16-float vectors */
-#define ROWS 8         /* input rows per block: 8 x 3 accumulators */
+#define ROWS 8         /* input rows per block: 8 x 3 accumulators (products() has a loop for each count to 8) */
 /* A chunk of rows' inputs, kept in L2 while every panel passes over it: every panel is read from memory once per
  * chunk. 128 KB made chunks of 16 rows for SmolLM2's down projection (1,536 inputs), so at 32 rows its weights
  * were read twice (at 512 rows 32 times): 512 KB makes 80-row chunks there. On a 2-vCPU AVX-512 Xeon, SmolLM2's
@@ -190,8 +190,8 @@ static inline void share(int64_t count, int64_t *begin, int64_t *end) {
 /* This thread's share of the products: its panels, against every row of x, chunk by chunk of rows. With q4 (the
  * 4-bit form, panels unused) each panel is expanded Q4_SLAB inputs at a time into this thread's scratch, and every
  * block of rows runs over that slab before the next is expanded: the slab stays in the L1 cache. (Expanding the
- * whole panel first wrote PANEL x k floats, 110-295 KB for SmolLM2, through to the L2 cache and read them back:
- * about 6 ms of a decode step on a 2-vCPU AMX Xeon even with the codes in cache, as much as 8 rows' products.) */
+ * whole panel first wrote PANEL x k floats, 110-295 KB for SmolLM2, through to the L2 cache and read them back: its
+ * 120 linears at one row, codes in cache, took 6.4 ms on a 2-vCPU AMX Xeon, 4.1 with the slabs.) */
 __attribute__((target("avx512f,fma"))) static void products(const float *x, int64_t m, int64_t k,
                                                              const float *panels, const uint8_t *q4, float *scratch,
                                                              int64_t n, const float *bias, float *y) {
@@ -229,6 +229,7 @@ __attribute__((target("avx512f,fma"))) static void products(const float *x, int6
                     int64_t left = rows - blk * ROWS;
                     /* each row count its own copy of the loop: with `rows` unknown at compile time every
                      * iteration tested every row, and a block of four rows took as long as one of eight */
+                    _Static_assert(ROWS == 8, "a case for each row count up to ROWS");
                     switch (left >= ROWS ? ROWS : left) {
 #define BLOCK_OF(R) case R: block(xb, k, len, part, R, first, last, b, yb, n, cols, &pf); break;
                     BLOCK_OF(1) BLOCK_OF(2) BLOCK_OF(3) BLOCK_OF(4) BLOCK_OF(5) BLOCK_OF(6) BLOCK_OF(7) BLOCK_OF(8)
@@ -563,6 +564,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,fma"))) void screened_logits_
                 int rows = m - r0 < SCREEN_ROWS ? (int)(m - r0) : SCREEN_ROWS;
                 float *yb = y + r0 * n + g * SCREEN, *tb = top + r0 * 16;
                 const int8_t *ahead = r0 == 0 ? next : 0;
+                _Static_assert(SCREEN_ROWS == 8, "a case for each row count up to SCREEN_ROWS");
                 switch (rows) {  /* a copy of the loop for each row count, as in products() */
 #define SCREEN_OF(R)                                                                                                  \
     case R:                                                                                                           \
