@@ -171,6 +171,17 @@ def test_four_bit_panels_compute_the_float32_panels_products_bit_for_bit(rows, o
                            PanelWeight.of(down, 2).silu_mul_linear(gate_up))
 
 
+def test_every_row_count_in_a_block_gives_a_full_blocks_bits():
+    """Each row count up to a block has its own copy of the loop, and a 4-bit panel is expanded a slab at a time:
+    the first rows of a batch, cut at every count, give the whole batch's bits (k = 576: four slabs and a half)."""
+    weight = four_bit_weight(100, 576, seed=5)
+    x = torch.randn(16, 576, generator=torch.Generator().manual_seed(6))
+    for panels in (PanelWeight.of(weight, 2, q4_codes(weight)), PanelWeight.of(weight, 2)):
+        whole = panels.linear(x)
+        for rows in range(1, 17):
+            assert torch.equal(panels.linear(x[:rows]), whole[:rows]), rows
+
+
 def test_a_float32_weight_stays_on_float32_panels_when_four_bit_is_asked():
     weight = torch.randn(40, 64)
     packed = PanelWeight.of(weight, 2, q4_codes(weight))
