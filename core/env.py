@@ -82,15 +82,16 @@ def split_k_slices() -> int:
     return int(raw)
 
 
-DEFAULT_TENSOR_CORE_DECODE_ROWS = 152
+DEFAULT_TENSOR_CORE_DECODE_ROWS = 1
 
 
 def tensor_core_decode_rows() -> int:
-    """MINISGL_TENSOR_CORE_DECODE_ROWS=N (default 152): bf16 decode batches of at least N rows run flashinfer's
-    tensor-core (prefill-style) decode instead of its plain one; 0 keeps the plain kernel there (a model with 4 or
-    more query heads per KV head takes tensor cores at every size, flashinfer's advice). On an H200 (16 query / 8
-    KV heads) the plain kernel slows by a quarter between 144 and 152 rows, below which it is the faster; the
-    nano-vllm workload ran 24,357 tok/s with tensor cores from 160 rows and 23,288 without, in one call."""
+    """MINISGL_TENSOR_CORE_DECODE_ROWS=N (default 1: every size): bf16 decode batches of at least N rows run
+    flashinfer's tensor-core (prefill-style) decode instead of its plain one; 0 keeps the plain kernel throughout
+    (a model with 4 or more query heads per KV head takes tensor cores at every size, flashinfer's advice). On an
+    H200 (16 query / 8 KV heads) at the lengths nano-vllm's workload has (scripts/gpu_decode_mixed.py), the
+    tensor-core decode was level with the plain one at 32 rows and 8-15% faster from 64 to 256; the workload ran
+    24,963 and 24,842 tok/s with tensor cores throughout against 24,130 and 24,315 from 152 rows, in one call."""
     raw = os.environ.get("MINISGL_TENSOR_CORE_DECODE_ROWS", "").strip()
     if not raw:
         return DEFAULT_TENSOR_CORE_DECODE_ROWS

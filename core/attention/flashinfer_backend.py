@@ -8,9 +8,9 @@ queries aligned to the end of each sequence. Page lists come from the page table
 Planning (flashinfer's ``plan``: split-k decisions and their metadata) happens in ``begin_forward``. Under
 CUDA graphs each captured batch size has its own decode wrapper whose metadata lives in fixed buffers, and
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
-dummy page that no request owns. A decode batch runs flashinfer's plain decode kernel, or from
-``tensor_core_rows`` rows up its tensor-core one (faster there for 2 query heads per KV head on an H200), each
-captured size with the kernel its size takes.
+dummy page that no request owns. A decode batch runs flashinfer's tensor-core decode from ``tensor_core_rows``
+rows up (by default every size: faster for 2 query heads per KV head on an H200 at the workload's mixed lengths)
+and its plain kernel below, each captured size with the kernel its size takes.
 
 With an fp8 pool (core/kvcache/pool.py: e4m3 values with a scale per slot and KV head, which flashinfer's
 kernels do not take) decode runs the Triton paged kernel (core/kernels/paged_decode.py) over the same page
@@ -73,9 +73,10 @@ def flashinfer_available() -> bool:
 
 def use_tensor_core_decode(num_heads: int, num_kv_heads: int, rows: int = 0, min_rows: int = 0) -> bool:
     """flashinfer's advice: its tensor-core (prefill-style) decode pays off once 4+ query heads share a KV head.
-    With fewer it still does at large batches (``rows`` of at least ``min_rows``, when that is set): on an H200,
-    16 query / 8 KV heads, context 1200, the plain kernel took 166 us a layer at 144 rows and 217 at 152, the
-    tensor-core one 185 and 190 (scripts/gpu_fp8_decode.py --bf16)."""
+    With fewer it still does (``rows`` of at least ``min_rows``, when that is set): on an H200, 16 query / 8 KV
+    heads, at the mixed lengths of a real batch (scripts/gpu_decode_mixed.py) it read the cache at 3.7-3.85 TB/s
+    from 64 to 256 rows where the plain kernel read 3.3-3.5 (level at 32 rows); with every request at one length
+    the plain kernel is the faster below about 150 rows (scripts/gpu_fp8_decode.py --bf16)."""
     return num_heads // num_kv_heads >= 4 or (min_rows > 0 and rows >= min_rows)
 
 

@@ -301,7 +301,8 @@ def _kernel_words(plan: EnginePlan) -> str:
                                    (plan.fp8_cuda_decode, "CUDA fp8 decode"),
                                    (kernels.split_k, f"split-K x{kernels.split_k}"),
                                    (plan.tensor_core_decode_rows and not plan.kv_fp8,
-                                    f"tensor-core decode from {plan.tensor_core_decode_rows} rows"))
+                                    "tensor-core decode" + (f" from {plan.tensor_core_decode_rows} rows"
+                                                            if plan.tensor_core_decode_rows > 1 else "")))
              if on]
     return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
 

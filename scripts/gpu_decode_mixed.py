@@ -1,0 +1,142 @@
+"""Decode attention at the lengths nano-vllm's workload really has, on CUDA: flashinfer's plain and tensor-core
+decode (planned as the engine plans them under CUDA graphs) against the Triton paged kernel on bf16 pages with
+1 to 8 splits per (request, KV head).
+
+The uniform-context tables (scripts/gpu_fp8_decode.py) give every request the same length, so a kernel that
+hands each (request, KV head) to one program balances perfectly there. In the workload the running requests'
+lengths spread over about 900 tokens: prompts of 100-1,024 ids plus the tokens decoded so far. This draws the
+workload as nano-vllm does (seed 0), and for each batch size B takes the step at which B requests are still
+decoding (all started together): their contexts are prompt length + that step. Device time per layer from CUDA
+events over replays of a CUDA graph, and the KV bytes read over that time; each Triton case is checked against
+flashinfer's output first.
+
+    python3 scripts/gpu_decode_mixed.py [--batches 32,64,96,128,160,192,224,256] [--splits 1,2,4,8] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from dataclasses import replace
+
+import torch
+
+from core.kernels.paged_decode import TILES, SplitBuffers, paged_decode
+from core.kvcache.pool import KVPool
+
+HEADS, KV_HEADS, DIM, PAGE = 16, 8, 128, 16
+DEVICE = "cuda"
+WORKSPACE_BYTES = 128 << 20
+
+
+def workload_lengths(seed: int = 0) -> tuple[list[int], list[int]]:
+    """nano-vllm's draw: every prompt (its length, then its ids), then every max_tokens."""
+    rng = random.Random(seed)
+    prompt_lens = []
+    for _ in range(256):
+        n = rng.randint(100, 1024)
+        for _ in range(n):
+            rng.randint(0, 10000)
+        prompt_lens.append(n)
+    return prompt_lens, [rng.randint(100, 1024) for _ in range(256)]
+
+
+def contexts_at(batch: int, prompt_lens: list[int], max_tokens: list[int]) -> list[int]:
+    """The contexts of the ``batch`` requests still decoding at the last step where that many remain."""
+    order = sorted(range(len(max_tokens)), key=lambda i: -max_tokens[i])[:batch]
+    step = max_tokens[order[-1]] - 1
+    return [prompt_lens[i] + step for i in order]
+
+
+def timed(fn, repeats: int = 20) -> float:
+    """Seconds per call: one CUDA graph of ``repeats`` calls, replayed after a warm-up."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(repeats):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / (5 * repeats)
+
+
+def case(contexts: list[int], splits: list[int]) -> list[dict]:
+    device = torch.device(DEVICE)
+    batch = len(contexts)
+    pages = [-(-c // PAGE) for c in contexts]
+    num_pages = sum(pages) + 1
+    indices = torch.randperm(num_pages - 1, device=device).to(torch.int32)
+    indptr = torch.tensor([0] + pages, dtype=torch.int32, device=device).cumsum(0).to(torch.int32)
+    last = torch.tensor([c - (p - 1) * PAGE for c, p in zip(contexts, pages)], dtype=torch.int32, device=device)
+    q = torch.randn(batch, HEADS, DIM, device=device, dtype=torch.bfloat16)
+    pool = KVPool(1, num_pages, PAGE, KV_HEADS, DIM, torch.bfloat16, device)
+    for chunk in torch.arange(pool.num_slots, device=device).split(1 << 20):
+        pool.store(0, chunk, torch.randn(len(chunk), KV_HEADS, DIM, device=device, dtype=torch.bfloat16),
+                   torch.randn(len(chunk), KV_HEADS, DIM, device=device, dtype=torch.bfloat16))
+    kv_bytes = sum(contexts) * KVPool.bytes_per_token(1, KV_HEADS, DIM, torch.bfloat16, False)
+    common = {"batch": batch, "mean_context": sum(contexts) / batch, "max_context": max(contexts)}
+    rows, reference = [], None
+    import flashinfer
+
+    workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+    kv = (pool.k[0].view(-1, PAGE, KV_HEADS, DIM), pool.v[0].view(-1, PAGE, KV_HEADS, DIM))
+    host = (indptr.cpu(), indices.cpu(), last.cpu())
+    for tensor_cores in (False, True):
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, "NHD", use_cuda_graph=True, use_tensor_cores=tensor_cores,
+            paged_kv_indptr_buffer=indptr.clone(), paged_kv_indices_buffer=indices.clone(),
+            paged_kv_last_page_len_buffer=last.clone())
+        wrapper.plan(*host, HEADS, KV_HEADS, DIM, PAGE, sm_scale=DIM ** -0.5, q_data_type=torch.bfloat16,
+                     kv_data_type=torch.bfloat16)
+        out = torch.empty_like(q)
+        seconds = timed(lambda: wrapper.run(q, kv, out=out))
+        if reference is None:
+            reference = out.clone()
+        rows.append({"kernel": f"flashinfer{' tc' if tensor_cores else ''}", **common, "us": seconds * 1e6,
+                     "tb_s": kv_bytes / seconds / 1e12,
+                     "max_diff": (out.float() - reference.float()).abs().max().item()})
+    for s in splits:
+        tile = replace(TILES[False], splits=s)
+        buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, s, device) if s > 1 else None
+        out = torch.empty_like(q)
+        run = lambda: paged_decode(q, pool, 0, indptr, indices, last, DIM ** -0.5, out, tile, buffers)  # noqa: E731
+        run()
+        diff = (out.float() - reference.float()).abs().max().item()
+        seconds = timed(run)
+        rows.append({"kernel": f"triton splits {s}", **common, "us": seconds * 1e6,
+                     "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", default="32,64,96,128,160,192,224,256")
+    parser.add_argument("--splits", default="1,2,4,8")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    prompt_lens, max_tokens = workload_lengths()
+    splits = [int(s) for s in args.splits.split(",")]
+    rows = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        got = case(contexts_at(batch, prompt_lens, max_tokens), splits)
+        rows += got
+        best = min(got, key=lambda r: r["us"])
+        print(f"rows {batch}, context mean {got[0]['mean_context']:.0f} max {got[0]['max_context']}: " + ", ".join(
+            f"{r['kernel']} {r['us']:.1f} us ({r['tb_s']:.2f} TB/s{', diff %.3f' % r['max_diff'] if r['max_diff'] > 0.02 else ''})"
+            for r in got) + f"; best {best['kernel']}", flush=True)
+        torch.cuda.empty_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
