@@ -64,6 +64,13 @@ def triton_sampler_disabled() -> bool:
     return _flag("MINISGL_DISABLE_TRITON_SAMPLER")
 
 
+def whole_request_decode_disabled() -> bool:
+    """MINISGL_DISABLE_WHOLE_REQUEST_DECODE=1 keeps flashinfer's split of the tensor-core decode under CUDA
+    graphs even where its plan gives every request one chunk (float32 partials and a merge kernel a layer; see
+    core/attention/flashinfer_backend.py, ``whole_request_rows``; for comparisons)."""
+    return _flag("MINISGL_DISABLE_WHOLE_REQUEST_DECODE")
+
+
 DEFAULT_SPLIT_K = 2
 
 

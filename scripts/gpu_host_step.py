@@ -8,11 +8,17 @@ part's mean microseconds a step (nested parts indented), and the wait for the de
 
     python3 scripts/gpu_host_step.py                    # random:qwen3-0.6b on CUDA, batch 1
     python3 scripts/gpu_host_step.py --model random:small-qwen3 --device cpu --tokens 64    # the script itself
+
+``--workload`` runs nano-vllm's whole workload instead (256 requests; warmed up as ``minisgl bench`` warms up):
+the same parts per step, averaged over every step of the run. ``--cprofile N`` then also runs it once under
+cProfile and prints the N functions with the most host time of their own (cProfile slows the host, so those
+shares, not their seconds, are what it tells).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import time
 from collections import defaultdict
@@ -31,6 +37,9 @@ class Timers:
         self.total: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
         self.order: list[tuple[str, int]] = []  # (name, depth) as first wrapped
+        self.kind = "start"  # the kind of the step launched last (``step_kind``)
+        self.kind_total: dict[tuple[str, str], float] = defaultdict(float)
+        self.kind_steps: dict[str, int] = defaultdict(int)
 
     def wrap(self, owner: Any, attr: str, name: str, depth: int) -> None:
         inner: Callable = getattr(owner, attr)
@@ -42,14 +51,74 @@ class Timers:
             try:
                 return inner(*args, **kwargs)
             finally:
-                self.total[name] += time.perf_counter() - start
+                elapsed = time.perf_counter() - start
+                self.total[name] += elapsed
                 self.calls[name] += 1
+                self.kind_total[(self.kind, name)] += elapsed
 
         setattr(owner, attr, timed)
 
     def reset(self) -> None:
         self.total.clear()
         self.calls.clear()
+        self.kind_total.clear()
+        self.kind_steps.clear()
+
+    def print_by_kind(self) -> None:
+        """Each top-level part's mean host time a step, per kind of step (a part is counted with the step
+        launched last: a step's results are handled after the next one is launched)."""
+        names = [n for n, depth in self.order if depth == 0] + ["wait for the device"]
+        print("  by kind of step (us a step): " + ", ".join(names))
+        for kind, steps in self.kind_steps.items():
+            parts = ", ".join(f"{self.kind_total[(kind, n)] / steps * 1e6:.0f}" for n in names)
+            print(f"    {kind}: {steps} steps: {parts}")
+
+
+class GcTimer:
+    """Host time spent in Python's cyclic garbage collector, per generation (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[int, float] = defaultdict(float)
+        self.count: dict[int, int] = defaultdict(int)
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._start
+            self.count[info["generation"]] += 1
+
+    def line(self) -> str:
+        parts = [f"gen {g}: {self.count[g]} in {self.seconds[g] * 1e3:.1f} ms" for g in sorted(self.count)]
+        return "  garbage collection: " + (", ".join(parts) if parts else "none")
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.count.clear()
+
+
+def step_kind(batch: Any) -> str:
+    if batch.is_prefill:
+        return "prefill"
+    rows = len(batch.reqs)
+    for low, high in ((1, 1), (2, 32), (33, 128), (129, 255), (256, 256)):
+        if rows <= high:
+            return f"decode {low}-{high} rows" if low < high else f"decode {low} rows"
+    return f"decode {rows} rows"
+
+
+def mark_kinds(llm: LLM, timers: Timers) -> None:
+    """Tell the timers the kind of each step as it is launched."""
+    inner = llm._launch
+
+    def launch(prepared):
+        timers.kind = step_kind(prepared.batch)
+        timers.kind_steps[timers.kind] += 1
+        return inner(prepared)
+
+    llm._launch = launch
 
 
 def instrument(llm: LLM, timers: Timers) -> None:
@@ -72,6 +141,20 @@ def instrument(llm: LLM, timers: Timers) -> None:
     timers.wrap(ForwardOutput, "wait", "wait for the device", 1)
     timers.wrap(llm, "_process_results", "results (tokens, replies)", 1)
     timers.wrap(llm, "_emit", "step event", 1)
+    mark_kinds(llm, timers)
+
+
+def requests(llm: LLM, args: argparse.Namespace) -> tuple[list, Any]:
+    """The prompts and sampling parameters of the timed runs: one request, or nano-vllm's workload."""
+    if args.workload:
+        from core.bench.engine_run import sampling_params
+        from core.bench.workload import make_workload, workload_spec
+
+        work = make_workload(workload_spec("nanovllm"), llm.engine.model_config.vocab_size, 0, None, 4096)
+        return [r.prompt_ids for r in work.requests], sampling_params(work)
+    vocab = min(10000, llm.engine.model_config.vocab_size)
+    prompt = [random.Random(0).randrange(vocab) for _ in range(args.prompt)]
+    return [prompt], SamplingParams(max_tokens=args.tokens, ignore_eos=True)
 
 
 def main() -> None:
@@ -81,19 +164,23 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     parser.add_argument("--tokens", type=int, default=256, help="tokens decoded")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workload", action="store_true", help="nano-vllm's workload instead of one request")
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N",
+                        help="with --workload: one more run under cProfile, its N largest own times")
     args = parser.parse_args()
-    llm = LLM(args.model, page_size=16, max_running_req=8, max_seq_len=4096, device=args.device, log=print)
-    vocab = min(10000, llm.engine.model_config.vocab_size)
-    prompt = [random.Random(0).randrange(vocab) for _ in range(args.prompt)]
-    params = SamplingParams(max_tokens=args.tokens, ignore_eos=True)
-    llm.generate([prompt], params)  # warm-up
+    llm = LLM(args.model, page_size=16, max_running_req=256 if args.workload else 8, max_seq_len=4096,
+              device=args.device, log=print)
+    prompts, params = requests(llm, args)
+    llm.generate(prompts, params)  # warm-up
     timers = Timers()
     instrument(llm, timers)
+    collections = GcTimer()
     for round_ in range(args.rounds):
         timers.reset()
+        collections.reset()
         llm.reset_prefix_cache()
         start = time.perf_counter()
-        llm.generate([prompt], params)
+        llm.generate(prompts, params)
         wall = time.perf_counter() - start
         steps = timers.calls["launch"]
         if not steps:
@@ -106,6 +193,16 @@ def main() -> None:
         busy = sum(timers.total[n] for n, d in timers.order if d == 0) - timers.total["wait for the device"]
         print(f"  host busy {busy / steps * 1e6:.1f} us a step, waiting "
               f"{timers.total['wait for the device'] / steps * 1e6:.1f}")
+        timers.print_by_kind()
+        print(collections.line())
+    if args.cprofile:
+        import cProfile
+        import pstats
+
+        llm.reset_prefix_cache()
+        profiler = cProfile.Profile()
+        profiler.runcall(llm.generate, prompts, params)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.cprofile)
     llm.close()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -59,6 +59,11 @@ CUDA_TARGET_BLOCKS = 256
 # the small decode's page lists travel as one tensor, [indptr | last_page_len | indices]
 # (paging.packed_page_lists): room for SMALL_DECODE_MAX_BS + 1 offsets, and 32 bytes keep the pages 16-byte aligned
 SMALL_LISTS_HEADER = 8
+# flashinfer's tensor-core decode (its prefill kernel) plans for 2 CTAs per SM: with more requests than that over
+# the KV heads, every request is one KV chunk, yet under CUDA graphs the plan still splits (each chunk's output
+# through float32 partials, then a merge kernel a layer that only copies): planned unsplit from there
+PREFILL_PLAN_CTAS_PER_SM = 2
+H200_SMS = 132  # where the device cannot be asked (the CPU stand-in in tests)
 WORKSPACE_BYTES = 128 << 20  # flashinfer's recommended float workspace for split-k partial results
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
@@ -78,6 +83,13 @@ def use_tensor_core_decode(num_heads: int, num_kv_heads: int, rows: int = 0, min
     from 64 to 256 rows where the plain kernel read 3.3-3.5 (level at 32 rows); with every request at one length
     the plain kernel is the faster below about 150 rows (scripts/gpu_fp8_decode.py --bf16)."""
     return num_heads // num_kv_heads >= 4 or (min_rows > 0 and rows >= min_rows)
+
+
+def whole_request_rows(sm_count: int, num_kv_heads: int) -> int:
+    """The smallest decode batch that flashinfer's tensor-core plan gives one KV chunk per request (more
+    requests than its CTAs per KV head): from there it is planned with ``disable_split_kv``, the same chunks
+    without the partials and the merge."""
+    return PREFILL_PLAN_CTAS_PER_SM * sm_count // num_kv_heads + 1
 
 
 def paged_splits(batch_size: int, num_kv_heads: int, all_heads: bool = False, cuda: bool = False) -> int:
@@ -111,14 +123,15 @@ class FlashInferMetadata:
 class FlashInferBackend(AttentionBackend):
     def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int,
                  head_dim: int, small_decode: bool = False, pdl: bool = False, fp8_cuda: bool = False,
-                 fp8_gather: bool = False, tensor_core_rows: int = 0) -> None:
+                 fp8_gather: bool = False, tensor_core_rows: int = 0, whole_request_decode: bool = False) -> None:
         """``small_decode``: captured batches of a few rows run the one-kernel Triton decode; the engine's plan
         sets it only where the layers take the fused QKV path (``attend_qkv``), which that kernel starts from.
         ``pdl``: that kernel runs as a programmatic dependent launch (KernelChoices.pdl). ``fp8_cuda``: an fp8
         pool's decode runs the CUDA kernel (core/kernels/fp8_decode_cuda.py) where it takes this shape.
         ``fp8_gather``: an fp8 pool's prefill reads its sequences back in one Triton launch a layer
         (core/kernels/fp8_gather.py). ``tensor_core_rows``: bf16 decode batches of at least this many rows run
-        flashinfer's tensor-core decode (``use_tensor_core_decode``; 0: the plain kernel at every size)."""
+        flashinfer's tensor-core decode (``use_tensor_core_decode``; 0: the plain kernel at every size).
+        ``whole_request_decode``: those of at least ``whole_request_rows`` rows are planned unsplit."""
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
         assert not (small_decode and pool.fp8), "the small-batch decode reads bf16 pages (the plan says so)"
         self.small_decode = small_decode
@@ -135,6 +148,9 @@ class FlashInferBackend(AttentionBackend):
                                                                                pool.dtype)
         self.device = pool.k.device
         self.tensor_core_rows = tensor_core_rows
+        sm_count = (torch.cuda.get_device_properties(self.device).multi_processor_count
+                    if self.device.type == "cuda" else H200_SMS)
+        self.unsplit_rows = whole_request_rows(sm_count, num_kv_heads) if whole_request_decode else 0
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
         self._decode_wrappers: dict[bool, Any] = {}  # eager decode, by whether it runs on tensor cores
@@ -244,10 +260,17 @@ class FlashInferBackend(AttentionBackend):
             buffers = None  # none needed, or an eager batch over the graphs' cap: paged_decode makes its own
         return PagedDecodeArgs(indptr, indices, last, tile, buffers, cuda=self.fp8_cuda)
 
-    def _plan_decode(self, wrapper: Any, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
+    def unsplit(self, rows: int) -> bool:
+        """Whether a captured decode batch of ``rows`` rows is planned without flashinfer's KV split (an eager
+        one is not split there anyway: the split is forced only under CUDA graphs)."""
+        return 0 < self.unsplit_rows <= rows and self.tensor_cores(rows)
+
+    def _plan_decode(self, wrapper: Any, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor,
+                     unsplit: bool = False) -> None:
         self._wait_last_plan()
+        extra = {"disable_split_kv": True} if unsplit else {}
         wrapper.plan(indptr, indices, last, self.num_heads, self.num_kv_heads, self.head_dim, self.page_size,
-                     sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype)
+                     sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype, **extra)
         self._mark_plan()
 
     def _wait_last_plan(self) -> None:
@@ -358,5 +381,5 @@ class FlashInferBackend(AttentionBackend):
             batch.attn_metadata = FlashInferMetadata(layout, None, paged=paged)
             return
         wrapper = self._graph_wrappers[padded_size]
-        self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len)
+        self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, self.unsplit(padded_size))
         batch.attn_metadata = FlashInferMetadata(layout, None, wrapper)

@@ -213,7 +213,8 @@ class Engine:
             kernels = self.plan.kernels
             return FlashInferBackend(*args, small_decode=kernels.small_decode, pdl=kernels.pdl and kernels.small_decode,
                                      fp8_cuda=self.plan.fp8_cuda_decode, fp8_gather=kernels.fp8_gather,
-                                     tensor_core_rows=self.plan.tensor_core_decode_rows)
+                                     tensor_core_rows=self.plan.tensor_core_decode_rows,
+                                     whole_request_decode=self.plan.whole_request_decode)
         if self.plan.fp8_paged_decode:
             from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
 

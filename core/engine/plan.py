@@ -48,6 +48,9 @@ class EnginePlan:
     # bf16 decode batches of at least this many rows on flashinfer's tensor-core decode (0: the plain one; a model
     # with 4+ query heads per KV head takes tensor cores at every size); only under flashinfer attention
     tensor_core_decode_rows: int = 0
+    # from the batch size where flashinfer's tensor-core decode plan gives each request one KV chunk, plan it
+    # unsplit (no float32 partials, no merge kernel); only under flashinfer attention
+    whole_request_decode: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,4 +286,5 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
         overlap=overlap_enabled(config, device), precision=precision,
         c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
         fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8),
-        tensor_core_decode_rows=env.tensor_core_decode_rows() if attention == "flashinfer" else 0)
+        tensor_core_decode_rows=env.tensor_core_decode_rows() if attention == "flashinfer" else 0,
+        whole_request_decode=attention == "flashinfer" and not env.whole_request_decode_disabled())

@@ -195,6 +195,181 @@ def test_decode_on_tensor_cores_from_a_batch_size_agrees_with_torch(hd128_dir, m
 
 
 @needs_flashinfer
+@pytest.mark.parametrize("graph_max_bs", [0, 160])
+def test_unsplit_tensor_core_decode_of_many_requests_agrees_with_torch(hd128_dir, graph_max_bs):
+    """From ``whole_request_rows`` rows (34 on an H200 for 8 KV heads, 133 for this model's 2) the tensor-core
+    decode is planned without flashinfer's KV split: 160 requests finishing one after another cross that size,
+    eagerly and as captured graphs; the near-tie rule judges against the torch backend, and every request gets
+    its tokens."""
+    prompts, lengths = prompts_and_lengths(160, seed=23)
+    lengths = [n + i // 4 for i, n in enumerate(lengths)]
+    common = dict(device="cuda", dtype="bfloat16", max_running_req=160, page_size=16, **SMALL)
+    ref = LLM(hd128_dir, attention="torch", cuda_graph_max_bs=0, **common)
+    fi = LLM(hd128_dir, attention="flashinfer", cuda_graph_max_bs=graph_max_bs, **common)
+    backend = fi.engine.attn_backend
+    assert 1 < backend.unsplit_rows <= 150, backend.unsplit_rows
+    assert not backend.unsplit(backend.unsplit_rows - 1) and backend.unsplit(160)
+    outs_ref, outs_fi = generate(ref, prompts, lengths), generate(fi, prompts, lengths)
+    assert [len(o) for o in outs_fi] == lengths
+    verdict = near_tie_compare(ref, fi, prompts, outs_ref, outs_fi)
+    assert verdict.ok, verdict.details
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_size):
+    from core.attention.flashinfer_backend import FlashInferBackend
+
+    torch.manual_seed(0)
+    heads, kv_heads, dim = 8, 4, 128
+    num_pages = 4096 // page_size
+    pool = KVPool(1, num_pages, page_size, kv_heads, dim, torch.bfloat16, torch.device("cuda"))
+    pool.k.normal_()
+    pool.v.normal_()
+    table = torch.zeros(5, 1024, dtype=torch.int64, device="cuda")
+    cache = CacheManager(num_pages, page_size, table, "naive")
+    cache._free_pages.reverse()  # pages out of order, so a wrong page list cannot pass by accident
+    backends = [TorchAttentionBackend(pool, table, heads, kv_heads, dim),
+                FlashInferBackend(pool, table, heads, kv_heads, dim)]
+    lengths = [(0, 37), (20, 33), (100, 101), (0, 1), (64, 200)]  # (cached, total): prefix reuse and fresh
+    reqs = [Req(uid=i, input_ids=[0] * n, prompt_len=n, table_idx=i, cached_len=c, device_len=n,
+                max_device_len=n + 4, params=SamplingParams(), sample_seed=0) for i, (c, n) in enumerate(lengths)]
+    for phase in ("prefill", "decode"):
+        if phase == "decode":
+            for r in reqs:
+                r.cached_len, r.device_len = r.device_len, r.device_len + 1
+        batch = _batch(cache, table, reqs, phase)
+        tokens = len(batch.positions)
+        q = torch.randn(tokens, heads, dim, dtype=torch.bfloat16, device="cuda")
+        k = torch.randn(tokens, kv_heads, dim, dtype=torch.bfloat16, device="cuda")
+        v = torch.randn(tokens, kv_heads, dim, dtype=torch.bfloat16, device="cuda")
+        outs = []
+        for backend in backends:
+            backend.prepare_metadata(batch)
+            backend.begin_forward(batch)
+            outs.append(backend.forward(q, k, v, 0, batch).float())
+        ref, got = outs
+        rel = ((got - ref).norm() / ref.norm()).item()
+        assert rel < 1e-2, f"{phase}: relative error {rel:.2e}"
+
+
+# ---- fused kernels ------------------------------------------------------------------------------------------
+@needs_flashinfer
+def test_flashinfer_kernels_match_torch_kernels():
+    from core.kernels.dispatch import FlashInferKernels, TorchKernels
+    from core.layers.rope import RotaryEmbedding
+    from core.model_config import RopeScaling
+
+    torch.manual_seed(1)
+    x = torch.randn(33, 1024, dtype=torch.bfloat16, device="cuda")
+    res = torch.randn_like(x)
+    w = torch.randn(1024, dtype=torch.bfloat16, device="cuda")
+
+    def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return ((a.float() - b.float()).norm() / b.float().norm()).item() < 1e-2
+
+    assert close(FlashInferKernels.rms_norm(x, w, 1e-6), TorchKernels.rms_norm(x, w, 1e-6))
+    got_x, got_res = FlashInferKernels.add_rms_norm(x.clone(), res.clone(), w, 1e-6)
+    ref_x, ref_res = TorchKernels.add_rms_norm(x, res, w, 1e-6)
+    assert close(got_x, ref_x) and close(got_res, ref_res)
+    gu = torch.randn(33, 2 * 512, dtype=torch.bfloat16, device="cuda")
+    assert close(FlashInferKernels.silu_and_mul(gu), TorchKernels.silu_and_mul(gu))
+    rope = RotaryEmbedding(128, 4096, 1e6, RopeScaling()).cuda()
+    pos = torch.randint(0, 4096, (33,), device="cuda")
+    q = torch.randn(33, 16, 128, dtype=torch.bfloat16, device="cuda")
+    k = torch.randn(33, 8, 128, dtype=torch.bfloat16, device="cuda")
+    ref_q, ref_k = TorchKernels.rope(pos, q, k, rope.cos, rope.sin, rope.cos_sin)
+    got_q, got_k = FlashInferKernels.rope(pos, q.clone(), k.clone(), rope.cos, rope.sin, rope.cos_sin)
+    assert close(got_q, ref_q) and close(got_k, ref_k)
+
+
+# ---- whole engines ------------------------------------------------------------------------------------------
+def test_float32_torch_backend_on_cuda_matches_transformers_token_for_token(hd128_dir):
+    prompts, lengths = prompts_and_lengths(6, seed=5)
+    llm = LLM(hd128_dir, device="cuda", dtype="float32", attention="torch", max_running_req=4, page_size=4, **SMALL)
+    outs = generate(llm, prompts, lengths)
+    for prompt, n, out in zip(prompts, lengths, outs):
+        assert out == hf_greedy(hd128_dir, prompt, n)
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_flashinfer_and_torch_backends_agree_in_bf16(hd128_dir, page_size):
+    prompts, lengths = prompts_and_lengths(10, seed=page_size)
+    common = dict(device="cuda", dtype="bfloat16", max_running_req=4, page_size=page_size, cuda_graph_max_bs=0,
+                  cache="radix", **SMALL)
+    ref = LLM(hd128_dir, attention="torch", **common)
+    fi = LLM(hd128_dir, attention="flashinfer", **common)
+    assert type(fi.engine.attn_backend).__name__ == "FlashInferBackend"
+    # the same prompts twice: the second pass reuses cached prefixes
+    outs_ref = generate(ref, prompts + prompts, lengths + lengths)
+    outs_fi = generate(fi, prompts + prompts, lengths + lengths)
+    verdict = near_tie_compare(ref, fi, prompts + prompts, outs_ref, outs_fi)
+    assert verdict.ok, verdict.details
+
+
+@needs_flashinfer
+def test_cuda_graphs_on_and_off_give_the_same_tokens(hd128_dir, monkeypatch):
+    """The same kernels captured or launched one by one: token for token (the small-batch decode kernel, which
+    only graphs use, is compared on its own below)."""
+    monkeypatch.setenv("MINISGL_DISABLE_SMALL_DECODE", "1")
+    prompts, lengths = prompts_and_lengths(11, seed=7)  # 11 rows, shrinking: graphs of 11, 8, 4, 2 and 1
+    common = dict(device="cuda", dtype="bfloat16", attention="flashinfer", max_running_req=11, page_size=16,
+                  **SMALL)
+    eager = LLM(hd128_dir, cuda_graph_max_bs=0, **common)
+    graphs = LLM(hd128_dir, cuda_graph_max_bs=16, **common)
+    assert graphs.engine.graph_runner is not None and eager.engine.graph_runner is None
+    assert generate(graphs, prompts, lengths) == generate(eager, prompts, lengths)
+    # graphs larger than the running cap are never captured
+    assert graphs.engine.graph_runner.sizes[-1] == 11
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("graph_max_bs", [0, 16])
+def test_decode_on_tensor_cores_from_a_batch_size_agrees_with_torch(hd128_dir, monkeypatch, graph_max_bs):
+    """Batches shrinking from 14 rows run flashinfer's tensor-core decode from 9 rows and its plain one below,
+    eagerly and as captured graphs (sizes 14 and 8: one of each); the near-tie rule judges against the torch
+    backend, and every request gets its tokens."""
+    monkeypatch.setenv("MINISGL_DISABLE_SMALL_DECODE", "1")
+    monkeypatch.setenv("MINISGL_TENSOR_CORE_DECODE_ROWS", "9")
+    prompts, lengths = prompts_and_lengths(14, seed=21)
+    lengths = [n + 3 * i for i, n in enumerate(lengths)]  # they finish one after another
+    common = dict(device="cuda", dtype="bfloat16", max_running_req=14, page_size=16, **SMALL)
+    ref = LLM(hd128_dir, attention="torch", cuda_graph_max_bs=0, **common)
+    fi = LLM(hd128_dir, attention="flashinfer", cuda_graph_max_bs=graph_max_bs, **common)
+    backend = fi.engine.attn_backend
+    assert [backend.tensor_cores(n) for n in (8, 9, 14)] == [False, True, True]
+    outs_ref, outs_fi = generate(ref, prompts, lengths), generate(fi, prompts, lengths)
+    assert [len(o) for o in outs_fi] == lengths
+    verdict = near_tie_compare(ref, fi, prompts, outs_ref, outs_fi)
+    assert verdict.ok, verdict.details
+    if graph_max_bs:
+        wrappers = fi.engine.attn_backend._graph_wrappers
+        assert wrappers[14].use_tensor_cores and not wrappers[8].use_tensor_cores
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("graph_max_bs", [0, 48])
+def test_unsplit_tensor_core_decode_of_many_requests_agrees_with_torch(hd128_dir, graph_max_bs):
+    """From ``whole_request_rows`` rows (34 on an H200 with 8 KV heads; the test model has its own count) the
+    tensor-core decode is planned without flashinfer's KV split: 48 requests finishing one after another cross
+    that size, eagerly and as captured graphs; the near-tie rule judges against the torch backend, and every
+    request gets its tokens."""
+    prompts, lengths = prompts_and_lengths(48, seed=23)
+    lengths = [n + i for i, n in enumerate(lengths)]
+    common = dict(device="cuda", dtype="bfloat16", max_running_req=48, page_size=16, **SMALL)
+    ref = LLM(hd128_dir, attention="torch", cuda_graph_max_bs=0, **common)
+    fi = LLM(hd128_dir, attention="flashinfer", cuda_graph_max_bs=graph_max_bs, **common)
+    backend = fi.engine.attn_backend
+    assert 1 < backend.unsplit_rows <= 48, backend.unsplit_rows
+    assert not backend.unsplit(backend.unsplit_rows - 1) and backend.unsplit(48)
+    outs_ref, outs_fi = generate(ref, prompts, lengths), generate(fi, prompts, lengths)
+    assert [len(o) for o in outs_fi] == lengths
+    verdict = near_tie_compare(ref, fi, prompts, outs_ref, outs_fi)
+    assert verdict.ok, verdict.details
+
+
+@needs_flashinfer
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_small_decode_kernel_agrees_with_flashinfer(hd128_dir, page_size):
     """Graphs of 4, 2 and 1 rows run the one-kernel Triton decode; eager steps run flashinfer's kernels. bf16

@@ -35,6 +35,7 @@ class _Paged:
             self.page_size = args[6]
             self.qo = torch.arange(len(self.last) + 1, dtype=torch.int32)
         self.scale = kwargs["sm_scale"]
+        self.unsplit = kwargs.get("disable_split_kv", False)
 
     def run(self, q, kv, out=None):
         """flashinfer's run: into ``out`` when given (rows it does not compute keep what they held)."""
@@ -52,6 +53,18 @@ class _Paged:
                                                enable_gqa=True)
             out[lo:hi] = o.transpose(0, 1)
         return out
+
+
+class _WrapperPerSize(dict):
+    """A graph wrapper for any batch size, made on first use (the CPU captures none)."""
+
+    def __init__(self, backend: FlashInferBackend) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def __missing__(self, rows: int) -> _Paged:
+        self[rows] = _Paged(None, use_cuda_graph=True, use_tensor_cores=self.backend.tensor_cores(rows))
+        return self[rows]
 
 
 def _fake_flashinfer() -> types.ModuleType:
@@ -122,6 +135,44 @@ def test_large_decode_batches_run_on_tensor_cores_and_keep_the_tokens(model_dirs
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
     assert {k: w.tensor_cores for k, w in backend._decode_wrappers.items()} == {False: False, True: True}
+
+
+def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fake_flashinfer, monkeypatch):
+    """flashinfer's tensor-core plan gives each request one KV chunk from ``whole_request_rows`` rows: batches
+    that large are planned with ``disable_split_kv``, smaller ones as flashinfer chooses; tokens unchanged."""
+    from core.attention.flashinfer_backend import whole_request_rows
+
+    assert whole_request_rows(132, 8) == 34 and whole_request_rows(132, 2) == 133
+    prompts, _ = varied_prompts(4, seed=6)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 9, 12)]
+    kwargs = dict(max_running_req=4, page_size=4, device="cpu")
+    ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
+    fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
+    backend = fi_llm.engine.attn_backend
+    assert fi_llm.engine.plan.whole_request_decode and backend.unsplit_rows > 4
+    backend.unsplit_rows = 3  # the threshold of a device with few SMs
+    planned = []
+    real_plan = _Paged.plan
+    # the CPU runs no CUDA graphs: every decode step plans as a graph's replay would, to see what it passes
+    monkeypatch.setattr(backend, "begin_forward", lambda batch: backend.plan_cuda_graph(batch, batch.size)
+                        if batch.is_decode else FlashInferBackend.begin_forward(backend, batch))
+    monkeypatch.setattr(backend, "_graph_wrappers", _WrapperPerSize(backend))
+
+    def plan(self, *args, **kw):
+        if len(args) == 7:  # a decode plan: (kv_indptr, indices, last_page_len, heads, kv_heads, dim, page)
+            planned.append((len(args[2]), kw.get("disable_split_kv", False)))
+        return real_plan(self, *args, **kw)
+
+    monkeypatch.setattr(_Paged, "plan", plan)
+    got = fi_llm.generate(prompts, params)
+    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
+    assert set(planned) == {(4, True), (3, True), (2, False)}, planned
+
+
+def test_whole_request_decode_can_be_turned_off(monkeypatch, model_dirs, fake_flashinfer):
+    monkeypatch.setenv("MINISGL_DISABLE_WHOLE_REQUEST_DECODE", "1")
+    llm = LLM(model_dirs["qwen3"], attention="flashinfer", max_running_req=2, device="cpu")
+    assert not llm.engine.plan.whole_request_decode and not llm.engine.attn_backend.unsplit(256)
 
 
 def test_tensor_core_decode_by_heads_and_rows():
