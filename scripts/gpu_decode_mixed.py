@@ -24,6 +24,7 @@ import torch
 
 from core.kernels.paged_decode import TILES, SplitBuffers, paged_decode
 from core.kvcache.pool import KVPool
+from gpu_fp8_decode import timed  # beside this script: Python puts a script's folder on its path
 
 HEADS, KV_HEADS, DIM, PAGE = 16, 8, 128, 16
 DEVICE = "cuda"
@@ -47,25 +48,6 @@ def contexts_at(batch: int, prompt_lens: list[int], max_tokens: list[int]) -> li
     order = sorted(range(len(max_tokens)), key=lambda i: -max_tokens[i])[:batch]
     step = max_tokens[order[-1]] - 1
     return [prompt_lens[i] + step for i in order]
-
-
-def timed(fn, repeats: int = 20) -> float:
-    """Seconds per call: one CUDA graph of ``repeats`` calls, replayed after a warm-up."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(repeats):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(5):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / (5 * repeats)
 
 
 def case(contexts: list[int], splits: list[int]) -> list[dict]:

@@ -119,16 +119,22 @@ def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_fl
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
 
 
+def _shrinking_batches(model_dirs, seed: int) -> tuple[list, list, list, LLM]:
+    """Four requests finishing one after another (decode batches of 4, 3, 2 and 1 rows): their prompts and
+    parameters, the torch backend's results, and an engine on the flashinfer stand-in, not yet run."""
+    prompts, _ = varied_prompts(4, seed=seed)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 9, 12)]
+    kwargs = dict(max_running_req=4, page_size=4, device="cpu")
+    ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
+    return prompts, params, ref, LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
+
+
 def test_large_decode_batches_run_on_tensor_cores_and_keep_the_tokens(model_dirs, fake_flashinfer, monkeypatch):
     """With the threshold at 3 rows, a run whose batches shrink from 4 rows to 1 plans both kinds of decode
     wrapper, each made with the kernel its size calls for, and the tokens stay the torch backend's (one row
     runs the CPU's C step, so the plain kernel is met at 2)."""
     monkeypatch.setenv("MINISGL_TENSOR_CORE_DECODE_ROWS", "3")
-    prompts, _ = varied_prompts(4, seed=5)
-    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 9, 12)]
-    kwargs = dict(max_running_req=4, page_size=4, device="cpu")
-    ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
-    fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
+    prompts, params, ref, fi_llm = _shrinking_batches(model_dirs, seed=5)
     backend = fi_llm.engine.attn_backend
     assert fi_llm.engine.plan.tensor_core_decode_rows == 3
     assert [backend.tensor_cores(rows) for rows in (2, 3, 4)] == [False, True, True]
@@ -143,11 +149,7 @@ def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fa
     from core.attention.flashinfer_backend import whole_request_rows
 
     assert whole_request_rows(132, 8) == 34 and whole_request_rows(132, 2) == 133
-    prompts, _ = varied_prompts(4, seed=6)
-    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 9, 12)]
-    kwargs = dict(max_running_req=4, page_size=4, device="cpu")
-    ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
-    fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
+    prompts, params, ref, fi_llm = _shrinking_batches(model_dirs, seed=6)
     backend = fi_llm.engine.attn_backend
     assert fi_llm.engine.plan.whole_request_decode and backend.unsplit_rows > 4
     backend.unsplit_rows = 3  # the threshold of a device with few SMs
