@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 from dataclasses import replace
 
 import torch
 
+from core.bench.workload import make_workload, workload_spec
 from core.kernels.paged_decode import TILES, SplitBuffers, paged_decode
 from core.kvcache.pool import KVPool
 from gpu_fp8_decode import timed  # beside this script: Python puts a script's folder on its path
@@ -29,18 +29,13 @@ from gpu_fp8_decode import timed  # beside this script: Python puts a script's f
 HEADS, KV_HEADS, DIM, PAGE = 16, 8, 128, 16
 DEVICE = "cuda"
 WORKSPACE_BYTES = 128 << 20
+VOCAB = 151936  # Qwen3's: the ids do not matter here, only the lengths
 
 
 def workload_lengths(seed: int = 0) -> tuple[list[int], list[int]]:
-    """nano-vllm's draw: every prompt (its length, then its ids), then every max_tokens."""
-    rng = random.Random(seed)
-    prompt_lens = []
-    for _ in range(256):
-        n = rng.randint(100, 1024)
-        for _ in range(n):
-            rng.randint(0, 10000)
-        prompt_lens.append(n)
-    return prompt_lens, [rng.randint(100, 1024) for _ in range(256)]
+    """nano-vllm's workload as ``minisgl bench --workload nanovllm`` draws it: prompt lengths and max_tokens."""
+    work = make_workload(workload_spec("nanovllm"), VOCAB, seed)
+    return [len(r.prompt_ids) for r in work.requests], [r.max_tokens for r in work.requests]
 
 
 def contexts_at(batch: int, prompt_lens: list[int], max_tokens: list[int]) -> list[int]:

@@ -28,6 +28,7 @@ import torch
 
 from core import LLM, SamplingParams
 from core.engine.engine import ForwardOutput
+from gpu_timeline import decode_kind  # beside this script: Python puts a script's folder on its path
 
 
 class Timers:
@@ -100,13 +101,8 @@ class GcTimer:
 
 
 def step_kind(batch: Any) -> str:
-    if batch.is_prefill:
-        return "prefill"
-    rows = len(batch.reqs)
-    for low, high in ((1, 1), (2, 32), (33, 128), (129, 255), (256, 256)):
-        if rows <= high:
-            return f"decode {low}-{high} rows" if low < high else f"decode {low} rows"
-    return f"decode {rows} rows"
+    """The batch's kind, grouped as scripts/gpu_timeline.py's budget groups steps."""
+    return "prefill" if batch.is_prefill else decode_kind(len(batch.reqs))
 
 
 def mark_kinds(llm: LLM, timers: Timers) -> None:

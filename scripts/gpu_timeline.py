@@ -138,7 +138,11 @@ def step_kind(step: list) -> str:
     long_gemms = sum(1 for start, end, name, _ in step if family(name) == "GEMM" and end - start >= LONG_GEMM_NS)
     if long_gemms >= PREFILL_LONG_GEMMS:
         return "prefill"
-    rows = max((b for _, _, name, b in step if is_token_copy(name)), default=0) // 8  # int64 tokens
+    return decode_kind(max((b for _, _, name, b in step if is_token_copy(name)), default=0) // 8)  # int64 tokens
+
+
+def decode_kind(rows: int) -> str:
+    """A decode step's group by its row count, as the budget's lines name them."""
     for low, high in ((1, 1), (2, 32), (33, 128), (129, 255), (256, 256)):
         if rows <= high:
             return f"decode {low}-{high} rows" if low < high else f"decode {low} rows"
