@@ -45,7 +45,37 @@ def contexts_at(batch: int, prompt_lens: list[int], max_tokens: list[int]) -> li
     return [prompt_lens[i] + step for i in order]
 
 
-def case(contexts: list[int], splits: list[int]) -> list[dict]:
+ORDERS = {
+    "drawn": lambda contexts: list(contexts),
+    "longest": lambda contexts: sorted(contexts, reverse=True),
+    "shortest": lambda contexts: sorted(contexts),
+}
+
+
+def xqa_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], indptr: torch.Tensor, indices: torch.Tensor,
+            contexts: list[int], reference: torch.Tensor, common: dict, kv_bytes: int) -> dict:
+    """flashinfer's XQA decode (TensorRT-LLM's kernel; one block per request and KV head from 17 rows, the heads
+    of a request side by side) on the same pages, through a [batch, pages] page table."""
+    from flashinfer.decode import xqa_batch_decode_with_kv_cache
+
+    batch, width = len(contexts), max(-(-c // PAGE) for c in contexts)
+    table = torch.zeros(batch, width, dtype=torch.int32)
+    starts, pages = indptr.tolist(), indices.cpu()
+    for i in range(batch):
+        table[i, :starts[i + 1] - starts[i]] = pages[starts[i]:starts[i + 1]]
+    table = table.to(q.device)
+    seq_lens = torch.tensor(contexts, dtype=torch.int32, device=q.device)
+    workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+    out = torch.empty_like(q)
+    run = lambda: xqa_batch_decode_with_kv_cache(q, kv, workspace, table, seq_lens, width * PAGE,  # noqa: E731
+                                                 bmm1_scale=DIM ** -0.5, out=out)
+    run()
+    diff = (out.float() - reference.float()).abs().max().item()
+    seconds = timed(run)
+    return {"kernel": "xqa", **common, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff}
+
+
+def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = False) -> list[dict]:
     device = torch.device(DEVICE)
     batch = len(contexts)
     pages = [-(-c // PAGE) for c in contexts]
@@ -66,20 +96,40 @@ def case(contexts: list[int], splits: list[int]) -> list[dict]:
     workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
     kv = (pool.k[0].view(-1, PAGE, KV_HEADS, DIM), pool.v[0].view(-1, PAGE, KV_HEADS, DIM))
     host = (indptr.cpu(), indices.cpu(), last.cpu())
-    for tensor_cores in (False, True):
+    for tensor_cores, unsplit in ((False, False), (True, False), (True, True)):
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             workspace, "NHD", use_cuda_graph=True, use_tensor_cores=tensor_cores,
             paged_kv_indptr_buffer=indptr.clone(), paged_kv_indices_buffer=indices.clone(),
             paged_kv_last_page_len_buffer=last.clone())
+        extra = {"disable_split_kv": True} if unsplit else {}
         wrapper.plan(*host, HEADS, KV_HEADS, DIM, PAGE, sm_scale=DIM ** -0.5, q_data_type=torch.bfloat16,
-                     kv_data_type=torch.bfloat16)
+                     kv_data_type=torch.bfloat16, **extra)
         out = torch.empty_like(q)
         seconds = timed(lambda: wrapper.run(q, kv, out=out))
         if reference is None:
             reference = out.clone()
-        rows.append({"kernel": f"flashinfer{' tc' if tensor_cores else ''}", **common, "us": seconds * 1e6,
+        name = "flashinfer" + (" tc" if tensor_cores else "") + (" unsplit" if unsplit else "")
+        rows.append({"kernel": name, **common, "us": seconds * 1e6,
                      "tb_s": kv_bytes / seconds / 1e12,
                      "max_diff": (out.float() - reference.float()).abs().max().item()})
+    if xqa:
+        try:
+            rows.append(xqa_row(q, kv, indptr, indices, contexts, reference, common, kv_bytes))
+        except Exception as exc:  # a build or launch failure: report it, time the rest
+            print(f"xqa: {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+    if hnd:
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            workspace, "HND", use_cuda_graph=True, use_tensor_cores=True, paged_kv_indptr_buffer=indptr.clone(),
+            paged_kv_indices_buffer=indices.clone(), paged_kv_last_page_len_buffer=last.clone())
+        wrapper.plan(*host, HEADS, KV_HEADS, DIM, PAGE, sm_scale=DIM ** -0.5, q_data_type=torch.bfloat16,
+                     kv_data_type=torch.bfloat16, disable_split_kv=True)
+        kv_hnd = tuple(t.transpose(1, 2).contiguous() for t in kv)
+        out = torch.empty_like(q)
+        seconds = timed(lambda: wrapper.run(q, kv_hnd, out=out))
+        diff = (out.float() - reference.float()).abs().max().item()
+        rows.append({"kernel": "flashinfer tc unsplit HND", **common, "us": seconds * 1e6,
+                     "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff})
+        del kv_hnd
     for s in splits:
         tile = replace(TILES[False], splits=s)
         buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, s, device) if s > 1 else None
@@ -97,16 +147,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", default="32,64,96,128,160,192,224,256")
     parser.add_argument("--splits", default="1,2,4,8")
+    parser.add_argument("--orders", default="drawn", help=f"comma-separated, of {', '.join(ORDERS)}")
+    parser.add_argument("--xqa", action="store_true", help="also flashinfer's XQA decode (TensorRT-LLM's kernel)")
+    parser.add_argument("--hnd", action="store_true", help="also flashinfer's tensor-core decode on an HND copy")
     parser.add_argument("--json")
     args = parser.parse_args()
     prompt_lens, max_tokens = workload_lengths()
-    splits = [int(s) for s in args.splits.split(",")]
+    splits = [int(s) for s in args.splits.split(",") if s]
+    orders = args.orders.split(",")
+    if unknown := [o for o in orders if o not in ORDERS]:
+        parser.error(f"unknown order {unknown[0]!r}: choose from {', '.join(ORDERS)}")
     rows = []
-    for batch in (int(b) for b in args.batches.split(",")):
-        got = case(contexts_at(batch, prompt_lens, max_tokens), splits)
+    for batch, order in ((int(b), o) for b in args.batches.split(",") for o in orders):
+        got = case(ORDERS[order](contexts_at(batch, prompt_lens, max_tokens)), splits, args.xqa, args.hnd)
+        for row in got:
+            row["order"] = order
         rows += got
         best = min(got, key=lambda r: r["us"])
-        print(f"rows {batch}, context mean {got[0]['mean_context']:.0f} max {got[0]['max_context']}: " + ", ".join(
+        print(f"rows {batch} ({order}), context mean {got[0]['mean_context']:.0f} max {got[0]['max_context']}: " + ", ".join(
             f"{r['kernel']} {r['us']:.1f} us ({r['tb_s']:.2f} TB/s{', diff %.3f' % r['max_diff'] if r['max_diff'] > 0.02 else ''})"
             for r in got) + f"; best {best['kernel']}", flush=True)
         torch.cuda.empty_cache()

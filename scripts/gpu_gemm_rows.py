@@ -3,7 +3,7 @@ reading its weight at the copy rate, through torch's default cuBLAS path and thr
 (``torch.backends.cuda.preferred_blas_library``), whose heuristics may pick other kernels (split-K) for the narrow
 linears. (A pre-transposed weight, x @ W^T made contiguous, was measured too and picked no better kernel.)
 
-    . scripts/gpu_env.sh && python3 scripts/gpu_gemm_rows.py
+    . scripts/gpu_env.sh && python3 scripts/gpu_gemm_rows.py [--rows 8,32,64,128,256]
 
 ``--split-k`` times instead each linear cut over its inputs into 2, 4 or 8 slices as one strided batched GEMM
 (core/kernels/split_k.py), with bf16 or float32 partials, and the add+RMSNorm that sums them against flashinfer's
@@ -101,6 +101,9 @@ def split_k_main() -> None:
 
 def main() -> None:
     torch.manual_seed(0)
+    global ROWS
+    if "--rows" in sys.argv:
+        ROWS = tuple(int(r) for r in sys.argv[sys.argv.index("--rows") + 1].split(","))
     if "--split-k" in sys.argv:
         split_k_main()
         return
