@@ -29,14 +29,15 @@ COPIES = 4
 PER_REPLAY = 20
 
 
-def replay_us(product: Callable[[int], torch.Tensor]) -> float:
-    """Median microseconds of one product, from graphs of PER_REPLAY products over the weight copies in turn."""
-    for i in range(COPIES):
+def replay_us(product: Callable[[int], object], copies: int = COPIES) -> float:
+    """Median microseconds of one product, from graphs of PER_REPLAY products over ``copies`` weight copies in
+    turn (``product(i)`` uses copy i)."""
+    for i in range(copies):
         product(i)
     graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
     with torch.cuda.stream(stream), torch.cuda.graph(graph):
         for i in range(PER_REPLAY):
-            product(i % COPIES)
+            product(i % copies)
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     times = []

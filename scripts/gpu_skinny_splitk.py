@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from gpu_gemm_rows import replay_us  # beside this script: Python puts a script's folder on its path
+
 LAYERS = 28
 SHAPES = {"qkv": (4096, 1024), "o_proj": (1024, 2048), "gate_up": (6144, 1024), "down": (1024, 3072)}  # [out, in]
-COPIES, PER_REPLAY = 8, 20
+COPIES = 8  # gate_up's 12 MB eight times over is more than the L2 holds
 BLOCK_K = 128
 
 
@@ -72,26 +72,6 @@ def splitk_linear(x: torch.Tensor, weight: torch.Tensor, splits: int, block_m: i
     return out
 
 
-def replay_us(product: Callable[[int], object]) -> float:
-    """Median microseconds of one product, from graphs of PER_REPLAY products over the weight copies in turn."""
-    for i in range(COPIES):
-        product(i)
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph):
-        for i in range(PER_REPLAY):
-            product(i % COPIES)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(10):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / PER_REPLAY)
-    return sorted(times)[len(times) // 2]
-
-
 def block_ms(rows: int) -> list[int]:
     """Row blocks worth trying: the smallest that holds every row (at least 16, tl.dot's least), and 64 when
     that would be larger."""
@@ -129,7 +109,7 @@ def main() -> None:
         for name, (n, k) in SHAPES.items():
             weights = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(COPIES)]
             x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-            cublas = replay_us(lambda i: F.linear(x, weights[i]))
+            cublas = replay_us(lambda i: F.linear(x, weights[i]), COPIES)
             want = F.linear(x, weights[0]).float()
             best = None
             for block_m, block_n, splits in itertools.product(block_ms(rows), (64, 128), (1, 2, 4, 8)):
@@ -145,12 +125,12 @@ def main() -> None:
                 if err > 0.05 * want.abs().max().item():
                     print(f"  {name} {rows}: [{block_m}, {block_n}, {splits}] wrong by {err:.3g}", flush=True)
                     continue
-                us = replay_us(lambda i: splitk_linear(x, weights[i], splits, block_m, block_n, out=out))
+                us = replay_us(lambda i: splitk_linear(x, weights[i], splits, block_m, block_n, out=out), COPIES)
                 if best is None or us < best[0]:
                     best = (us, block_m, block_n, splits, out)
             us, block_m, block_n, splits, out = best
             summed = us if splits == 1 else replay_us(
-                lambda i: splitk_linear(x, weights[i], splits, block_m, block_n, out=out).sum(0))
+                lambda i: splitk_linear(x, weights[i], splits, block_m, block_n, out=out).sum(0), COPIES)
             step_cublas += cublas * LAYERS
             step_triton += us * LAYERS
             print(f"{name:8s} {rows:4d}: {cublas:6.1f} | {us:6.1f} (+sum {summed:6.1f}) [{block_m}, {block_n}, "
