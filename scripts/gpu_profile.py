@@ -465,6 +465,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, help="the workload section's requests (default: the workload's)")
     parser.add_argument("--page-sizes", default="16,1", help="the workload section's page sizes, comma-separated")
     parser.add_argument("--device", default=None, help="the workload section's device (default: the engine's)")
+    parser.add_argument("--no-grid", action="store_true",
+                        help="the workload section without the decode graph's replay grid, the sampler and the "
+                             "kernel table (the steps' wall times only, a minute less)")
     parser.add_argument("--graph-batches", default=[1], type=lambda text: [int(b) for b in text.split(",")],
                         help="the graph_kernels section's batch sizes, comma-separated (default 1)")
     parser.add_argument("--graph-context", type=int, default=300, help="the graph_kernels section's context")
@@ -541,8 +544,8 @@ def main() -> int:
         say(f"==== eager kernels, batch 1, 6 tokens (prefill included)\n{table}")
     if "workload" in sections:
         for page_size in page_sizes:
-            budget = workload_budget(args.model, page_size, args.requests, args.device, 
-                                     grid=page_size == page_sizes[0], out=out)
+            budget = workload_budget(args.model, page_size, args.requests, args.device,
+                                     grid=page_size == page_sizes[0] and not args.no_grid, out=out)
             (out / f"workload_page{page_size}.json").write_text(json.dumps(budget))
             for line in budget_lines(budget):
                 say(line)
