@@ -6,8 +6,8 @@
 # Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
 # bf16 or fp8), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ... exported, e.g.
-# AB_ENV="MINISGL_SPLIT_K=0" for the A/B of the default split, and the LLM options in $AB_KW, default
-# '{"page_size": 16}'),
+# AB_ENV="MINISGL_SPLIT_K=0" for the A/B of the default split, and/or the LLM options in $AB_KW, default
+# '{"page_size": 16}'; a stage needs at least one of the two),
 # peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on
 # the workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
 # writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
@@ -36,7 +36,8 @@ for stage in $STAGES; do
         bf16) MINISGL_KW='{"page_size": 16}' run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"
             . scripts/gpu_save_cache.sh ;;
         ab*) vars=${stage^^}_ENV kw=${stage^^}_KW
-            (export ${!vars:?$vars names the variables of stage $stage}
+            [ -n "${!vars:-}${!kw:-}" ] || { echo "gpu_peer: stage $stage needs $vars or $kw" >&2; exit 2; }
+            (if [ -n "${!vars:-}" ]; then export ${!vars}; fi
              MINISGL_KW=${!kw:-'{"page_size": 16}'} run_stage "$stage" python3 .peer/peer_bench.py minisgl \
                  "$OUT/$stage.json") ;;
         fp8) MINISGL_KW='{"page_size": 16, "kv_dtype": "fp8"}' run_stage fp8 python3 .peer/peer_bench.py minisgl \
