@@ -10,7 +10,13 @@ decoding (all started together): their contexts are prompt length + that step. D
 events over replays of a CUDA graph, and the KV bytes read over that time; each Triton case is checked against
 flashinfer's output first.
 
-    python3 scripts/gpu_decode_mixed.py [--batches 32,64,96,128,160,192,224,256] [--splits 1,2,4,8] [--json F]
+The order of the requests in the batch may matter too: flashinfer's plans hand out work request by request (one
+KV head after another), so a long request late in the batch could be a tail. ``--orders`` times each batch as
+drawn, longest first and shortest first. ``--xqa`` adds flashinfer's XQA decode (TensorRT-LLM's kernel, through a
+[batch, pages] page table), ``--hnd`` the unsplit tensor-core decode on an HND copy of the pages.
+
+    python3 scripts/gpu_decode_mixed.py [--batches 32,64,...,256] [--splits 1,2,4,8] [--orders drawn,longest,shortest]
+        [--xqa] [--hnd] [--json F]
 """
 
 from __future__ import annotations
@@ -96,40 +102,33 @@ def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = 
     workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
     kv = (pool.k[0].view(-1, PAGE, KV_HEADS, DIM), pool.v[0].view(-1, PAGE, KV_HEADS, DIM))
     host = (indptr.cpu(), indices.cpu(), last.cpu())
-    for tensor_cores, unsplit in ((False, False), (True, False), (True, True)):
+    variants = [(False, False, "NHD"), (True, False, "NHD"), (True, True, "NHD")]
+    variants += [(True, True, "HND")] if hnd else []
+    for tensor_cores, unsplit, layout in variants:
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            workspace, "NHD", use_cuda_graph=True, use_tensor_cores=tensor_cores,
+            workspace, layout, use_cuda_graph=True, use_tensor_cores=tensor_cores,
             paged_kv_indptr_buffer=indptr.clone(), paged_kv_indices_buffer=indices.clone(),
             paged_kv_last_page_len_buffer=last.clone())
         extra = {"disable_split_kv": True} if unsplit else {}
         wrapper.plan(*host, HEADS, KV_HEADS, DIM, PAGE, sm_scale=DIM ** -0.5, q_data_type=torch.bfloat16,
                      kv_data_type=torch.bfloat16, **extra)
+        # HND: each page's KV head contiguous, a copy of the same pages
+        kv_pages = kv if layout == "NHD" else tuple(t.transpose(1, 2).contiguous() for t in kv)
         out = torch.empty_like(q)
-        seconds = timed(lambda: wrapper.run(q, kv, out=out))
+        seconds = timed(lambda: wrapper.run(q, kv_pages, out=out))
         if reference is None:
             reference = out.clone()
-        name = "flashinfer" + (" tc" if tensor_cores else "") + (" unsplit" if unsplit else "")
+        name = ("flashinfer" + (" tc" if tensor_cores else "") + (" unsplit" if unsplit else "")
+                + (" HND" if layout == "HND" else ""))
         rows.append({"kernel": name, **common, "us": seconds * 1e6,
                      "tb_s": kv_bytes / seconds / 1e12,
                      "max_diff": (out.float() - reference.float()).abs().max().item()})
+        del kv_pages
     if xqa:
         try:
             rows.append(xqa_row(q, kv, indptr, indices, contexts, reference, common, kv_bytes))
         except Exception as exc:  # a build or launch failure: report it, time the rest
             print(f"xqa: {type(exc).__name__}: {str(exc)[:400]}", flush=True)
-    if hnd:
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            workspace, "HND", use_cuda_graph=True, use_tensor_cores=True, paged_kv_indptr_buffer=indptr.clone(),
-            paged_kv_indices_buffer=indices.clone(), paged_kv_last_page_len_buffer=last.clone())
-        wrapper.plan(*host, HEADS, KV_HEADS, DIM, PAGE, sm_scale=DIM ** -0.5, q_data_type=torch.bfloat16,
-                     kv_data_type=torch.bfloat16, disable_split_kv=True)
-        kv_hnd = tuple(t.transpose(1, 2).contiguous() for t in kv)
-        out = torch.empty_like(q)
-        seconds = timed(lambda: wrapper.run(q, kv_hnd, out=out))
-        diff = (out.float() - reference.float()).abs().max().item()
-        rows.append({"kernel": "flashinfer tc unsplit HND", **common, "us": seconds * 1e6,
-                     "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff})
-        del kv_hnd
     for s in splits:
         tile = replace(TILES[False], splits=s)
         buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, s, device) if s > 1 else None

@@ -26,10 +26,10 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from gpu_decode_mixed import contexts_at, workload_lengths  # beside this script
+# beside this script: Python puts a script's folder on its path
+from gpu_decode_mixed import DIM, HEADS, KV_HEADS, PAGE, WORKSPACE_BYTES, contexts_at, workload_lengths
 
-LAYERS, HIDDEN, HEADS, KV_HEADS, DIM, INTER, PAGE = 28, 1024, 16, 8, 128, 3072, 16
-WORKSPACE_BYTES = 128 << 20
+LAYERS, HIDDEN, INTER = 28, 1024, 3072
 
 
 class Half:

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
+
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from gpu_gemm_rows import replay_us  # beside this script: Python puts a script's folder on its path
+import gpu_gemm_rows  # beside this script: Python puts a script's folder on its path
+from gpu_gemm_rows import LAYERS, replay_us
 
-LAYERS = 28
-SHAPES = {"qkv": (4096, 1024), "o_proj": (1024, 2048), "gate_up": (6144, 1024), "down": (1024, 3072)}  # [out, in]
+SHAPES = {name: shape for name, shape in gpu_gemm_rows.SHAPES.items() if name != "lm_head"}  # [out, in]
 COPIES = 8  # gate_up's 12 MB eight times over is more than the L2 holds
 BLOCK_K = 128
 

@@ -35,7 +35,6 @@ class _Paged:
             self.page_size = args[6]
             self.qo = torch.arange(len(self.last) + 1, dtype=torch.int32)
         self.scale = kwargs["sm_scale"]
-        self.unsplit = kwargs.get("disable_split_kv", False)
 
     def run(self, q, kv, out=None):
         """flashinfer's run: into ``out`` when given (rows it does not compute keep what they held)."""
