@@ -9,7 +9,7 @@ part's mean microseconds a step (nested parts indented), and the wait for the de
     python3 scripts/gpu_host_step.py                    # random:qwen3-0.6b on CUDA, batch 1
     python3 scripts/gpu_host_step.py --model random:small-qwen3 --device cpu --tokens 64    # the script itself
 
-``--workload`` runs nano-vllm's whole workload instead (256 requests; warmed up as ``minisgl bench`` warms up):
+``--workload`` runs nano-vllm's whole workload instead (256 requests, after one whole run of it to warm up):
 the same parts per step, averaged over every step of the run. ``--cprofile N`` then also runs it once under
 cProfile and prints the N functions with the most host time of their own (cProfile slows the host, so those
 shares, not their seconds, are what it tells).
