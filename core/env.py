@@ -71,6 +71,12 @@ def whole_request_decode_disabled() -> bool:
     return _flag("MINISGL_DISABLE_WHOLE_REQUEST_DECODE")
 
 
+def prefill_graph_disabled() -> bool:
+    """MINISGL_DISABLE_PREFILL_GRAPH=1 runs every prefill chunk eagerly instead of replaying the captured graph of a
+    full chunk (core/engine/prefill_graph.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_PREFILL_GRAPH")
+
+
 DEFAULT_SPLIT_K = 2
 
 

@@ -151,7 +151,8 @@ class Batch:
     input_ids: torch.Tensor | None = None
     out_loc: torch.Tensor | None = None  # KV slot written by each input token
     attn_metadata: object = None
-    padded_size: int = 0  # rows after CUDA-graph padding (0: no padding)
+    # rows after CUDA-graph padding (0: not set); of a prefill, requests after padding (the prefill graph's)
+    padded_size: int = 0
 
     @property
     def size(self) -> int:

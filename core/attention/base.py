@@ -8,7 +8,9 @@ and v into the pool at ``batch.out_loc`` and returns the attention output over e
 Kernels that plan ahead (flashinfer) do so in ``begin_forward``, which the engine calls right before the
 forward pass rather than when the batch is prepared: planning writes buffers that the previous step's kernels
 may still read, so it belongs on the forward path. A backend that can run decode under CUDA graphs keeps its
-metadata in fixed buffers, one set per captured batch size (``init_cuda_graph`` / ``plan_cuda_graph``).
+metadata in fixed buffers, one set per captured batch size (``init_cuda_graph`` / ``plan_cuda_graph``); one that
+can also run a full prefill chunk under a graph keeps one more set for it (``init_prefill_graph`` /
+``plan_prefill_graph``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,16 @@ class AttentionBackend(ABC):
         """Fill the fixed buffers of ``padded_size`` for ``batch`` (padding rows after its requests) and set
         ``batch.attn_metadata`` to what ``forward`` reads during capture and replay."""
         raise NotImplementedError(f"{type(self).__name__} cannot run under CUDA graphs")
+
+    def init_prefill_graph(self, max_reqs: int, tokens: int, dummy_page: int) -> None:
+        """Allocate fixed metadata buffers for a prefill chunk of ``tokens`` tokens from at most ``max_reqs``
+        requests; padding requests read ``dummy_page``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run a prefill under a CUDA graph")
+
+    def plan_prefill_graph(self, batch: Batch) -> None:
+        """Fill the prefill graph's buffers for ``batch`` (prepared with ``padded_size`` requests; none during
+        capture) and set ``batch.attn_metadata`` to what ``forward`` reads during capture and replay."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run a prefill under a CUDA graph")
 
     @abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:

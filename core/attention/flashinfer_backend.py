@@ -161,6 +161,7 @@ class FlashInferBackend(AttentionBackend):
         self._small_decode: SmallDecodePlan | None = None
         self._dummy_page = 0
         self._plan_copied: torch.cuda.Event | None = None  # the last plan's host-to-device copy has run
+        self._prefill_graph_wrapper: Any = None  # a full prefill chunk's, under a CUDA graph (init_prefill_graph)
 
     @staticmethod
     def check_supported(pool: KVPool) -> None:
@@ -198,7 +199,10 @@ class FlashInferBackend(AttentionBackend):
                            pinned(layout.last_page_len, self.device))
 
     def _qo_indptr(self, batch: Batch) -> torch.Tensor | None:
-        return self._offsets([r.extend_len for r in batch.reqs]) if batch.is_prefill else None
+        """A prefill's query offsets; requests of a chunk padded for the prefill graph add no query tokens."""
+        if not batch.is_prefill:
+            return None
+        return self._offsets([r.extend_len for r in batch.reqs] + [0] * max(batch.padded_size - batch.size, 0))
 
     def _offsets(self, lengths: list[int]) -> torch.Tensor:
         """Where each of consecutive runs of ``lengths`` starts, and the end: pinned host int32."""
@@ -383,3 +387,46 @@ class FlashInferBackend(AttentionBackend):
         wrapper = self._graph_wrappers[padded_size]
         self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, self.unsplit(padded_size))
         batch.attn_metadata = FlashInferMetadata(layout, None, wrapper)
+
+    def init_prefill_graph(self, max_reqs: int, tokens: int, dummy_page: int) -> None:
+        """A prefill wrapper with fixed buffers for a chunk of ``tokens`` tokens from up to ``max_reqs`` requests
+        (core/engine/prefill_graph.py). flashinfer's graph mode fixes the number of requests, so a chunk's list
+        is padded to ``max_reqs`` with requests of no query tokens that read one token of ``dummy_page``: its plan
+        gives them no work."""
+        self._dummy_page = dummy_page
+        pages_per_row = pages_for(self.page_table.shape[1], self.page_size)
+        # every request's whole page list, and room for the capture's one request over all the chunk's tokens
+        pages = max_reqs * pages_per_row + pages_for(tokens, self.page_size)
+        int32 = {"dtype": torch.int32, "device": self.device}
+        self._prefill_graph_wrapper = self._fi.BatchPrefillWithPagedKVCacheWrapper(
+            self.workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=torch.zeros(max_reqs + 1, **int32),
+            paged_kv_indptr_buf=torch.zeros(max_reqs + 1, **int32), paged_kv_indices_buf=torch.zeros(pages, **int32),
+            paged_kv_last_page_len_buf=torch.zeros(max_reqs, **int32))
+
+    def plan_prefill_graph(self, batch: Batch) -> None:
+        """Plan the prefill graph's wrapper for ``batch``, prepared with ``padded_size`` requests (the graph's
+        fixed count; its metadata already padded); queued on this stream after the previous replay."""
+        meta: FlashInferMetadata = batch.attn_metadata if batch.reqs else self._capture_metadata(batch)
+        lay = meta.layout
+        assert lay.size == batch.padded_size == len(meta.qo_indptr) - 1, "a prefill for the graph is padded first"
+        self._wait_last_plan()
+        self._prefill_graph_wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len,
+                                         self.num_heads, self.num_kv_heads, self.head_dim, self.page_size,
+                                         causal=True, sm_scale=self.scale, q_data_type=self.dtype,
+                                         kv_data_type=self.dtype)
+        self._mark_plan()
+        meta.wrapper = self._prefill_graph_wrapper
+        batch.attn_metadata = meta
+
+    def _capture_metadata(self, batch: Batch) -> FlashInferMetadata:
+        """What the graph is captured with (a batch of no requests): one request of all the chunk's tokens over
+        the dummy page, then padding requests."""
+        tokens, pad = len(batch.input_ids), batch.padded_size - 1
+        pages = pages_for(tokens, self.page_size)
+        layout = PagedLayout(torch.tensor([0, pages], dtype=torch.int32),
+                             torch.full((pages,), self._dummy_page, dtype=torch.int32, device=self.device),
+                             torch.tensor([tokens - (pages - 1) * self.page_size], dtype=torch.int32))
+        layout = layout.padded(pad, self._dummy_page)
+        layout = PagedLayout(pinned(layout.indptr, self.device), layout.indices,
+                             pinned(layout.last_page_len, self.device))
+        return FlashInferMetadata(layout, self._offsets([tokens] + [0] * pad))

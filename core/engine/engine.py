@@ -20,6 +20,7 @@ from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
 from core.engine.cpu_decode_model import build_cpu_decode
 from core.engine.graph import CudaGraphRunner
+from core.engine.prefill_graph import PrefillGraphRunner
 from core.engine.plan import EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
@@ -137,6 +138,7 @@ class Engine:
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
         self.graph_runner = self._make_graph_runner(log)
+        self.prefill_graph = self._make_prefill_graph(log)
         # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if log:
@@ -165,6 +167,8 @@ class Engine:
             why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
+        if self.prefill_graph is not None:
+            graphs += f" and for full prefill chunks of {self.prefill_graph.tokens:,} tokens"
         four_bit = four_bit_panels(self.model)
         packed = ((", linears in C on weights packed into panels (AVX-512" +
                    (f"; {four_bit} of them as the 4-bit codes they are made of)" if four_bit else ")"))
@@ -236,17 +240,31 @@ class Engine:
         return CudaGraphRunner(self.model, self.attn_backend, self.plan.cuda_graph_max_bs,
                                self.dummy_page * self.page_size, self.dummy_page, self.device, log, greedy_sizes)
 
+    def _make_prefill_graph(self, log: Callable[[str], None] | None) -> PrefillGraphRunner | None:
+        """The full prefill chunk's graph, where the plan takes it and a full chunk can happen at all (enough
+        rows of long enough sequences to fill one)."""
+        config = self.config
+        tokens = config.max_extend_tokens
+        if not self.plan.prefill_graph or tokens > config.max_running_req * self.max_seq_len:
+            return None
+        return PrefillGraphRunner(self.model, self.attn_backend, tokens, min(config.max_running_req, tokens),
+                                  self.dummy_page * self.page_size, self.dummy_page, self.device, log)
+
     def release_cuda_graphs(self) -> None:
-        """Drop the captured graphs (decode runs eagerly from here on). Under tensor parallelism they hold NCCL
-        work, and must be gone before the communicators are torn down."""
-        if self.graph_runner is None:
+        """Drop the captured graphs (every step runs eagerly from here on). Under tensor parallelism they hold
+        NCCL work, and must be gone before the communicators are torn down."""
+        if self.graph_runner is None and self.prefill_graph is None:
             return
-        self.graph_runner = None
+        self.graph_runner = self.prefill_graph = None
         torch.cuda.synchronize(self.device)
         gc.collect()
 
     def padded_size(self, batch: Batch) -> int:
-        """Rows the batch will run with: a decode batch under CUDA graphs is padded to a captured size."""
+        """Rows the batch will run with: a decode batch under CUDA graphs is padded to a captured size, a full
+        prefill chunk to the prefill graph's request count."""
+        if batch.is_prefill:
+            graph = self.prefill_graph
+            return graph.max_reqs if graph is not None and graph.fits(batch) else batch.size
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
             return self.graph_runner.padded_size(batch.size)
         return batch.size
@@ -267,6 +285,8 @@ class Engine:
         with forward_context(batch, self.attn_backend, greedy_logits=greedy), torch.inference_mode():
             if self.graph_runner is not None and self.graph_runner.can_run(batch):
                 logits = self.graph_runner.run(batch)
+            elif self.prefill_graph is not None and self.prefill_graph.can_run(batch):
+                logits = self.prefill_graph.run(batch, logits_indices)
             elif self.cpu_decode is not None and batch.is_decode and batch.size == 1:
                 req = batch.reqs[0]
                 logits = self.cpu_decode(batch.input_ids, batch.positions,

@@ -51,6 +51,8 @@ class EnginePlan:
     # from the batch size where flashinfer's tensor-core decode plan gives each request one KV chunk, plan it
     # unsplit (no float32 partials, no merge kernel); only under flashinfer attention
     whole_request_decode: bool = False
+    # a prefill chunk of exactly max_extend_tokens tokens replays a captured graph (core/engine/prefill_graph.py)
+    prefill_graph: bool = False
 
 
 @dataclass(frozen=True)
@@ -271,6 +273,14 @@ def graph_max_bs(config: EngineConfig, device: torch.device, attention: str) -> 
     return min(asked or DEFAULT_GRAPH_MAX_BS, config.max_running_req)
 
 
+def prefill_graph_runs(config: EngineConfig, attention: str, graph_bs: int, kv_fp8: bool) -> bool:
+    """A full prefill chunk under a CUDA graph where decode runs under graphs with flashinfer attention on a bf16
+    pool (an fp8 pool's prefill reads its sequences back through a ragged plan, not taken under graphs) and one
+    rank (not yet measured under tensor parallelism); MINISGL_DISABLE_PREFILL_GRAPH=1 keeps every chunk eager."""
+    return (graph_bs > 0 and attention == "flashinfer" and not kv_fp8 and config.tp == 1
+            and not env.prefill_graph_disabled())
+
+
 def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> EnginePlan:
     """``dtype`` is the one asked for (or the device's default); the engine runs in ``plan.precision.dtype``
     (the same: the precisions change the weights' form, not the activations')."""
@@ -278,13 +288,15 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
     dtype = precision.dtype
     attention = attention_name(config, device, dtype)
     kv_fp8 = config.kv_dtype == "fp8"
+    graph_bs = graph_max_bs(config, device, attention)
     return EnginePlan(
         attention=attention, kv_fp8=kv_fp8,
         fp8_paged_decode=kv_fp8 and attention == "torch" and device.type == "cuda" and triton_runs_on(device),
         kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8, precision.bf16_linears),
-        cuda_graph_max_bs=graph_max_bs(config, device, attention),
+        cuda_graph_max_bs=graph_bs,
         overlap=overlap_enabled(config, device), precision=precision,
         c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
         fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8),
         tensor_core_decode_rows=env.tensor_core_decode_rows() if attention == "flashinfer" else 0,
-        whole_request_decode=attention == "flashinfer" and not env.whole_request_decode_disabled())
+        whole_request_decode=attention == "flashinfer" and not env.whole_request_decode_disabled(),
+        prefill_graph=prefill_graph_runs(config, attention, graph_bs, kv_fp8))

@@ -199,6 +199,7 @@ class Scheduler:
         write_index = [r.table_idx * table.width + (r.device_len if s else table.scratch_col)
                        for r, s in zip(reqs, samples)]
         input_index = None
+        batch.padded_size = self.engine.padded_size(batch)
         if batch.is_prefill:
             host, lengths = prefill_indices(writes, write_index, table.width).pack()
             dev = PrefillIndices.unpack(upload(host, self.device), lengths)
@@ -207,7 +208,6 @@ class Scheduler:
             table.flat[dev.pool_places] = batch.input_ids
             batch.out_loc = self.engine.page_table[dev.token_rows, batch.positions]
         else:
-            batch.padded_size = self.engine.padded_size(batch)
             host, lengths = decode_indices(reqs, write_index, batch.padded_size - len(reqs), self.page_size,
                                            table.width, table.pad_row, self.engine.dummy_page).pack()
             dev = DecodeIndices.unpack(upload(host, self.device), lengths)

@@ -236,6 +236,31 @@ def test_small_decode_kernel_agrees_with_flashinfer(hd128_dir, page_size):
     assert verdict.ok, verdict.details
 
 
+@needs_flashinfer
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_full_prefill_chunks_under_a_graph_agree_with_eager_ones(hd128_dir, monkeypatch, page_size):
+    """Chunks of exactly max_extend_tokens tokens replay the prefill graph (the request list padded to its count
+    with empty requests; cached prefixes among them, from the same prompts run twice); partial chunks run
+    eagerly. The tokens against the same engine with every chunk eager, by the near-tie rule."""
+    prompts, lengths = prompts_and_lengths(12, seed=31)
+    common = dict(device="cuda", dtype="bfloat16", attention="flashinfer", max_running_req=5, page_size=page_size,
+                  max_extend_tokens=64, cache="radix", **SMALL)
+    graphs = LLM(hd128_dir, **common)
+    monkeypatch.setenv("MINISGL_DISABLE_PREFILL_GRAPH", "1")
+    eager = LLM(hd128_dir, **common)
+    runner = graphs.engine.prefill_graph
+    assert runner is not None and eager.engine.prefill_graph is None and runner.max_reqs == 5
+    replays: list[int] = []
+    real_run = runner.run
+    monkeypatch.setattr(runner, "run", lambda batch, rows: (replays.append(batch.size), real_run(batch, rows))[1])
+    outs_graphs = generate(graphs, prompts + prompts, lengths + lengths)
+    outs_eager = generate(eager, prompts + prompts, lengths + lengths)
+    assert len(replays) >= 2 and min(replays) < runner.max_reqs, replays
+    assert [len(o) for o in outs_graphs] == lengths + lengths
+    verdict = near_tie_compare(eager, graphs, prompts + prompts, outs_eager, outs_graphs)
+    assert verdict.ok, verdict.details
+
+
 def test_compiled_sampling_draws_what_eager_sampling_draws():
     from core.engine.sampler import _compiled_race, _race
 

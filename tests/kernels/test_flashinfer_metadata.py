@@ -201,3 +201,49 @@ def test_fp8_decode_splits_count_programs_per_request_for_the_all_heads_variant(
 
     assert [paged_splits(rows, 8) for rows in (1, 16, 64, 256)] == [4, 4, 1, 1]
     assert [paged_splits(rows, 8, all_heads=True) for rows in (1, 64, 128, 256)] == [4, 4, 2, 1]
+
+
+class _EagerReplay:
+    """A 'graph' that replays by running the captured pass again, on the same fixed buffers and the same
+    wrapper (the CPU captures nothing): what the prefill graph's inputs, padding and plan give, without CUDA."""
+
+    def __init__(self, runner) -> None:
+        from core.attention.context import get_context
+
+        self.runner, self.context = runner, get_context()
+        self.logits = runner._forward()
+        self.replays: list[int] = []  # the requests of each chunk replayed
+
+    def replay(self) -> None:
+        from core.attention.context import forward_context
+
+        self.replays.append(int((self.runner.backend._prefill_graph_wrapper.qo.diff() > 0).sum()))
+        with forward_context(self.context.batch, self.context.backend):
+            self.logits.copy_(self.runner._forward())
+
+
+def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dirs, fake_flashinfer, monkeypatch):
+    """Chunks of exactly max_extend_tokens tokens run the prefill graph (here replayed eagerly): the inputs go
+    through its fixed buffers, the request list is padded to its count with requests of no query tokens, the
+    logits rows too; partial chunks run eagerly. The tokens stay the torch backend's."""
+    import core.engine.plan as plan_module
+    from core.engine.prefill_graph import PrefillGraphRunner
+
+    monkeypatch.setattr(plan_module, "prefill_graph_runs", lambda config, attention, *rest: attention == "flashinfer")
+    monkeypatch.setattr(PrefillGraphRunner, "_record", lambda self, device: (lambda g: (g, g.logits))(
+        _EagerReplay(self)))
+    prompts, max_tokens = varied_prompts(7, seed=3)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
+    kwargs = dict(max_running_req=4, page_size=4, max_extend_tokens=24, device="cpu")
+    ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
+    fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
+    graph = fi_llm.engine.prefill_graph
+    assert graph is not None and (graph.tokens, graph.max_reqs) == (24, 4)
+    eager = []
+    real_begin = fi_llm.engine.attn_backend.begin_forward
+    monkeypatch.setattr(fi_llm.engine.attn_backend, "begin_forward",
+                        lambda batch: (eager.append(batch.size) if batch.is_prefill else None, real_begin(batch)))
+    got = fi_llm.generate(prompts, params)
+    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
+    assert len(graph.graph.replays) >= 2 and min(graph.graph.replays) < 4, graph.graph.replays
+    assert eager, "the last, partial chunk runs eagerly"
