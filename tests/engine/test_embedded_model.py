@@ -31,7 +31,9 @@ def test_chapter_prompts_match_transformers(smollm2, smollm2_dir):
     assert [e.phase for e in events] == ["prefill"] + ["decode"] * 5
     assert events[0].batch_size == 5
     assert [e.batch_size for e in events[1:]] == [4, 3, 3, 2, 1]
-    assert [r.uid for r in events[1].reqs] == sorted(r.uid for r in events[1].reqs)
+    # a decode batch's rows: shortest sequence first, then by uid (core/scheduler/decode.py)
+    rows = [(r.cached_len + r.extend_len, r.uid) for r in events[1].reqs]
+    assert rows == sorted(rows) and len({n for n, _ in rows}) > 1
     assert 3 not in {r.uid for e in events[1:] for r in e.reqs}  # max_tokens=1: done right after prefill
 
 

@@ -89,7 +89,10 @@ def test_a_request_arriving_mid_decode_is_prefilled_next_while_the_others_decode
     assert phases[:3] == [("prefill", (0, 1)), ("decode", (0, 1)), ("decode", (0, 1))]
     assert phases[3] == ("prefill", (late[0],))  # prefill first: it does not wait for the others to finish
     assert events[3].arrived == (late[0],) and all(e.arrived == () for e in events[1:3])
-    assert phases[4] == ("decode", (0, 1, late[0]))  # and then it decodes in the same batch as they do
+    # and then it decodes in the same batch as they do (rows shortest sequence first, core/scheduler/decode.py)
+    assert phases[4][0] == "decode" and sorted(phases[4][1]) == [0, 1, late[0]]
+    rows = [(r.cached_len + r.extend_len, r.uid) for r in events[4].reqs]
+    assert rows == sorted(rows)
     assert [r["token_ids"] for r in out] == [greedy(model_dirs["llama"], p, 8) for p in PROMPTS[:2]]
 
 
