@@ -17,7 +17,8 @@ from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
             "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL",
-            "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_DISABLE_CUDA_FP8_DECODE", "MINISGL_DISABLE_SCREENED_HEAD")
+            "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_DISABLE_CUDA_FP8_DECODE", "MINISGL_DISABLE_SCREENED_HEAD",
+            "MINISGL_DISABLE_PREFILL_GRAPH")
 
 
 @pytest.fixture
@@ -166,3 +167,16 @@ def test_an_fp8_cache_under_flashinfer_decodes_on_the_cuda_kernel_where_it_build
     assert not plan_engine(EngineConfig(kv_dtype="fp8", attention="torch"), CUDA, torch.bfloat16).fp8_cuda_decode
     monkeypatch.setenv("MINISGL_DISABLE_CUDA_FP8_DECODE", "1")
     assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode
+
+
+def test_full_prefill_chunks_run_under_a_graph_only_beside_decode_graphs_on_one_rank(triton_everywhere, monkeypatch):
+    """A bf16 pool under flashinfer attention with decode graphs, on one rank: not with graphs off, an fp8 pool
+    (its prefill is a ragged plan), tensor parallelism, the torch backend, a CPU, or the switch."""
+    monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
+    assert plan_engine(EngineConfig(), CUDA, torch.bfloat16).prefill_graph
+    for config in (EngineConfig(cuda_graph_max_bs=0), EngineConfig(kv_dtype="fp8"), EngineConfig(tp=2),
+                   EngineConfig(attention="torch", cuda_graph_max_bs=0)):
+        assert not plan_engine(config, CUDA, torch.bfloat16).prefill_graph, config
+    assert not plan_engine(EngineConfig(), CPU, torch.float32).prefill_graph
+    monkeypatch.setenv("MINISGL_DISABLE_PREFILL_GRAPH", "1")
+    assert not plan_engine(EngineConfig(), CUDA, torch.bfloat16).prefill_graph
