@@ -12,7 +12,9 @@ part's mean microseconds a step (nested parts indented), and the wait for the de
 ``--workload`` runs nano-vllm's whole workload instead (256 requests, after one whole run of it to warm up):
 the same parts per step, averaged over every step of the run. ``--cprofile N`` then also runs it once under
 cProfile and prints the N functions with the most host time of their own (cProfile slows the host, so those
-shares, not their seconds, are what it tells).
+shares, not their seconds, are what it tells). ``--first N`` prints each round's first N timed calls in order,
+each with its start after the ``generate`` call and its length: where the run's first step goes (on an H200 the
+workload's first prefill step took about 50 ms against 15 for the next ones, docs/BENCHMARKS.md session 40).
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Timers:
         self.kind = "start"  # the kind of the step launched last (``step_kind``)
         self.kind_total: dict[tuple[str, str], float] = defaultdict(float)
         self.kind_steps: dict[str, int] = defaultdict(int)
+        self.started = 0.0  # when the round's generate was called
+        self.first: list[tuple[str, int, float, float]] = []  # (name, depth, start, seconds) of the first calls
+        self.keep_first = 0
 
     def wrap(self, owner: Any, attr: str, name: str, depth: int) -> None:
         inner: Callable = getattr(owner, attr)
@@ -53,6 +58,8 @@ class Timers:
                 return inner(*args, **kwargs)
             finally:
                 elapsed = time.perf_counter() - start
+                if len(self.first) < self.keep_first:
+                    self.first.append((name, depth, start - self.started, elapsed))
                 self.total[name] += elapsed
                 self.calls[name] += 1
                 self.kind_total[(self.kind, name)] += elapsed
@@ -60,6 +67,7 @@ class Timers:
         setattr(owner, attr, timed)
 
     def reset(self) -> None:
+        self.first.clear()
         self.total.clear()
         self.calls.clear()
         self.kind_total.clear()
@@ -73,6 +81,13 @@ class Timers:
         for kind, steps in self.kind_steps.items():
             parts = ", ".join(f"{self.kind_total[(kind, n)] / steps * 1e6:.0f}" for n in names)
             print(f"    {kind}: {steps} steps: {parts}")
+
+    def print_first(self) -> None:
+        """The first timed calls in the order they ended (nested parts end before their callers)."""
+        if self.first:
+            print("  first calls (ms after generate was called: start, length):")
+        for name, depth, start, seconds in self.first:
+            print(f"    {'  ' * depth}{start * 1e3:8.2f} {seconds * 1e3:7.2f}  {name}")
 
 
 class GcTimer:
@@ -131,6 +146,9 @@ def instrument(llm: LLM, timers: Timers) -> None:
         timers.wrap(engine.attn_backend, "plan_cuda_graph", "plan for the graph (page-list copies)", 3)
         for graph in engine.graph_runner.graphs.values():
             timers.wrap(graph, "replay", "graph replay call", 3)
+    if engine.prefill_graph is not None:
+        timers.wrap(engine.prefill_graph, "run", "prefill graph (copies, plan, replay)", 2)
+    timers.wrap(engine.attn_backend, "begin_forward", "plan (eager step)", 2)
     timers.wrap(engine.sampler, "sample", "sample", 2)
     timers.wrap(engine, "to_host", "to_host (token copy, event)", 1)
     timers.wrap(llm, "_finish", "finish", 0)
@@ -163,19 +181,22 @@ def main() -> None:
     parser.add_argument("--workload", action="store_true", help="nano-vllm's workload instead of one request")
     parser.add_argument("--cprofile", type=int, default=0, metavar="N",
                         help="with --workload: one more run under cProfile, its N largest own times")
+    parser.add_argument("--first", type=int, default=0, metavar="N",
+                        help="print each round's first N timed calls, when each started and how long it took")
     args = parser.parse_args()
     llm = LLM(args.model, page_size=16, max_running_req=256 if args.workload else 8, max_seq_len=4096,
               device=args.device, log=print)
     prompts, params = requests(llm, args)
     llm.generate(prompts, params)  # warm-up
     timers = Timers()
+    timers.keep_first = args.first
     instrument(llm, timers)
     collections = GcTimer()
     for round_ in range(args.rounds):
+        llm.reset_prefix_cache()  # a loop of its own: before the timers start
         timers.reset()
         collections.reset()
-        llm.reset_prefix_cache()
-        start = time.perf_counter()
+        start = timers.started = time.perf_counter()
         llm.generate(prompts, params)
         wall = time.perf_counter() - start
         steps = timers.calls["launch"]
@@ -190,6 +211,7 @@ def main() -> None:
         print(f"  host busy {busy / steps * 1e6:.1f} us a step, waiting "
               f"{timers.total['wait for the device'] / steps * 1e6:.1f}")
         timers.print_by_kind()
+        timers.print_first()
         print(collections.line())
     if args.cprofile:
         import cProfile
