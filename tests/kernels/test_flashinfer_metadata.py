@@ -222,6 +222,12 @@ class _EagerReplay:
             self.logits.copy_(self.runner._forward())
 
 
+def _record_eagerly(runner, device) -> tuple[_EagerReplay, torch.Tensor]:
+    """Stands in for ``PrefillGraphRunner._record``: the 'graph' and the logits it fills."""
+    graph = _EagerReplay(runner)
+    return graph, graph.logits
+
+
 def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dirs, fake_flashinfer, monkeypatch):
     """Chunks of exactly max_extend_tokens tokens run the prefill graph (here replayed eagerly): the inputs go
     through its fixed buffers, the request list is padded to its count with requests of no query tokens, the
@@ -230,8 +236,7 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     from core.engine.prefill_graph import PrefillGraphRunner
 
     monkeypatch.setattr(plan_module, "prefill_graph_runs", lambda config, attention, *rest: attention == "flashinfer")
-    monkeypatch.setattr(PrefillGraphRunner, "_record", lambda self, device: (lambda g: (g, g.logits))(
-        _EagerReplay(self)))
+    monkeypatch.setattr(PrefillGraphRunner, "_record", _record_eagerly)
     prompts, max_tokens = varied_prompts(7, seed=3)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
     kwargs = dict(max_running_req=4, page_size=4, max_extend_tokens=24, device="cpu")
@@ -239,10 +244,16 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
     graph = fi_llm.engine.prefill_graph
     assert graph is not None and (graph.tokens, graph.max_reqs) == (24, 4)
-    eager = []
-    real_begin = fi_llm.engine.attn_backend.begin_forward
-    monkeypatch.setattr(fi_llm.engine.attn_backend, "begin_forward",
-                        lambda batch: (eager.append(batch.size) if batch.is_prefill else None, real_begin(batch)))
+    eager: list[int] = []  # the requests of each prefill planned eagerly
+    backend = fi_llm.engine.attn_backend
+    real_begin = backend.begin_forward
+
+    def begin_forward(batch) -> None:
+        if batch.is_prefill:
+            eager.append(batch.size)
+        real_begin(batch)
+
+    monkeypatch.setattr(backend, "begin_forward", begin_forward)
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
     assert len(graph.graph.replays) >= 2 and min(graph.graph.replays) < 4, graph.graph.replays
