@@ -193,8 +193,10 @@ class FlashInferBackend(AttentionBackend):
         reqs = batch.reqs
         layout = paged_layout(self.page_table, [r.table_idx for r in reqs], [r.device_len for r in reqs],
                               self.page_size, [r.pages for r in reqs])
-        layout = layout.padded(padded_size - batch.size, self._dummy_page)
-        # pinned, so that plan's copies of them are queued rather than waited for
+        return self._pinned(layout.padded(padded_size - batch.size, self._dummy_page))
+
+    def _pinned(self, layout: PagedLayout) -> PagedLayout:
+        """The layout with its host parts pinned, so that plan's copies of them are queued rather than waited for."""
         return PagedLayout(pinned(layout.indptr, self.device), layout.indices,
                            pinned(layout.last_page_len, self.device))
 
@@ -218,12 +220,7 @@ class FlashInferBackend(AttentionBackend):
         if self.fp8:
             return self._begin_fp8(batch, meta)
         if batch.is_prefill:
-            self._wait_last_plan()
-            self.prefill_wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len, self.num_heads,
-                                      self.num_kv_heads, self.head_dim, self.page_size, causal=True,
-                                      sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype)
-            self._mark_plan()
-            meta.wrapper = self.prefill_wrapper
+            self._plan_prefill(self.prefill_wrapper, meta)
         else:
             wrapper = self._decode_wrapper(lay.size)
             self._plan_decode(wrapper, lay.indptr, lay.indices, lay.last_page_len)
@@ -276,6 +273,17 @@ class FlashInferBackend(AttentionBackend):
         wrapper.plan(indptr, indices, last, self.num_heads, self.num_kv_heads, self.head_dim, self.page_size,
                      sm_scale=self.scale, q_data_type=self.dtype, kv_data_type=self.dtype, **extra)
         self._mark_plan()
+
+    def _plan_prefill(self, wrapper: Any, meta: FlashInferMetadata) -> None:
+        """Plan a paged prefill wrapper (the eager one, or the prefill graph's) for ``meta``, and hand it to the
+        layers through it."""
+        lay = meta.layout
+        self._wait_last_plan()
+        wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len, self.num_heads, self.num_kv_heads,
+                     self.head_dim, self.page_size, causal=True, sm_scale=self.scale, q_data_type=self.dtype,
+                     kv_data_type=self.dtype)
+        self._mark_plan()
+        meta.wrapper = wrapper
 
     def _wait_last_plan(self) -> None:
         if self._plan_copied is not None:
@@ -407,15 +415,8 @@ class FlashInferBackend(AttentionBackend):
         """Plan the prefill graph's wrapper for ``batch``, prepared with ``padded_size`` requests (the graph's
         fixed count; its metadata already padded); queued on this stream after the previous replay."""
         meta: FlashInferMetadata = batch.attn_metadata if batch.reqs else self._capture_metadata(batch)
-        lay = meta.layout
-        assert lay.size == batch.padded_size == len(meta.qo_indptr) - 1, "a prefill for the graph is padded first"
-        self._wait_last_plan()
-        self._prefill_graph_wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len,
-                                         self.num_heads, self.num_kv_heads, self.head_dim, self.page_size,
-                                         causal=True, sm_scale=self.scale, q_data_type=self.dtype,
-                                         kv_data_type=self.dtype)
-        self._mark_plan()
-        meta.wrapper = self._prefill_graph_wrapper
+        assert meta.layout.size == batch.padded_size == len(meta.qo_indptr) - 1, "a graph's prefill is padded first"
+        self._plan_prefill(self._prefill_graph_wrapper, meta)
         batch.attn_metadata = meta
 
     def _capture_metadata(self, batch: Batch) -> FlashInferMetadata:
@@ -426,7 +427,5 @@ class FlashInferBackend(AttentionBackend):
         layout = PagedLayout(torch.tensor([0, pages], dtype=torch.int32),
                              torch.full((pages,), self._dummy_page, dtype=torch.int32, device=self.device),
                              torch.tensor([tokens - (pages - 1) * self.page_size], dtype=torch.int32))
-        layout = layout.padded(pad, self._dummy_page)
-        layout = PagedLayout(pinned(layout.indptr, self.device), layout.indices,
-                             pinned(layout.last_page_len, self.device))
-        return FlashInferMetadata(layout, self._offsets([tokens] + [0] * pad))
+        return FlashInferMetadata(self._pinned(layout.padded(pad, self._dummy_page)),
+                                  self._offsets([tokens] + [0] * pad))
