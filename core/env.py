@@ -77,6 +77,12 @@ def prefill_graph_disabled() -> bool:
     return _flag("MINISGL_DISABLE_PREFILL_GRAPH")
 
 
+def head_major_kv_disabled() -> bool:
+    """MINISGL_DISABLE_HEAD_MAJOR_KV=1 keeps a bf16 pool under flashinfer attention token-major (NHD) instead of
+    head-major (HND: each page one KV head's tokens side by side; core/kvcache/pool.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_HEAD_MAJOR_KV")
+
+
 DEFAULT_SPLIT_K = 2
 
 

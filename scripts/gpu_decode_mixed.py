@@ -13,10 +13,12 @@ flashinfer's output first.
 The order of the requests in the batch may matter too: flashinfer's plans hand out work request by request (one
 KV head after another), so a long request late in the batch could be a tail. ``--orders`` times each batch as
 drawn, longest first and shortest first. ``--xqa`` adds flashinfer's XQA decode (TensorRT-LLM's kernel, through a
-[batch, pages] page table), ``--hnd`` the unsplit tensor-core decode on an HND copy of the pages.
+[batch, pages] page table), ``--hnd`` the unsplit tensor-core decode on an HND copy of the pages, ``--fa3`` the
+batch prefill kernel of the Hopper backend (fa3: warp-specialised, its loads in producer warps) with one query per
+request, which the tensor-core decode's plan never picks for bf16 (it takes fa2's).
 
     python3 scripts/gpu_decode_mixed.py [--batches 32,64,...,256] [--splits 1,2,4,8] [--orders drawn,longest,shortest]
-        [--xqa] [--hnd] [--json F]
+        [--xqa] [--hnd] [--fa3] [--page 16] [--json F]
 """
 
 from __future__ import annotations
@@ -81,7 +83,29 @@ def xqa_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], indptr: torc
     return {"kernel": "xqa", **common, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff}
 
 
-def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = False) -> list[dict]:
+def fa3_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], indptr: torch.Tensor, indices: torch.Tensor,
+            last: torch.Tensor, reference: torch.Tensor, common: dict, kv_bytes: int) -> dict:
+    """flashinfer's fa3 batch prefill with one query per request, planned for CUDA graphs as the engine plans."""
+    import flashinfer
+
+    batch = q.shape[0]
+    workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+    qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+        workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=qo_indptr.clone(), paged_kv_indptr_buf=indptr.clone(),
+        paged_kv_indices_buf=indices.clone(), paged_kv_last_page_len_buf=last.clone(), backend="fa3")
+    wrapper.plan(qo_indptr.cpu(), indptr.cpu(), indices.cpu(), last.cpu(), HEADS, KV_HEADS, DIM, PAGE,
+                 causal=False, sm_scale=DIM ** -0.5, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+    out = torch.empty_like(q)
+    run = lambda: wrapper.run(q, kv, out=out)  # noqa: E731
+    run()
+    diff = (out.float() - reference.float()).abs().max().item()
+    seconds = timed(run)
+    return {"kernel": "fa3", **common, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff}
+
+
+def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = False,
+         fa3: bool = False) -> list[dict]:
     device = torch.device(DEVICE)
     batch = len(contexts)
     pages = [-(-c // PAGE) for c in contexts]
@@ -129,6 +153,11 @@ def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = 
             rows.append(xqa_row(q, kv, indptr, indices, contexts, reference, common, kv_bytes))
         except Exception as exc:  # a build or launch failure: report it, time the rest
             print(f"xqa: {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+    if fa3:
+        try:
+            rows.append(fa3_row(q, kv, indptr, indices, last, reference, common, kv_bytes))
+        except Exception as exc:
+            print(f"fa3: {type(exc).__name__}: {str(exc)[:400]}", flush=True)
     for s in splits:
         tile = replace(TILES[False], splits=s)
         buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, s, device) if s > 1 else None
@@ -143,14 +172,18 @@ def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = 
 
 
 def main() -> None:
+    global PAGE
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", default="32,64,96,128,160,192,224,256")
     parser.add_argument("--splits", default="1,2,4,8")
     parser.add_argument("--orders", default="drawn", help=f"comma-separated, of {', '.join(ORDERS)}")
     parser.add_argument("--xqa", action="store_true", help="also flashinfer's XQA decode (TensorRT-LLM's kernel)")
     parser.add_argument("--hnd", action="store_true", help="also flashinfer's tensor-core decode on an HND copy")
+    parser.add_argument("--fa3", action="store_true", help="also flashinfer's fa3 batch prefill, one query a request")
+    parser.add_argument("--page", type=int, default=PAGE, help="tokens a page (the Triton kernel needs 16)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    PAGE = args.page
     prompt_lens, max_tokens = workload_lengths()
     splits = [int(s) for s in args.splits.split(",") if s]
     orders = args.orders.split(",")
@@ -158,14 +191,15 @@ def main() -> None:
         parser.error(f"unknown order {unknown[0]!r}: choose from {', '.join(ORDERS)}")
     rows = []
     for batch, order in ((int(b), o) for b in args.batches.split(",") for o in orders):
-        got = case(ORDERS[order](contexts_at(batch, prompt_lens, max_tokens)), splits, args.xqa, args.hnd)
+        got = case(ORDERS[order](contexts_at(batch, prompt_lens, max_tokens)), splits, args.xqa, args.hnd, args.fa3)
         for row in got:
             row["order"] = order
         rows += got
         best = min(got, key=lambda r: r["us"])
-        print(f"rows {batch} ({order}), context mean {got[0]['mean_context']:.0f} max {got[0]['max_context']}: " + ", ".join(
-            f"{r['kernel']} {r['us']:.1f} us ({r['tb_s']:.2f} TB/s{', diff %.3f' % r['max_diff'] if r['max_diff'] > 0.02 else ''})"
-            for r in got) + f"; best {best['kernel']}", flush=True)
+        cells = ", ".join(f"{r['kernel']} {r['us']:.1f} us ({r['tb_s']:.2f} TB/s"
+                          f"{', diff %.3f' % r['max_diff'] if r['max_diff'] > 0.02 else ''})" for r in got)
+        print(f"page {PAGE}, rows {batch} ({order}), context mean {got[0]['mean_context']:.0f} max "
+              f"{got[0]['max_context']}: {cells}; best {best['kernel']}", flush=True)
         torch.cuda.empty_cache()
     if args.json:
         with open(args.json, "w") as f:

@@ -88,6 +88,6 @@ class AttentionBackend(ABC):
         pool = self.pool
         scales = (pool.k_scale[layer], pool.v_scale[layer]) if pool.fp8 else (None, None)  # fp8: quantised in
         q = qkv_norm_rope_store(qkv, spec.num_heads, spec.num_kv_heads, spec.head_dim, positions, spec.cos_sin,
-                                spec.q_norm_weight, spec.k_norm_weight, spec.eps, pool.k[layer], pool.v[layer],
-                                batch.out_loc, *scales)
+                                spec.q_norm_weight, spec.k_norm_weight, spec.eps, pool.k_layers[layer],
+                                pool.v_layers[layer], batch.out_loc, *scales, head_block=pool.head_block)
         return self.attend(q, layer, batch)

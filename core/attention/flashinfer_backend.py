@@ -1,7 +1,8 @@
 """Attention through flashinfer's paged kernels (CUDA, bf16/fp16).
 
-Prefill and decode both read the KV pool as pages: each layer's [slots, kv_heads, head_dim] buffer viewed as
-[pages, page_size, kv_heads, head_dim] (flashinfer's NHD layout). A step's new k and v are written into the
+Prefill and decode both read the KV pool as pages, in the pool's layout (core/kvcache/pool.py): token-major
+[pages, page_size, kv_heads, head_dim] (flashinfer's NHD) or, as the engine's plan builds a bf16 pool for this
+backend, head-major [pages, kv_heads, page_size, head_dim] (HND). A step's new k and v are written into the
 pool first, so a prefill is one paged call over cached prefix and new tokens together, causal with the
 queries aligned to the end of each sequence. Page lists come from the page table (``paging.paged_layout``).
 
@@ -152,7 +153,7 @@ class FlashInferBackend(AttentionBackend):
                     if self.device.type == "cuda" else H200_SMS)
         self.unsplit_rows = whole_request_rows(sm_count, num_kv_heads) if whole_request_decode else 0
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
-        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")
+        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, pool.layout)
         self._decode_wrappers: dict[bool, Any] = {}  # eager decode, by whether it runs on tensor cores
         if self.fp8:
             self.ragged_wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD")
@@ -235,7 +236,7 @@ class FlashInferBackend(AttentionBackend):
         tensor_cores = self.tensor_cores(rows)
         if tensor_cores not in self._decode_wrappers:
             self._decode_wrappers[tensor_cores] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
-                self.workspace, "NHD", use_tensor_cores=tensor_cores)
+                self.workspace, self.pool.layout, use_tensor_cores=tensor_cores)
         return self._decode_wrappers[tensor_cores]
 
     def _begin_fp8(self, batch: Batch, meta: FlashInferMetadata) -> None:
@@ -310,8 +311,7 @@ class FlashInferBackend(AttentionBackend):
         # a batch planned for the small decode has no wrapper; the one plan that enables it sends the layers to
         # attend_qkv, so this path never meets one
         assert wrapper is not None, "a small-decode batch reached attend: its layers must call attend_qkv"
-        shape = (-1, self.page_size, self.num_kv_heads, self.head_dim)
-        kv = (self.pool.k[layer].view(shape), self.pool.v[layer].view(shape))
+        kv = self.pool.pages(layer)
         # every query row attends to at least itself, so the output needs no zeros first (flashinfer's paged
         # prefill fills a new one with them: 11 us a layer in an 8,190-token prefill chunk on an H200)
         return wrapper.run(q, kv, out=torch.empty_like(q))
@@ -321,8 +321,8 @@ class FlashInferBackend(AttentionBackend):
         plan = batch.attn_metadata.small_decode
         if plan is None:
             return super().attend_qkv(qkv, positions, spec, layer, batch)
-        return small_decode_attention(qkv, positions, spec, self.pool.k[layer], self.pool.v[layer], batch.out_loc,
-                                      plan)
+        return small_decode_attention(qkv, positions, spec, self.pool.k_layers[layer], self.pool.v_layers[layer],
+                                      batch.out_loc, plan)
 
     # ---- CUDA graphs ---------------------------------------------------------------------------------------
     supports_cuda_graph = True
@@ -348,10 +348,10 @@ class FlashInferBackend(AttentionBackend):
             self._small_decode = make_plan(small_bs, self.num_heads, self.num_kv_heads, self.head_dim,
                                            self.page_size, self.scale, self._small_lists[:header],
                                            self._small_lists[2 * header:], self._small_lists[header:2 * header],
-                                           pdl=self.pdl)
+                                           pdl=self.pdl, head_block=self.pool.head_block)
         for bs in batch_sizes:
             self._graph_wrappers[bs] = self._fi.BatchDecodeWithPagedKVCacheWrapper(
-                self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.tensor_cores(bs),
+                self.workspace, self.pool.layout, use_cuda_graph=True, use_tensor_cores=self.tensor_cores(bs),
                 paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
                 paged_kv_last_page_len_buffer=self._graph_last[:bs])
 
@@ -407,7 +407,7 @@ class FlashInferBackend(AttentionBackend):
         pages = max_reqs * pages_per_row + pages_for(tokens, self.page_size)
         int32 = {"dtype": torch.int32, "device": self.device}
         self._prefill_graph_wrapper = self._fi.BatchPrefillWithPagedKVCacheWrapper(
-            self.workspace, "NHD", use_cuda_graph=True, qo_indptr_buf=torch.zeros(max_reqs + 1, **int32),
+            self.workspace, self.pool.layout, use_cuda_graph=True, qo_indptr_buf=torch.zeros(max_reqs + 1, **int32),
             paged_kv_indptr_buf=torch.zeros(max_reqs + 1, **int32), paged_kv_indices_buf=torch.zeros(pages, **int32),
             paged_kv_last_page_len_buf=torch.zeros(max_reqs, **int32))
 

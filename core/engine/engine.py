@@ -97,7 +97,7 @@ class Engine:
         # one page more than the cache hands out: padding rows of a CUDA-graph batch write their KV there
         self.dummy_page = self.num_pages
         self.kv_pool = KVPool(cfg.num_layers, self.num_pages + 1, self.page_size, self.num_kv_heads, cfg.head_dim,
-                              self.dtype, self.device, fp8=self.kv_fp8)
+                              self.dtype, self.device, fp8=self.kv_fp8, head_major=self.plan.head_major_kv)
         # one row per running request; a position's KV slot. The spare last row (padding) points at the dummy page.
         # Whole pages wide, so a page's slots are always written together.
         width = pages_for(self.max_seq_len, self.page_size) * self.page_size
@@ -179,8 +179,9 @@ class Engine:
                        ", a greedy request's LM head screened through int8")
         if plan.precision.words:
             packed += f", {plan.precision.words}"
+        layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
         return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
-                f"{tokens:,} tokens{' in fp8' if plan.kv_fp8 else ''} ({_size(tokens * per_token)}; {why}), "
+                f"{tokens:,} tokens{' in fp8' if plan.kv_fp8 else ''}{layout} ({_size(tokens * per_token)}; {why}), "
                 f"{plan.attention} attention with {_kernel_words(plan)}{packed}, {graphs}")
 
     def _pool_pages(self) -> int:

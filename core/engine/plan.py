@@ -53,6 +53,9 @@ class EnginePlan:
     whole_request_decode: bool = False
     # a prefill chunk of exactly max_extend_tokens tokens replays a captured graph (core/engine/prefill_graph.py)
     prefill_graph: bool = False
+    # the KV pool head-major (flashinfer's HND: each page one KV head's tokens side by side), which decode reads
+    # faster at large pages (core/kvcache/pool.py); else token-major, what every other reader takes
+    head_major_kv: bool = False
 
 
 @dataclass(frozen=True)
@@ -281,6 +284,13 @@ def prefill_graph_runs(config: EngineConfig, attention: str, graph_bs: int, kv_f
             and not env.prefill_graph_disabled())
 
 
+def head_major_kv_runs(attention: str, kv_fp8: bool, c_decode: bool) -> bool:
+    """A head-major pool under flashinfer attention, whose readers (flashinfer's wrappers, the fused QKV write, the
+    small decode, the pool's own store and gather) all take it; not for an fp8 pool or beside the CPU's C decode
+    step, whose kernels read token-major rows. MINISGL_DISABLE_HEAD_MAJOR_KV=1 keeps it token-major."""
+    return attention == "flashinfer" and not kv_fp8 and not c_decode and not env.head_major_kv_disabled()
+
+
 def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> EnginePlan:
     """``dtype`` is the one asked for (or the device's default); the engine runs in ``plan.precision.dtype``
     (the same: the precisions change the weights' form, not the activations')."""
@@ -299,4 +309,5 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
         fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8),
         tensor_core_decode_rows=env.tensor_core_decode_rows() if attention == "flashinfer" else 0,
         whole_request_decode=attention == "flashinfer" and not env.whole_request_decode_disabled(),
-        prefill_graph=prefill_graph_runs(config, attention, graph_bs, kv_fp8))
+        prefill_graph=prefill_graph_runs(config, attention, graph_bs, kv_fp8),
+        head_major_kv=head_major_kv_runs(attention, kv_fp8, precision.c_decode))

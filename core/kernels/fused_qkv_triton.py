@@ -31,13 +31,21 @@ def norm_rope(qkv_row, heads, valid, gain_ptr, eps, cos, sin, NORM: tl.constexpr
 
 
 @triton.jit
+def kv_head_offset(slot, kv_head, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HEAD_BLOCK: tl.constexpr):
+    """Where KV head ``kv_head`` of the token in ``slot`` starts in a layer of the pool (broadcasting): token-major
+    with HEAD_BLOCK 1, head-major with HEAD_BLOCK the page size (core/kvcache/pool.py's formula)."""
+    return ((slot // HEAD_BLOCK) * (NUM_KV_HEADS * HEAD_BLOCK * HEAD_DIM) + kv_head * (HEAD_BLOCK * HEAD_DIM)
+            + (slot % HEAD_BLOCK) * HEAD_DIM)
+
+
+@triton.jit
 def store_heads(cache_ptr, scale_ptr, slot, kv_heads, valid, x, FP8: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
-                HEAD_DIM: tl.constexpr):
+                HEAD_DIM: tl.constexpr, HEAD_BLOCK: tl.constexpr):
     """Heads ``kv_heads`` ([rows], ``valid`` where real) of one token, ``x`` [rows, HEAD_DIM], into its slot; for
-    an fp8 pool as e4m3 with a scale per head, the way core/kvcache/pool.py's quantize_fp8 does it: divided by
-    its largest magnitude over 448."""
+    an fp8 pool (token-major) as e4m3 with a scale per head, the way core/kvcache/pool.py's quantize_fp8 does it:
+    divided by its largest magnitude over 448."""
     d = tl.arange(0, HEAD_DIM)
-    dst = cache_ptr + slot * (NUM_KV_HEADS * HEAD_DIM) + kv_heads[:, None] * HEAD_DIM + d[None, :]
+    dst = cache_ptr + kv_head_offset(slot, kv_heads, NUM_KV_HEADS, HEAD_DIM, HEAD_BLOCK)[:, None] + d[None, :]
     if FP8:
         x32 = x.to(tl.float32)
         scale = tl.maximum(tl.max(tl.abs(x32), axis=1) / 448.0, 1.1754943508222875e-38)  # float32's tiny
@@ -54,7 +62,7 @@ def qkv_norm_rope_store_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, k_s
                                positions_ptr, loc_ptr, cos_sin_ptr, q_weight_ptr, k_weight_ptr, eps,
                                qkv_row_stride, NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
                                HEAD_DIM: tl.constexpr, NORM: tl.constexpr, FP8: tl.constexpr,
-                               BLOCK_H: tl.constexpr):
+                               BLOCK_H: tl.constexpr, HEAD_BLOCK: tl.constexpr):
     """One program per (token, part), each part's heads at once ([BLOCK_H, HEAD_DIM], padded rows masked):
     part 0 the query heads to the contiguous q, part 1 the key heads into the token's KV slot, both normalised
     and rotated, part 2 the value heads copied into the slot (with FP8, k and v quantised with their scales).
@@ -71,7 +79,7 @@ def qkv_norm_rope_store_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, k_s
     if part == 2:  # the value heads: copied into the slot
         v = tl.load(row + (NUM_HEADS + NUM_KV_HEADS + h)[:, None] * HEAD_DIM + d[None, :], mask=kv_valid[:, None],
                     other=0.0)
-        store_heads(v_cache_ptr, v_scale_ptr, slot, h, kv_valid, v, FP8, NUM_KV_HEADS, HEAD_DIM)
+        store_heads(v_cache_ptr, v_scale_ptr, slot, h, kv_valid, v, FP8, NUM_KV_HEADS, HEAD_DIM, HEAD_BLOCK)
     else:
         position = tl.load(positions_ptr + token).to(tl.int64)
         cos = tl.load(cos_sin_ptr + position * HEAD_DIM + d % HALF)
@@ -82,4 +90,4 @@ def qkv_norm_rope_store_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, k_s
             tl.store(q_out_ptr + (token * NUM_HEADS + h)[:, None] * HEAD_DIM + d[None, :], q, mask=q_valid[:, None])
         else:
             k = norm_rope(row, NUM_HEADS + h, kv_valid, k_weight_ptr, eps, cos, sin, NORM, HEAD_DIM)
-            store_heads(k_cache_ptr, k_scale_ptr, slot, h, kv_valid, k, FP8, NUM_KV_HEADS, HEAD_DIM)
+            store_heads(k_cache_ptr, k_scale_ptr, slot, h, kv_valid, k, FP8, NUM_KV_HEADS, HEAD_DIM, HEAD_BLOCK)

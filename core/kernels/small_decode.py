@@ -54,6 +54,7 @@ class SmallDecodePlan:
     scale: float
     splits: int  # the grid's programs per (request, KV head): GRID_SPLITS (tests use fewer, never more)
     pdl: bool = False  # launched as a programmatic dependent launch (KernelChoices.pdl)
+    head_block: int = 1  # the pool's layout: 1 token-major, the page size head-major (KVPool.head_block)
 
 
 def block_g(num_heads: int, num_kv_heads: int) -> int:
@@ -64,7 +65,7 @@ def block_g(num_heads: int, num_kv_heads: int) -> int:
 
 def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, page_size: int, scale: float,
               kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last: torch.Tensor,
-              pdl: bool = False, splits: int = GRID_SPLITS) -> SmallDecodePlan:
+              pdl: bool = False, splits: int = GRID_SPLITS, head_block: int = 1) -> SmallDecodePlan:
     if not 1 <= splits <= GRID_SPLITS:  # the partial buffers hold GRID_SPLITS per (request, KV head)
         raise ValueError(f"a small decode takes 1 to {GRID_SPLITS} splits, not {splits}")
     rows = max_bs * num_kv_heads * GRID_SPLITS * block_g(num_heads, num_kv_heads)
@@ -73,7 +74,7 @@ def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, pag
                            torch.empty(rows, head_dim, dtype=torch.float32, device=device),
                            torch.empty(rows, dtype=torch.float32, device=device),
                            torch.zeros(max_bs * num_kv_heads, dtype=torch.int32, device=device), page_size, scale,
-                           splits=splits, pdl=pdl)
+                           splits=splits, pdl=pdl, head_block=head_block)
 
 
 @functools.cache
@@ -85,8 +86,9 @@ def _kernel():
 
 def small_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, k_cache: torch.Tensor,
                            v_cache: torch.Tensor, out_loc: torch.Tensor, plan: SmallDecodePlan) -> torch.Tensor:
-    """qkv: [batch, (heads + 2 * kv_heads) * head_dim], one new token per request; k_cache, v_cache: one layer's
-    [slots, kv_heads, head_dim]. Writes the new k and v at ``out_loc``; returns [batch, heads, head_dim]."""
+    """qkv: [batch, (heads + 2 * kv_heads) * head_dim], one new token per request; k_cache, v_cache: one layer of
+    the pool, in the layout ``plan.head_block`` says. Writes the new k and v at ``out_loc``; returns [batch, heads,
+    head_dim]."""
     batch = qkv.shape[0]
     out = torch.empty(batch, spec.num_heads, spec.head_dim, dtype=qkv.dtype, device=qkv.device)
     norm = spec.q_norm_weight is not None
@@ -99,5 +101,6 @@ def small_decode_attention(qkv: torch.Tensor, positions: torch.Tensor, spec: QKV
         PAGE_SIZE=plan.page_size, GROUP=spec.num_heads // spec.num_kv_heads,
         BLOCK_G=block_g(spec.num_heads, spec.num_kv_heads), BLOCK_T=BLOCK_T, SPLITS=plan.splits, NORM=norm,
         DOT_PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", PDL=plan.pdl,  # tf32: unused for bf16
+        HEAD_BLOCK=plan.head_block,
         num_warps=NUM_WARPS, **({"launch_pdl": True} if plan.pdl else {}))
     return out

@@ -8,19 +8,20 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from core.kernels.fused_qkv_triton import norm_rope
+from core.kernels.fused_qkv_triton import kv_head_offset, norm_rope
 from core.kernels.split_merge_triton import finish_split, token_slots
 
 
 @triton.jit
 def cached_tile(k_cache_ptr, v_cache_ptr, kv_indices_ptr, first_page, t0, hi, kv_head, d, PAGE_SIZE: tl.constexpr,
-                KV_ROW: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr):
+                NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_T: tl.constexpr,
+                HEAD_BLOCK: tl.constexpr):
     """Keys and values of cached tokens [t0, t0 + BLOCK_T) of one KV head (zeros past ``hi``; nothing is read
     once t0 >= hi)."""
     t = t0 + tl.arange(0, BLOCK_T)
     t_valid = t < hi
     slot = token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE)
-    kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
+    kv_offs = kv_head_offset(slot, kv_head, NUM_KV_HEADS, HEAD_DIM, HEAD_BLOCK)[:, None] + d[None, :]
     k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
     v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
     return k, v
@@ -33,7 +34,7 @@ def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_n
                             NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
                             PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
                             BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, NORM: tl.constexpr,
-                            DOT_PRECISION: tl.constexpr, PDL: tl.constexpr):
+                            DOT_PRECISION: tl.constexpr, PDL: tl.constexpr, HEAD_BLOCK: tl.constexpr):
     """One program per (request, KV head, split of the cached tokens), of which a request uses one per tile of
     its context, up to SPLITS (the grid is fixed in the CUDA graph, the context is not). Split 0 also writes the
     new token's k and v into the pool and attends to them from registers; with more than one split in use, the
@@ -68,7 +69,7 @@ def decode_attention_kernel(qkv_ptr, qkv_stride, positions_ptr, cos_sin_ptr, q_n
         attend_split(qkv_row, b, kv_head, split, active, lo, hi, first_page, cos, sin, q_norm_ptr,
                      k_norm_ptr, eps, k_cache_ptr, v_cache_ptr, out_loc_ptr, kv_indices_ptr, part_o_ptr,
                      part_lse_ptr, counter_ptr, out_ptr, sm_scale, NUM_HEADS, NUM_KV_HEADS, HEAD_DIM, PAGE_SIZE,
-                     GROUP, BLOCK_G, BLOCK_T, SPLITS, NORM, DOT_PRECISION, PDL)
+                     GROUP, BLOCK_G, BLOCK_T, SPLITS, NORM, DOT_PRECISION, PDL, HEAD_BLOCK)
 
 
 @triton.jit
@@ -77,16 +78,15 @@ def attend_split(qkv_row, b, kv_head, split, active, lo, hi, first_page, cos, si
                  counter_ptr, out_ptr, sm_scale, NUM_HEADS: tl.constexpr, NUM_KV_HEADS: tl.constexpr,
                  HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
                  BLOCK_T: tl.constexpr, SPLITS: tl.constexpr, NORM: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                 PDL: tl.constexpr):
+                 PDL: tl.constexpr, HEAD_BLOCK: tl.constexpr):
     """One active split's work: cached tokens [lo, hi) of one (request, KV head), the new token in split 0, and
     the merge by whichever of the ``active`` splits finishes last."""
-    KV_ROW: tl.constexpr = NUM_KV_HEADS * HEAD_DIM
     d = tl.arange(0, HEAD_DIM)
     g = tl.arange(0, BLOCK_G)
     g_valid = g < GROUP
     t0 = lo
     k, v = cached_tile(k_cache_ptr, v_cache_ptr, kv_indices_ptr, first_page, t0, hi, kv_head, d, PAGE_SIZE,
-                       KV_ROW, HEAD_DIM, BLOCK_T)
+                       NUM_KV_HEADS, HEAD_DIM, BLOCK_T, HEAD_BLOCK)
     if PDL:
         gdc_wait()
 
@@ -111,11 +111,11 @@ def attend_split(qkv_row, b, kv_head, split, active, lo, hi, first_page, cos, si
         m = m_new
         t0 += BLOCK_T
         k, v = cached_tile(k_cache_ptr, v_cache_ptr, kv_indices_ptr, first_page, t0, hi, kv_head, d, PAGE_SIZE,
-                           KV_ROW, HEAD_DIM, BLOCK_T)
+                           NUM_KV_HEADS, HEAD_DIM, BLOCK_T, HEAD_BLOCK)
 
     if split == 0:  # the new token: written into its slot, attended to from registers
         slot_new = tl.load(out_loc_ptr + b).to(tl.int64)
-        new_offs = slot_new * KV_ROW + kv_head * HEAD_DIM + d
+        new_offs = kv_head_offset(slot_new, kv_head, NUM_KV_HEADS, HEAD_DIM, HEAD_BLOCK) + d
         tl.store(k_cache_ptr + new_offs[None, :], k_new)
         tl.store(v_cache_ptr + new_offs, v_new)
         score = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * sm_scale

@@ -1,8 +1,18 @@
 """The KV pool: per layer, one K and one V buffer of ``num_pages * page_size`` token slots.
 
 A slot index is ``page * page_size + offset``. The page table maps (request row, position) to a slot; the pool
-itself knows nothing about requests. The flat [slots, kv_heads, head_dim] layout views directly as
-[pages, page_size, kv_heads, head_dim], which is what paged kernels expect.
+itself knows nothing about requests. Two layouts, in flashinfer's names:
+
+* NHD (the default): token-major, [slots, kv_heads, head_dim]; it views directly as [pages, page_size, kv_heads,
+  head_dim]. A token's heads sit side by side, so a slot is one row: what the CPU kernels and the fp8 ones read.
+* HND (``head_major``): [pages, kv_heads, page_size, head_dim], each page holding one KV head's tokens side by
+  side. A decode kernel reads one KV head of a request at a time, so a page is one contiguous run of
+  ``page_size * head_dim`` values instead of ``page_size`` rows strided by every head: on an H200 flashinfer's
+  decode read 2-2.5% faster at page 128 (docs/BENCHMARKS.md, 2026-12-04).
+
+NHD is HND with one token per head block, so kernels address both with one formula: a token's head starts at
+``(slot // head_block) * kv_heads * head_block * head_dim + head * head_block * head_dim + (slot % head_block) *
+head_dim``, ``head_block`` being 1 (NHD) or ``page_size`` (HND).
 
 With ``fp8`` the pool stores float8 e4m3 values and one float32 scale per (slot, KV head): each head's vector
 is divided by its largest magnitude over 448 (e4m3's largest finite value) when written, so no value saturates
@@ -20,23 +30,51 @@ FP8_MAX = 448.0
 
 class KVPool:
     def __init__(self, num_layers: int, num_pages: int, page_size: int, num_kv_heads: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device, fp8: bool = False) -> None:
+                 dtype: torch.dtype, device: torch.device, fp8: bool = False, head_major: bool = False) -> None:
+        if fp8 and head_major:
+            raise ValueError("an fp8 pool is token-major: its kernels read a slot's heads and scales as one row")
         self.num_pages = num_pages
         self.page_size = page_size
         self.num_slots = num_pages * page_size
         self.dtype = dtype  # what readers get back (the model's dtype)
         self.fp8 = fp8
-        shape = (num_layers, self.num_slots, num_kv_heads, head_dim)
+        self.layout = "HND" if head_major else "NHD"
+        self.head_block = page_size if head_major else 1  # tokens of one KV head stored side by side
+        shape = ((num_layers, num_pages, num_kv_heads, page_size, head_dim) if head_major
+                 else (num_layers, self.num_slots, num_kv_heads, head_dim))
         store = FP8_DTYPE if fp8 else dtype
         self.k = torch.zeros(shape, dtype=store, device=device)
         self.v = torch.zeros(shape, dtype=store, device=device)
-        # fp8: per (layer, slot, KV head) scales; ones, so an unwritten slot reads as zeros like a bf16 pool
-        # each layer's [slots, kv_heads, head_dim] view, made once: indexing ``self.k[layer]`` is a kernel call
+        # each layer's buffer in the pool's layout, made once: indexing ``self.k[layer]`` is a kernel call
         self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
+        # fp8: per (layer, slot, KV head) scales; ones, so an unwritten slot reads as zeros like a bf16 pool
         self.k_scale = torch.ones(shape[:3], dtype=torch.float32, device=device) if fp8 else None
         self.v_scale = torch.ones(shape[:3], dtype=torch.float32, device=device) if fp8 else None
 
+    @property
+    def head_major(self) -> bool:
+        return self.layout == "HND"
+
+    def pages(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's K and V as paged kernels take them in this pool's ``layout``: [pages, page_size, kv_heads,
+        head_dim] (NHD) or [pages, kv_heads, page_size, head_dim] (HND)."""
+        k, v = self.k_layers[layer], self.v_layers[layer]
+        if self.head_major:
+            return k, v
+        shape = (-1, self.page_size) + tuple(k.shape[1:])
+        return k.view(shape), v.view(shape)
+
+    def _page_and_offset(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where ``slots`` sit in a head-major layer seen token-major (``.transpose(1, 2)``: [pages, page_size,
+        kv_heads, head_dim], strided): indexing that view with these names their [n, kv_heads, head_dim]."""
+        return slots // self.page_size, slots % self.page_size
+
     def store(self, layer: int, loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        if self.head_major:
+            index = self._page_and_offset(loc)
+            self.k_layers[layer].transpose(1, 2)[index] = k
+            self.v_layers[layer].transpose(1, 2)[index] = v
+            return
         if not self.fp8:  # index_copy_: what ``cache[loc] = k`` does, with less dispatch around it
             self.k_layers[layer].index_copy_(0, loc, k)
             self.v_layers[layer].index_copy_(0, loc, v)
@@ -48,8 +86,12 @@ class KVPool:
 
     def gather(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of ``slots`` ([n] slot indices) as [n, kv_heads, head_dim] in ``dtype``."""
-        k = self.k_layers[layer].index_select(0, slots)
-        v = self.v_layers[layer].index_select(0, slots)
+        if self.head_major:
+            index = self._page_and_offset(slots)
+            k, v = self.k_layers[layer].transpose(1, 2)[index], self.v_layers[layer].transpose(1, 2)[index]
+        else:
+            k = self.k_layers[layer].index_select(0, slots)
+            v = self.v_layers[layer].index_select(0, slots)
         if not self.fp8:
             return (k, v) if k.dtype == dtype else (k.to(dtype), v.to(dtype))
         k_scale = self.k_scale[layer].index_select(0, slots)

@@ -18,7 +18,7 @@ CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 SWITCHES = ("MINISGL_DISABLE_FUSED_QKV", "MINISGL_DISABLE_GEMV", "MINISGL_DISABLE_SMALL_DECODE",
             "MINISGL_DISABLE_CPU_WEIGHT_PACKING", "MINISGL_DISABLE_OVERLAP_SCHEDULING", "MINISGL_DISABLE_PDL",
             "MINISGL_DISABLE_TRITON_SAMPLER", "MINISGL_DISABLE_CUDA_FP8_DECODE", "MINISGL_DISABLE_SCREENED_HEAD",
-            "MINISGL_DISABLE_PREFILL_GRAPH")
+            "MINISGL_DISABLE_PREFILL_GRAPH", "MINISGL_DISABLE_HEAD_MAJOR_KV", "MINISGL_DISABLE_CPU_DECODE")
 
 
 @pytest.fixture
@@ -180,3 +180,19 @@ def test_full_prefill_chunks_run_under_a_graph_only_beside_decode_graphs_on_one_
     assert not plan_engine(EngineConfig(), CPU, torch.float32).prefill_graph
     monkeypatch.setenv("MINISGL_DISABLE_PREFILL_GRAPH", "1")
     assert not plan_engine(EngineConfig(), CUDA, torch.bfloat16).prefill_graph
+
+
+def test_the_pool_is_head_major_only_where_every_reader_takes_it(triton_everywhere, monkeypatch):
+    """flashinfer attention on a bf16 pool: head-major; an fp8 pool, the torch backend, or a CPU engine whose
+    single-request steps run the C decode (token-major rows) keep it token-major, and so does the switch."""
+    monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
+    assert plan_engine(EngineConfig(), CUDA, torch.bfloat16).head_major_kv
+    for config in (EngineConfig(kv_dtype="fp8"), EngineConfig(attention="torch", cuda_graph_max_bs=0)):
+        assert not plan_engine(config, CUDA, torch.bfloat16).head_major_kv, config
+    cpu_flashinfer = EngineConfig(attention="flashinfer")
+    c_decode = plan_engine(cpu_flashinfer, CPU, torch.float32)
+    assert c_decode.head_major_kv == (not c_decode.precision.c_decode)
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
+    assert plan_engine(cpu_flashinfer, CPU, torch.float32).head_major_kv
+    monkeypatch.setenv("MINISGL_DISABLE_HEAD_MAJOR_KV", "1")
+    assert not plan_engine(EngineConfig(), CUDA, torch.bfloat16).head_major_kv

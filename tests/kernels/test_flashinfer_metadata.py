@@ -23,7 +23,8 @@ from tests.support.prompts import varied_prompts
 
 class _Paged:
     def __init__(self, workspace, layout="NHD", use_cuda_graph=False, use_tensor_cores=False, **buffers):
-        assert layout == "NHD"
+        assert layout in ("NHD", "HND")
+        self.layout = layout
         self.tensor_cores = use_tensor_cores
 
     def plan(self, *args, **kwargs):
@@ -39,6 +40,8 @@ class _Paged:
     def run(self, q, kv, out=None):
         """flashinfer's run: into ``out`` when given (rows it does not compute keep what they held)."""
         k_cache, v_cache = kv
+        if self.layout == "HND":  # [pages, kv_heads, page, dim]: each page's tokens of one head side by side
+            k_cache, v_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
         out = torch.empty_like(q) if out is None else out
         for i in range(len(self.last)):
             pages = self.indices[self.indptr[i]:self.indptr[i + 1]].long()
@@ -102,8 +105,15 @@ def fake_flashinfer(monkeypatch):
     monkeypatch.setattr(FlashInferBackend, "check_supported", staticmethod(lambda pool: None))
 
 
-@pytest.mark.parametrize("page_size, cache", [(1, "naive"), (4, "radix"), (16, "radix")])
-def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_flashinfer, page_size, cache):
+@pytest.mark.parametrize("page_size, cache, head_major", [(1, "naive", True), (4, "radix", True),
+                                                         (16, "radix", True), (4, "radix", False)])
+def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_flashinfer, monkeypatch, page_size,
+                                                             cache, head_major):
+    """The pool head-major (the plan's choice for this backend where the CPU's C decode step, which reads it
+    token-major, is off) or token-major (switched off): the same tokens."""
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
+    if not head_major:
+        monkeypatch.setenv("MINISGL_DISABLE_HEAD_MAJOR_KV", "1")
     path = model_dirs["qwen3"]
     prompts, max_tokens = varied_prompts(6, seed=11)
     prompts = prompts + [p + [1, 2] for p in prompts[:3]]  # shared prefixes for the radix cache
@@ -113,6 +123,7 @@ def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_fl
     ref = LLM(path, attention="torch", **kwargs).generate(prompts, params)
     fi_llm = LLM(path, attention="flashinfer", **kwargs)
     assert type(fi_llm.engine.attn_backend).__name__ == "FlashInferBackend"
+    assert fi_llm.engine.kv_pool.layout == ("HND" if head_major else "NHD")
     assert fi_llm.engine.model.model.norm.kernels.name == "flashinfer"
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]

@@ -88,6 +88,37 @@ def test_fused_kernel_agrees_with_the_models_torch_kernels_in_float32():
     torch.testing.assert_close(v_cache[[3, 0, 1]], v_ref.reshape(tokens, kv_heads, dim), atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_fused_kernel_writes_a_head_major_pool_where_the_pool_reads(page_size):
+    """Into a head-major pool (core/kvcache/pool.py's HND) the kernel writes what it writes into a token-major
+    one: the pool reads the same k and v back at every slot, and every other slot keeps its value."""
+    from core.kvcache.pool import KVPool
+
+    gen = torch.Generator().manual_seed(page_size)
+    tokens, heads, kv_heads, dim, eps = 5, 4, 2, 32, 1e-6
+    rope = RotaryEmbedding(dim, 64, 10000.0, RopeScaling()).to(DEVICE)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(DEVICE)
+    positions = torch.tensor([0, 3, 17, 40, 63], device=DEVICE)
+    out_loc = torch.tensor([7, 2, 11, 0, 5], device=DEVICE)
+    w = (1 + 0.1 * torch.randn(dim, generator=gen)).to(DEVICE)
+    pools = [KVPool(1, 12 // page_size, page_size, kv_heads, dim, torch.float32, torch.device(DEVICE),
+                    head_major=major) for major in (False, True)]
+    every_slot = torch.arange(12, device=DEVICE)
+    before = torch.randn(12, kv_heads, dim, generator=gen).to(DEVICE)
+    for pool in pools:  # the same values everywhere first, so that a stray write shows
+        pool.store(0, every_slot, before, -before)
+        qkv_norm_rope_store(qkv, heads, kv_heads, dim, positions, rope.cos_sin, w, w, eps, pool.k_layers[0],
+                            pool.v_layers[0], out_loc, head_block=pool.head_block)
+    (token_k, token_v), (head_k, head_v) = (pool.gather(0, every_slot, torch.float32) for pool in pools)
+    assert torch.equal(head_k, token_k) and torch.equal(head_v, token_v)
+    _, ref_k, ref_v = unfused(qkv, heads, kv_heads, dim, positions, rope, w, w, eps)
+    torch.testing.assert_close(head_k[out_loc], ref_k, atol=1e-5, rtol=1e-5)
+    assert torch.equal(head_v[out_loc], ref_v)
+    untouched = torch.ones(12, dtype=torch.bool, device=DEVICE)
+    untouched[out_loc] = False
+    assert torch.equal(head_k[untouched], before[untouched]) and torch.equal(head_v[untouched], -before[untouched])
+
+
 @pytest.mark.skipif(DEVICE == "cpu", reason="Triton's interpreter rounds float32 to e4m3 wrongly where rounding "
                     "carries into the exponent (127.4 becomes 64, not 128)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

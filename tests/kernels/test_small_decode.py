@@ -23,8 +23,9 @@ pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),
                                 reason="needs triton on CUDA, or TRITON_INTERPRET=1 on a CPU")
 
 
-def run_case(dtype, heads, kv_heads, dim, page_size, cached_lens, splits, norm, seed=0):
-    """Random pools and pages for requests with ``cached_lens`` cached tokens each; returns (got, expected)."""
+def run_case(dtype, heads, kv_heads, dim, page_size, cached_lens, splits, norm, seed=0, head_major=False):
+    """Random pools and pages for requests with ``cached_lens`` cached tokens each; returns (got, expected). With
+    ``head_major`` the kernel reads and writes the same pool laid out head-major (core/kvcache/pool.py's HND)."""
     gen = torch.Generator().manual_seed(seed)
     batch, eps = len(cached_lens), 1e-6
     pages_per_req = [-(-(n + 1) // page_size) for n in cached_lens]
@@ -65,9 +66,15 @@ def run_case(dtype, heads, kv_heads, dim, page_size, cached_lens, splits, norm, 
     expected = torch.stack(expected).to(dtype)
 
     plan = make_plan(batch, heads, kv_heads, dim, page_size, scale, indptr.to(DEVICE), indices.to(DEVICE),
-                     last.to(DEVICE), splits=splits)
+                     last.to(DEVICE), splits=splits, head_block=page_size if head_major else 1)
     spec = QKVSpec(heads, kv_heads, dim, rope.cos_sin, q_w, k_w, eps)
-    got = small_decode_attention(qkv, positions, spec, k_cache, v_cache, out_loc, plan)
+    if head_major:  # [pages, kv_heads, page, dim], and back to token rows for the checks below
+        by_page = (num_pages, page_size, kv_heads, dim)
+        k_pages, v_pages = (c.view(by_page).transpose(1, 2).contiguous() for c in (k_cache, v_cache))
+        got = small_decode_attention(qkv, positions, spec, k_pages, v_pages, out_loc, plan)
+        k_cache, v_cache = (c.transpose(1, 2).reshape(slots, kv_heads, dim) for c in (k_pages, v_pages))
+    else:
+        got = small_decode_attention(qkv, positions, spec, k_cache, v_cache, out_loc, plan)
     tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
     torch.testing.assert_close(k_cache[out_loc], ref_k, **tol)
     assert torch.equal(v_cache[out_loc], ref_v)
@@ -92,6 +99,13 @@ BF16 = pytest.param(torch.bfloat16, marks=pytest.mark.skipif(DEVICE == "cpu", re
 ])
 def test_small_decode_matches_the_separate_steps(dtype, page_size, cached_lens, splits):
     got, expected, tol = run_case(dtype, 4, 2, 32, page_size, cached_lens, splits, norm=True)
+    torch.testing.assert_close(got, expected, **tol)
+
+
+@pytest.mark.parametrize("page_size,cached_lens,splits", [(4, [100, 9], 2), (16, [15, 16, 17], 4), (1, [5], 1)])
+def test_small_decode_reads_and_writes_a_head_major_pool(page_size, cached_lens, splits):
+    got, expected, tol = run_case(torch.float32, 4, 2, 32, page_size, cached_lens, splits, norm=True,
+                                  head_major=True)
     torch.testing.assert_close(got, expected, **tol)
 
 
