@@ -13,7 +13,7 @@ flashinfer's output first.
 The order of the requests in the batch may matter too: flashinfer's plans hand out work request by request (one
 KV head after another), so a long request late in the batch could be a tail. ``--orders`` times each batch as
 drawn, longest first and shortest first. ``--xqa`` adds flashinfer's XQA decode (TensorRT-LLM's kernel, through a
-[batch, pages] page table), ``--hnd`` the unsplit tensor-core decode on an HND copy of the pages, ``--fa3`` the
+[batch, pages] page table), ``--hnd`` the three flashinfer decodes on an HND copy of the pages, ``--fa3`` the
 batch prefill kernel of the Hopper backend (fa3: warp-specialised, its loads in producer warps) with one query per
 request, which the tensor-core decode's plan never picks for bf16 (it takes fa2's).
 
@@ -127,7 +127,7 @@ def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = 
     kv = (pool.k[0].view(-1, PAGE, KV_HEADS, DIM), pool.v[0].view(-1, PAGE, KV_HEADS, DIM))
     host = (indptr.cpu(), indices.cpu(), last.cpu())
     variants = [(False, False, "NHD"), (True, False, "NHD"), (True, True, "NHD")]
-    variants += [(True, True, "HND")] if hnd else []
+    variants += [(tc, unsplit, "HND") for tc, unsplit, _ in variants] if hnd else []
     for tensor_cores, unsplit, layout in variants:
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             workspace, layout, use_cuda_graph=True, use_tensor_cores=tensor_cores,
@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--splits", default="1,2,4,8")
     parser.add_argument("--orders", default="drawn", help=f"comma-separated, of {', '.join(ORDERS)}")
     parser.add_argument("--xqa", action="store_true", help="also flashinfer's XQA decode (TensorRT-LLM's kernel)")
-    parser.add_argument("--hnd", action="store_true", help="also flashinfer's tensor-core decode on an HND copy")
+    parser.add_argument("--hnd", action="store_true", help="also flashinfer's decodes on an HND copy")
     parser.add_argument("--fa3", action="store_true", help="also flashinfer's fa3 batch prefill, one query a request")
     parser.add_argument("--page", type=int, default=PAGE, help="tokens a page (the Triton kernel needs 16)")
     parser.add_argument("--json")
