@@ -4,10 +4,10 @@
 #   bash scripts/gpu_peer.sh                       # minisgl bf16, minisgl fp8, mini-sglang, then the ratios
 #   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
 # Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
-# scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, page 16, the KV cache in
-# bf16 or fp8), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ... exported, e.g.
+# scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, pages of $PAGE tokens, default
+# 128, the KV cache in bf16 or fp8), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ... exported, e.g.
 # AB_ENV="MINISGL_SPLIT_K=0" for the A/B of the default split, and/or the LLM options in $AB_KW, default
-# '{"page_size": 16}'; a stage needs at least one of the two),
+# '{"page_size": $PAGE}'; a stage needs at least one of the two),
 # peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on
 # the workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
 # writes its log to $OUT/<stage>.log; the compiled kernels are saved to $OUT/jit.tar.gz.* after each engine
@@ -19,6 +19,9 @@ OUT=${OUT:-$PWD/out/gpu}
 mkdir -p "$OUT"
 . scripts/gpu_env.sh
 STAGES=${STAGES:-bf16 fp8 peer}
+# pages of 128 tokens: flashinfer's decode reads a head-major pool's large pages faster (docs/BENCHMARKS.md,
+# 2026-12-04: 2-3% a step against pages of 16; mini-sglang's own bench runs pages of 256)
+PAGE=${PAGE:-128}
 
 run_stage() {  # name, then the command; its limit from T_<name>
     local name=$1 limit_var="T_$1" t0=$(date +%s)
@@ -33,15 +36,15 @@ for stage in $STAGES; do
         tests) run_stage tests python3 -m pytest -q -x tests/gpu/test_fp8_decode_cuda.py tests/gpu/test_fp8_gather.py ;;
         variants) run_stage variants python3 scripts/gpu_fp8_decode.py --variants --contexts 600,1100 \
             --batches 256,64 --json "$OUT/variants.json" ;;
-        bf16) MINISGL_KW='{"page_size": 16}' run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"
+        bf16) MINISGL_KW="{\"page_size\": $PAGE}" run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"
             . scripts/gpu_save_cache.sh ;;
         ab*) vars=${stage^^}_ENV kw=${stage^^}_KW
             [ -n "${!vars:-}${!kw:-}" ] || { echo "gpu_peer: stage $stage needs $vars or $kw" >&2; exit 2; }
             (if [ -n "${!vars:-}" ]; then export ${!vars}; fi
-             MINISGL_KW=${!kw:-'{"page_size": 16}'} run_stage "$stage" python3 .peer/peer_bench.py minisgl \
+             MINISGL_KW=${!kw:-"{\"page_size\": $PAGE}"} run_stage "$stage" python3 .peer/peer_bench.py minisgl \
                  "$OUT/$stage.json") ;;
-        fp8) MINISGL_KW='{"page_size": 16, "kv_dtype": "fp8"}' run_stage fp8 python3 .peer/peer_bench.py minisgl \
-            "$OUT/fp8.json"
+        fp8) MINISGL_KW="{\"page_size\": $PAGE, \"kv_dtype\": \"fp8\"}" run_stage fp8 \
+            python3 .peer/peer_bench.py minisgl "$OUT/fp8.json"
             . scripts/gpu_save_cache.sh ;;
         peer) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/peer .peer/whl/*.whl
             PYTHONPATH=/tmp/peer:/tmp/site:$PWD/.peer/mini-sglang/python run_stage peer \
