@@ -5,8 +5,8 @@
 #   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
 # Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
 # scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, pages of $PAGE tokens, default
-# 128, the KV cache in bf16 or fp8), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ... exported, e.g.
-# AB_ENV="MINISGL_SPLIT_K=0" for the A/B of the default split, and/or the LLM options in $AB_KW, default
+# 128, the KV cache in bf16 or fp8), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ...
+# exported, e.g. AB_ENV="MINISGL_SPLIT_K=0" for the A/B of the default split, and/or the LLM options in $AB_KW, default
 # '{"page_size": $PAGE}'; a stage needs at least one of the two),
 # peer (mini-sglang on the same workload), quality (greedy tokens of fp8 KV against bf16 KV on
 # the workload's first 64 prompts, scripts/gpu_fp8_quality.py). Each stage has a time limit (T_<stage>, seconds) and
