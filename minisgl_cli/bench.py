@@ -38,6 +38,9 @@ def bench(
     tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks for the engine."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="The engine's KV cache: auto (the model's dtype) or fp8."),
     precision: o.Precision = "exact",
+    page_size: Optional[int] = typer.Option(
+        None, "--page-size", min=1, help="Tokens per KV page for the engine; default 128 on CUDA (flashinfer's decode "
+                                         "reads large head-major pages fastest), the engine's default (1) on a CPU."),
     baseline_seconds: Optional[float] = typer.Option(
         None, "--baseline-seconds", min=1.0, help="Stop each baseline after this long and measure it on the "
                                                    "tokens it made; default 45 on CUDA, no limit on a CPU."),
@@ -60,7 +63,7 @@ def bench(
     options = BenchOptions(workload=workload, model=model, requests=requests, seed=seed,
                            skip_baselines=skip_baselines, device=device, threads=threads, tp=tp,
                            hf_requests=hf_requests, baselines=baselines, kv_dtype=kv_dtype,
-                           baseline_seconds=baseline_seconds, precision=precision)
+                           baseline_seconds=baseline_seconds, precision=precision, page_size=page_size)
     from render.bench import BenchProgress, bench_view
 
     with BenchProgress(activity) as progress:  # a MinisglError becomes one line and exit 2 at the app's boundary

@@ -58,7 +58,7 @@ def _ms(p: Percentiles) -> tuple[str, str, str]:
 def bench_view(report: BenchReport) -> Group:
     engine = report.result("minisgl")
     title = (f"{report.workload} workload: {report.requests} requests, {report.prompt_tokens} prompt tokens, "
-             f"{report.model} on {report.device}")
+             f"{report.model} on {report.device}, KV cache in pages of {report.page_size} tokens")
     table = Table(title=title, title_justify="left")
     table.add_column("engine")
     table.add_column("requests", justify="right")

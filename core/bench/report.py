@@ -95,6 +95,7 @@ class BenchReport:
     precision: str = "exact"  # the engine's; other than 'exact', results also hold 'minisgl exact' of this run
     precision_note: str = ""  # what that precision came to on this machine (core/engine/plan.py)
     exact_batch1_ms_per_token: float | None = None  # the exact engine's batch-1 figure in the same run
+    page_size: int = 1  # the engine's KV page, in tokens
 
     @property
     def floor_fraction(self) -> float:
@@ -141,4 +142,5 @@ class BenchReport:
             "precision": self.precision, "precision_note": self.precision_note,
             "exact_batch1_ms_per_token": (None if self.exact_batch1_ms_per_token is None
                                           else round(self.exact_batch1_ms_per_token, 4)),
+            "page_size": self.page_size,
         }

@@ -22,6 +22,7 @@ from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
 from core.bench.report import BenchReport, Latency, ProgressFn, RunResult, no_progress
 from core.bench.workload import BenchRequest, Workload, make_workload, workload_spec
+from core.config import EngineConfig
 from core.errors import InvalidParamsError
 from core.llm import LLM
 from core.model_config import ModelConfig
@@ -31,6 +32,9 @@ from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
 # transformers' steps on a GPU are bound by its host work (~0.1 s a step whatever the batch): each baseline gets
 # this long there by default and its throughput is measured over the tokens it made in that time
 CUDA_BASELINE_SECONDS = 45.0
+# the engine's KV page on CUDA unless asked: flashinfer's decode reads a head-major pool's pages of 128 tokens
+# 2-4% faster a step than pages of 16 or 1 (docs/BENCHMARKS.md, 2026-12-04); a CPU keeps the engine's default
+CUDA_PAGE_SIZE = 128
 
 
 @dataclass(frozen=True)
@@ -53,11 +57,18 @@ class BenchOptions:
     # the engine's precision (core/choices.py); other than 'exact', the exact engine runs first in the same run
     # as 'minisgl exact', so the two compare side by side
     precision: str = "exact"
+    page_size: int | None = None  # the engine's KV page; None: CUDA_PAGE_SIZE on CUDA, the engine's default else
 
     def workload_name(self) -> str:
         if self.workload is not None:
             return self.workload
         return "nanovllm" if torch.cuda.is_available() else "cpu"
+
+    def engine_page_size(self) -> int:
+        if self.page_size is not None:
+            return self.page_size
+        on_cuda = self.device.startswith("cuda") if self.device else torch.cuda.is_available()
+        return CUDA_PAGE_SIZE if on_cuda else EngineConfig.page_size
 
 
 def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
@@ -90,7 +101,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         say(f"loading {model_name} into the engine (precision {precision})")
         return LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
                    max_seq_len=longest, tp=options.tp, kv_dtype=options.kv_dtype or "auto", precision=precision,
-                   log=log)
+                   page_size=options.engine_page_size(), log=log)
 
     exact_result, exact_batch1_ms = None, None
     if options.precision != "exact":
@@ -122,7 +133,8 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         batch1_ms_per_token=batch1_ms, copy_gbps=ceilings.copy_gbps, read_gbps=ceilings.read_gbps,
         floor=workload_floor(costs, workload.requests, ceilings),
         batch1_floor_ms=batch1_floor_ms(batch1_costs, batch1, ceilings), precision=options.precision,
-        precision_note=llm.precision_note, exact_batch1_ms_per_token=exact_batch1_ms)
+        precision_note=llm.precision_note, exact_batch1_ms_per_token=exact_batch1_ms,
+        page_size=llm.engine.page_size)
 
 
 def _body_bytes(llm: LLM, one_request: bool = False) -> float:

@@ -349,6 +349,27 @@ def test_kv_dtype_fp8_runs_the_bench_and_halves_the_kv_bytes():
     assert 0.25 < ratio < 0.5  # float32 on a CPU: 4 bytes a value against 1 plus a scale per head
 
 
+def test_page_size_reaches_the_engine_and_the_report():
+    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json",
+                                 "--threads", "1", "--skip-baselines", "--page-size", "4"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["page_size"] == 4
+    result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--threads", "1",
+                                 "--skip-baselines", "--page-size", "0"])
+    assert result.exit_code != 0 and "--page-size" in result.output
+
+
+def test_page_size_defaults_to_large_pages_on_cuda_only():
+    """CUDA: pages of 128, where flashinfer's decode reads a head-major pool fastest; a CPU: the engine's own."""
+    from core.bench.runner import CUDA_PAGE_SIZE, BenchOptions
+    from core.config import EngineConfig
+
+    assert BenchOptions(device="cuda").engine_page_size() == CUDA_PAGE_SIZE == 128
+    assert BenchOptions(device="cuda:1").engine_page_size() == 128
+    assert BenchOptions(device="cpu").engine_page_size() == EngineConfig.page_size == 1
+    assert BenchOptions(device="cuda", page_size=16).engine_page_size() == 16
+
+
 def test_the_nanovllm_workload_is_the_one_nano_vllm_publishes():
     """Seed 0 gives exactly nano-vllm's bench.py draw, which the peer harness and published figures use."""
     import random
