@@ -178,13 +178,14 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     parser.add_argument("--tokens", type=int, default=256, help="tokens decoded")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--page-size", type=int, default=128, help="tokens a KV page (the peer harness's)")
     parser.add_argument("--workload", action="store_true", help="nano-vllm's workload instead of one request")
     parser.add_argument("--cprofile", type=int, default=0, metavar="N",
                         help="with --workload: one more run under cProfile, its N largest own times")
     parser.add_argument("--first", type=int, default=0, metavar="N",
                         help="print each round's first N timed calls, when each started and how long it took")
     args = parser.parse_args()
-    llm = LLM(args.model, page_size=16, max_running_req=256 if args.workload else 8, max_seq_len=4096,
+    llm = LLM(args.model, page_size=args.page_size, max_running_req=256 if args.workload else 8, max_seq_len=4096,
               device=args.device, log=print)
     prompts, params = requests(llm, args)
     llm.generate(prompts, params)  # warm-up
