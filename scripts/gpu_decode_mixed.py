@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
+from typing import Callable
 
 import torch
 
@@ -60,6 +61,16 @@ ORDERS = {
 }
 
 
+def measured(kernel: str, run: Callable[[], object], out: torch.Tensor, reference: torch.Tensor | None,
+             common: dict, kv_bytes: int) -> dict:
+    """One row of the table: ``run`` once, its ``out`` checked against ``reference`` (None: this row is the
+    reference), then timed; the KV bytes read over that time."""
+    run()
+    diff = 0.0 if reference is None else (out.float() - reference.float()).abs().max().item()
+    seconds = timed(run)
+    return {"kernel": kernel, **common, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff}
+
+
 def xqa_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], indptr: torch.Tensor, indices: torch.Tensor,
             contexts: list[int], reference: torch.Tensor, common: dict, kv_bytes: int) -> dict:
     """flashinfer's XQA decode (TensorRT-LLM's kernel; one block per request and KV head from 17 rows, the heads
@@ -77,10 +88,7 @@ def xqa_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], indptr: torc
     out = torch.empty_like(q)
     run = lambda: xqa_batch_decode_with_kv_cache(q, kv, workspace, table, seq_lens, width * PAGE,  # noqa: E731
                                                  bmm1_scale=DIM ** -0.5, out=out)
-    run()
-    diff = (out.float() - reference.float()).abs().max().item()
-    seconds = timed(run)
-    return {"kernel": "xqa", **common, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff}
+    return measured("xqa", run, out, reference, common, kv_bytes)
 
 
 def fa3_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], indptr: torch.Tensor, indices: torch.Tensor,
@@ -97,11 +105,7 @@ def fa3_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], indptr: torc
     wrapper.plan(qo_indptr.cpu(), indptr.cpu(), indices.cpu(), last.cpu(), HEADS, KV_HEADS, DIM, PAGE,
                  causal=False, sm_scale=DIM ** -0.5, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
     out = torch.empty_like(q)
-    run = lambda: wrapper.run(q, kv, out=out)  # noqa: E731
-    run()
-    diff = (out.float() - reference.float()).abs().max().item()
-    seconds = timed(run)
-    return {"kernel": "fa3", **common, "us": seconds * 1e6, "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff}
+    return measured("fa3", lambda: wrapper.run(q, kv, out=out), out, reference, common, kv_bytes)
 
 
 def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = False,
@@ -139,14 +143,11 @@ def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = 
         # HND: each page's KV head contiguous, a copy of the same pages
         kv_pages = kv if layout == "NHD" else tuple(t.transpose(1, 2).contiguous() for t in kv)
         out = torch.empty_like(q)
-        seconds = timed(lambda: wrapper.run(q, kv_pages, out=out))
-        if reference is None:
-            reference = out.clone()
         name = ("flashinfer" + (" tc" if tensor_cores else "") + (" unsplit" if unsplit else "")
                 + (" HND" if layout == "HND" else ""))
-        rows.append({"kernel": name, **common, "us": seconds * 1e6,
-                     "tb_s": kv_bytes / seconds / 1e12,
-                     "max_diff": (out.float() - reference.float()).abs().max().item()})
+        rows.append(measured(name, lambda: wrapper.run(q, kv_pages, out=out), out, reference, common, kv_bytes))
+        if reference is None:
+            reference = out.clone()
         del kv_pages
     if xqa:
         try:
@@ -163,11 +164,7 @@ def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = 
         buffers = SplitBuffers.make(batch, HEADS, KV_HEADS, DIM, s, device) if s > 1 else None
         out = torch.empty_like(q)
         run = lambda: paged_decode(q, pool, 0, indptr, indices, last, DIM ** -0.5, out, tile, buffers)  # noqa: E731
-        run()
-        diff = (out.float() - reference.float()).abs().max().item()
-        seconds = timed(run)
-        rows.append({"kernel": f"triton splits {s}", **common, "us": seconds * 1e6,
-                     "tb_s": kv_bytes / seconds / 1e12, "max_diff": diff})
+        rows.append(measured(f"triton splits {s}", run, out, reference, common, kv_bytes))
     return rows
 
 
