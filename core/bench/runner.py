@@ -23,6 +23,7 @@ from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
 from core.bench.report import BenchReport, Latency, ProgressFn, RunResult, no_progress
 from core.bench.workload import BenchRequest, Workload, make_workload, workload_spec
 from core.config import EngineConfig
+from core.engine.engine import pick_device
 from core.errors import InvalidParamsError
 from core.llm import LLM
 from core.model_config import ModelConfig
@@ -67,8 +68,7 @@ class BenchOptions:
     def engine_page_size(self) -> int:
         if self.page_size is not None:
             return self.page_size
-        on_cuda = self.device.startswith("cuda") if self.device else torch.cuda.is_available()
-        return CUDA_PAGE_SIZE if on_cuda else EngineConfig.page_size
+        return CUDA_PAGE_SIZE if pick_device(self.device).type == "cuda" else EngineConfig.page_size
 
 
 def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,

@@ -359,11 +359,15 @@ def test_page_size_reaches_the_engine_and_the_report():
     assert result.exit_code != 0 and "--page-size" in result.output
 
 
-def test_page_size_defaults_to_large_pages_on_cuda_only():
+def test_page_size_defaults_to_large_pages_on_cuda_only(monkeypatch):
     """CUDA: pages of 128, where flashinfer's decode reads a head-major pool fastest; a CPU: the engine's own."""
+    import torch
+
     from core.bench.runner import CUDA_PAGE_SIZE, BenchOptions
     from core.config import EngineConfig
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the engine's device rule, as on a GPU machine
+    assert BenchOptions().engine_page_size() == CUDA_PAGE_SIZE
     assert BenchOptions(device="cuda").engine_page_size() == CUDA_PAGE_SIZE == 128
     assert BenchOptions(device="cuda:1").engine_page_size() == 128
     assert BenchOptions(device="cpu").engine_page_size() == EngineConfig.page_size == 1
