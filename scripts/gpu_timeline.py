@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> None:
 
     from core import LLM, SamplingParams
 
-    llm = LLM(args.model, page_size=16, max_running_req=max(args.batch, 8), max_seq_len=4096,
+    llm = LLM(args.model, page_size=args.page_size, max_running_req=max(args.batch, 8), max_seq_len=4096,
               kv_dtype=args.kv_dtype, log=print)
     rng = random.Random(0)
     prompts = [[rng.randrange(10000) for _ in range(args.context)] for _ in range(args.batch)]
@@ -72,7 +72,8 @@ def workload(args: argparse.Namespace) -> None:
     from core.bench.engine_run import sampling_params, warm_up
     from core.bench.workload import make_workload, workload_spec
 
-    llm = LLM(args.model, page_size=16, max_running_req=256, max_seq_len=4096, kv_dtype=args.kv_dtype, log=print)
+    llm = LLM(args.model, page_size=args.page_size, max_running_req=256, max_seq_len=4096, kv_dtype=args.kv_dtype,
+              log=print)
     work = make_workload(workload_spec("nanovllm"), llm.engine.model_config.vocab_size, 0, None, 4096)
     warm_up(llm, work)
     torch.cuda.synchronize()
@@ -266,6 +267,7 @@ def main() -> None:
     r.add_argument("--tokens", type=int, default=24)
     r.add_argument("--temperature", type=float, default=0.6)
     r.add_argument("--kv-dtype", default="auto")
+    r.add_argument("--page-size", type=int, default=128, help="tokens a KV page (the peer harness's)")
     r.add_argument("--trace", default="timeline.json", help="where the Chrome trace goes")
     r.add_argument("--device-only", action="store_true", help="record CUDA activity only (the host runs at speed)")
     a = sub.add_parser("analyze", help="kernels, copies and idle gaps from the exported SQLite file")
@@ -277,6 +279,7 @@ def main() -> None:
     w = sub.add_parser("workload", help="nano-vllm's workload, profiled whole (device activity only)")
     w.add_argument("--model", default="random:qwen3-0.6b")
     w.add_argument("--kv-dtype", default="auto")
+    w.add_argument("--page-size", type=int, default=128, help="tokens a KV page (the peer harness's)")
     w.add_argument("--trace", default="workload.json", help="where the Chrome trace goes")
     args = parser.parse_args()
     {"run": run, "analyze": analyze, "workload": workload}[args.command](args)
