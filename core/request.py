@@ -113,6 +113,9 @@ class Req:
     output_ids: list[int] = field(default_factory=list)
     # answered (finished or aborted): results still on their way from batches in flight are dropped
     done: bool = False
+    # what the sampler reads of this request at every step, fixed for its life: made at its first sampled step
+    # (core/engine/sampler.py, sample_row)
+    sample_row: tuple | None = None
 
     @property
     def extend_len(self) -> int:

@@ -9,6 +9,10 @@ part's mean microseconds a step (nested parts indented), and the wait for the de
     python3 scripts/gpu_host_step.py                    # random:qwen3-0.6b on CUDA, batch 1
     python3 scripts/gpu_host_step.py --model random:small-qwen3 --device cpu --tokens 64    # the script itself
 
+``--batch N`` runs N such requests at once; with a tiny model on the CPU (``--model random:tiny-qwen3 --device cpu
+--batch 256 --prompt 32 --tokens 300 --temperature 0.6``) the forward pass is short and the scheduler's own parts,
+the same code as on a GPU, are what the table shows.
+
 ``--workload`` runs nano-vllm's whole workload instead (256 requests, after one whole run of it to warm up):
 the same parts per step, averaged over every step of the run. ``--cprofile N`` then also runs it once under
 cProfile and prints the N functions with the most host time of their own (cProfile slows the host, so those
@@ -167,8 +171,9 @@ def requests(llm: LLM, args: argparse.Namespace) -> tuple[list, Any]:
         work = make_workload(workload_spec("nanovllm"), llm.engine.model_config.vocab_size, 0, None, 4096)
         return [r.prompt_ids for r in work.requests], sampling_params(work)
     vocab = min(10000, llm.engine.model_config.vocab_size)
-    prompt = [random.Random(0).randrange(vocab) for _ in range(args.prompt)]
-    return [prompt], SamplingParams(max_tokens=args.tokens, ignore_eos=True)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(vocab) for _ in range(args.prompt)] for _ in range(args.batch)]
+    return prompts, SamplingParams(max_tokens=args.tokens, ignore_eos=True, temperature=args.temperature)
 
 
 def main() -> None:
@@ -177,6 +182,8 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens")
     parser.add_argument("--tokens", type=int, default=256, help="tokens decoded")
+    parser.add_argument("--batch", type=int, default=1, help="requests run at once (each --prompt, --tokens)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--page-size", type=int, default=128, help="tokens a KV page (the peer harness's)")
     parser.add_argument("--workload", action="store_true", help="nano-vllm's workload instead of one request")
@@ -185,7 +192,7 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=0, metavar="N",
                         help="print each round's first N timed calls, when each started and how long it took")
     args = parser.parse_args()
-    llm = LLM(args.model, page_size=args.page_size, max_running_req=256 if args.workload else 8, max_seq_len=4096,
+    llm = LLM(args.model, page_size=args.page_size, max_running_req=256 if args.workload else max(args.batch, 8), max_seq_len=4096,
               device=args.device, log=print)
     prompts, params = requests(llm, args)
     llm.generate(prompts, params)  # warm-up

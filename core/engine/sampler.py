@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from core.kernels.race import COLUMN_MULTIPLIER, MASK31, greedy_tokens, mix, race_tokens, row_keys
-from core.request import Batch
+from core.request import Batch, Req
 from core.transfer import upload_list
 
 
@@ -38,6 +38,20 @@ class SampleArgs:
     @property
     def all_greedy(self) -> bool:
         return self.temperatures is None
+
+
+MIN_TEMPERATURE = 1e-5  # a greedy row's temperature in the race (its token is the argmax's anyway)
+
+
+def sample_row(req: Req) -> tuple[float, float, int, int, int, bool, int]:
+    """(temperature, top_p, top_k, greedy, seed, filtered, logprobs) of a request, kept on it: ``prepare`` reads
+    them for every row of every step, and made once they cost a step at 256 rows a transpose instead of a
+    dozen passes over the requests' settings."""
+    p = req.params
+    row = (max(p.temperature, MIN_TEMPERATURE), p.top_p, p.top_k, int(p.greedy), req.sample_seed,
+           p.top_k != -1 or p.top_p < 1.0, -1 if p.logprobs is None else p.logprobs)
+    req.sample_row = row
+    return row
 
 
 def hashed_uniform(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -111,23 +125,22 @@ class Sampler:
             self._race(logits, ones, ids, ids.clone())
 
     def prepare(self, batch: Batch) -> SampleArgs:
-        params = [r.params for r in batch.reqs]
-        logprobs = max((p.logprobs for p in params if p.logprobs is not None), default=-1)
-        if all(p.greedy for p in params):
-            return SampleArgs(logprobs=logprobs)
+        reqs = batch.reqs
+        if not reqs:
+            return SampleArgs()
+        temperatures, top_p, top_k, greedy, seeds, filtered, logprobs = zip(
+            *[r.sample_row or sample_row(r) for r in reqs])
+        if all(greedy):
+            return SampleArgs(logprobs=max(logprobs))
 
         # three uploads per step rather than one per field; what the compiled race reads starts each one (a view
         # at an offset could make the compiled code specialise on that offset)
-        floats = upload_list([max(p.temperature, 1e-5) for p in params] + [p.top_p for p in params],
-                             torch.float32, self.device).view(2, -1)
-        seeds = upload_list([r.sample_seed for r in batch.reqs], torch.int64, self.device)
-        ints = upload_list([r.device_len for r in batch.reqs] + [p.top_k for p in params]
-                           + [int(p.greedy) for p in params], torch.int64, self.device).view(3, -1)
+        floats = upload_list([*temperatures, *top_p], torch.float32, self.device).view(2, -1)
+        seeds = upload_list(list(seeds), torch.int64, self.device)
+        ints = upload_list([r.device_len for r in reqs] + [*top_k, *greedy], torch.int64, self.device).view(3, -1)
         return SampleArgs(
             temperatures=floats[0], top_p=floats[1], seeds=seeds, positions=ints[0], top_k=ints[1],
-            greedy_rows=ints[2].bool(), any_greedy=any(p.greedy for p in params),
-            filtered=any(p.top_k != -1 or p.top_p < 1.0 for p in params),
-            logprobs=logprobs,
+            greedy_rows=ints[2].bool(), any_greedy=any(greedy), filtered=any(filtered), logprobs=max(logprobs),
         )
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:

@@ -97,8 +97,9 @@ class CacheManager:
     def allocate(self, reqs: list[Req]) -> None:
         """Make sure every request has KV slots for positions [0, device_len): one hand-out, one upload."""
         size = self.page_size
-        needs = [(req, pages_for(req.device_len, size) - len(req.pages)) for req in reqs]
-        needs = [(req, n) for req, n in needs if n > 0]
+        # most steps give most requests no new page: one comparison each finds those that need one
+        needs = [(req, pages_for(req.device_len, size) - len(req.pages)) for req in reqs
+                 if req.device_len > len(req.pages) * size]
         if not needs:
             return
         taken = self._take(sum(n for _, n in needs))

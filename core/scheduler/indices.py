@@ -17,6 +17,7 @@ from typing import TypeVar
 import torch
 
 from core.request import Req
+from core.transfer import host_tensor
 
 Ints = torch.Tensor | list[int]  # a host vector: a tensor, or a list when built per request in Python
 P = TypeVar("P", bound="PackedIndices")
@@ -31,7 +32,7 @@ class PackedIndices:
         parts = [getattr(self, f.name) for f in dataclasses.fields(self)]
         lengths = tuple(len(p) for p in parts)
         if all(isinstance(p, list) for p in parts):  # one tensor from one list: cheaper than a cat of small ones
-            return torch.tensor(list(chain.from_iterable(parts)), dtype=torch.int64), lengths
+            return host_tensor(list(chain.from_iterable(parts)), torch.int64), lengths
         return torch.cat([torch.as_tensor(p, dtype=torch.int64) for p in parts]), lengths
 
     @classmethod
@@ -63,16 +64,16 @@ def prefill_indices(writes: list[tuple[int, int, list[int]]], write_index: list[
                     pool_width: int) -> PrefillIndices:
     """``writes`` holds (row, first position, tokens) per request; built with a few host tensor ops rather than
     a Python loop over every token."""
-    lengths = torch.tensor([len(tokens) for _, _, tokens in writes], dtype=torch.int64)
+    lengths = host_tensor([len(tokens) for _, _, tokens in writes], torch.int64)
     total = int(lengths.sum())
     ends = lengths.cumsum(0)
-    rows = torch.tensor([row for row, _, _ in writes], dtype=torch.int64)
-    starts = torch.tensor([start for _, start, _ in writes], dtype=torch.int64)
+    rows = host_tensor([row for row, _, _ in writes], torch.int64)
+    starts = host_tensor([start for _, start, _ in writes], torch.int64)
     token_rows = torch.repeat_interleave(rows, lengths, output_size=total)
     positions = torch.arange(total) + torch.repeat_interleave(starts - (ends - lengths), lengths, output_size=total)
-    values = torch.tensor([t for _, _, tokens in writes for t in tokens], dtype=torch.int64)
+    values = host_tensor(list(chain.from_iterable(tokens for _, _, tokens in writes)), torch.int64)
     return PrefillIndices(token_rows, positions, values, token_rows * pool_width + positions,
-                          torch.tensor(write_index, dtype=torch.int64), ends - 1)
+                          host_tensor(write_index, torch.int64), ends - 1)
 
 
 def decode_indices(reqs: list[Req], write_index: list[int], pad: int, page_size: int, pool_width: int,

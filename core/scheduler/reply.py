@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Reply:
-    """One token (or the end) of one request, as the scheduler reports it."""
+    """One token (or the end) of one request, as the scheduler reports it.
+
+    Treated as a value (changed only through ``dataclasses.replace``) but not declared frozen: a step builds one
+    per request, and a frozen dataclass costs about six times as much to build (0.9 against 0.16 us), 0.2 ms a
+    step at 256 requests."""
 
     uid: int
     token: int | None

@@ -7,8 +7,6 @@ core/scheduler/loops.py).
 
 from __future__ import annotations
 
-import dataclasses
-
 from core.engine.sampler import TokenLogprobs
 from core.request import Req
 from core.scheduler.reply import Reply
@@ -31,11 +29,11 @@ def take_tokens(prepared: Prepared, tokens: list[int], logprobs: TokenLogprobs |
             reason = "stop"
         elif len(req.input_ids) >= req.max_device_len:  # tokens received, not the (further) scheduled length
             reason = "length"
-        reply = Reply(req.uid, token, reason is not None, reason)
         if logprobs is not None and req.params.logprobs is not None:
             chosen, top = logprobs.row(row, req.params.logprobs)
-            reply = dataclasses.replace(reply, logprob=chosen, top_logprobs=top)
-        replies.append(reply)
+            replies.append(Reply(req.uid, token, reason is not None, reason, logprob=chosen, top_logprobs=top))
+        else:
+            replies.append(Reply(req.uid, token, reason is not None, reason))
         if reason is not None:
             req.done = True
             finished.append(req)
