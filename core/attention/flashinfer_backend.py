@@ -31,6 +31,7 @@ it: every plan therefore records an event, and the next plan waits for it first.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import accumulate
 from typing import Any
 
 import torch
@@ -46,7 +47,7 @@ from core.kernels.fp8_gather import fp8_gather
 from core.kernels.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
 from core.kvcache.pool import KVPool
 from core.request import Batch
-from core.transfer import pinned, upload
+from core.transfer import host_tensor, pinned, upload
 
 PAGED_TARGET_PROGRAMS = 512  # fp8 decode: split a request's tokens until about this many programs read
 # the all-heads variant's programs each read every KV head: about two per SM of an H200 (a guess until
@@ -159,6 +160,7 @@ class FlashInferBackend(AttentionBackend):
             self.ragged_wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(self.workspace, "NHD")
         self._split_buffers: SplitBuffers | None = None
         self._graph_wrappers: dict[int, Any] = {}
+        self._unsplit_planned: set[int] = set()  # graph sizes whose unsplit plan is made (see plan_cuda_graph)
         self._small_decode: SmallDecodePlan | None = None
         self._dummy_page = 0
         self._plan_copied: torch.cuda.Event | None = None  # the last plan's host-to-device copy has run
@@ -193,8 +195,8 @@ class FlashInferBackend(AttentionBackend):
         """The batch's page lists, plus padding rows up to ``padded_size`` (a CUDA-graph batch)."""
         reqs = batch.reqs
         layout = paged_layout(self.page_table, [r.table_idx for r in reqs], [r.device_len for r in reqs],
-                              self.page_size, [r.pages for r in reqs])
-        return self._pinned(layout.padded(padded_size - batch.size, self._dummy_page))
+                              self.page_size, [r.pages for r in reqs], padded_size - batch.size, self._dummy_page)
+        return self._pinned(layout)
 
     def _pinned(self, layout: PagedLayout) -> PagedLayout:
         """The layout with its host parts pinned, so that plan's copies of them are queued rather than waited for."""
@@ -209,9 +211,7 @@ class FlashInferBackend(AttentionBackend):
 
     def _offsets(self, lengths: list[int]) -> torch.Tensor:
         """Where each of consecutive runs of ``lengths`` starts, and the end: pinned host int32."""
-        indptr = torch.zeros(len(lengths) + 1, dtype=torch.int32)
-        indptr[1:] = torch.tensor(lengths, dtype=torch.int32).cumsum(0)
-        return pinned(indptr, self.device)
+        return pinned(host_tensor([0, *accumulate(lengths)], torch.int32), self.device)
 
     def begin_forward(self, batch: Batch) -> None:
         meta: FlashInferMetadata = batch.attn_metadata
@@ -393,7 +393,17 @@ class FlashInferBackend(AttentionBackend):
             batch.attn_metadata = FlashInferMetadata(layout, None, paged=paged)
             return
         wrapper = self._graph_wrappers[padded_size]
-        self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, self.unsplit(padded_size))
+        unsplit = self.unsplit(padded_size)
+        if unsplit and padded_size in self._unsplit_planned:
+            # an unsplit plan is a function of the batch size alone (one KV chunk a request, whatever its length:
+            # flashinfer's PrefillSplitQOKVIndptr reads the lengths only to split), and each size's wrapper keeps
+            # its own: once made, a replay needs only the page lists in the buffers, the copies plan would make.
+            # plan itself costs the host about 0.4 ms a step (an H200's host at 256 rows, scripts/gpu_host_step.py)
+            self._copy_to_graph_buffers(layout)
+        else:
+            self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, unsplit)
+            if unsplit:
+                self._unsplit_planned.add(padded_size)
         batch.attn_metadata = FlashInferMetadata(layout, None, wrapper)
 
     def init_prefill_graph(self, max_reqs: int, tokens: int, dummy_page: int) -> None:

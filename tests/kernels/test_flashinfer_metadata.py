@@ -26,6 +26,9 @@ class _Paged:
         assert layout in ("NHD", "HND")
         self.layout = layout
         self.tensor_cores = use_tensor_cores
+        # a graph's decode wrapper, as flashinfer's: plan copies the page lists into these, run reads them there
+        self.buffers = (buffers.get("paged_kv_indptr_buffer"), buffers.get("paged_kv_indices_buffer"),
+                        buffers.get("paged_kv_last_page_len_buffer")) if use_cuda_graph else (None,) * 3
 
     def plan(self, *args, **kwargs):
         if len(args) == 8:  # prefill: (qo_indptr, kv_indptr, indices, last_page_len, heads, kv_heads, dim, page)
@@ -35,10 +38,17 @@ class _Paged:
             self.indptr, self.indices, self.last = args[:3]
             self.page_size = args[6]
             self.qo = torch.arange(len(self.last) + 1, dtype=torch.int32)
+            if self.buffers[0] is not None:
+                indptr, indices, last = self.buffers
+                indptr.copy_(self.indptr)
+                indices[:len(self.indices)].copy_(self.indices)
+                last.copy_(self.last)
         self.scale = kwargs["sm_scale"]
 
     def run(self, q, kv, out=None):
         """flashinfer's run: into ``out`` when given (rows it does not compute keep what they held)."""
+        if self.buffers[0] is not None:  # what the buffers hold now, not what the last plan was given
+            self.indptr, self.indices, self.last = self.buffers
         k_cache, v_cache = kv
         if self.layout == "HND":  # [pages, kv_heads, page, dim]: each page's tokens of one head side by side
             k_cache, v_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
@@ -58,14 +68,21 @@ class _Paged:
 
 
 class _WrapperPerSize(dict):
-    """A graph wrapper for any batch size, made on first use (the CPU captures none)."""
+    """A graph wrapper for any batch size, made on first use (the CPU captures none), on the backend's shared page
+    list buffers as init_cuda_graph makes them."""
 
-    def __init__(self, backend: FlashInferBackend) -> None:
+    def __init__(self, backend: FlashInferBackend, max_rows: int = 8) -> None:
         super().__init__()
         self.backend = backend
+        backend._graph_indptr = torch.zeros(max_rows + 1, dtype=torch.int32)
+        backend._graph_indices = torch.zeros(max_rows * 64, dtype=torch.int32)
+        backend._graph_last = torch.zeros(max_rows, dtype=torch.int32)
 
     def __missing__(self, rows: int) -> _Paged:
-        self[rows] = _Paged(None, use_cuda_graph=True, use_tensor_cores=self.backend.tensor_cores(rows))
+        b = self.backend
+        self[rows] = _Paged(None, use_cuda_graph=True, use_tensor_cores=b.tensor_cores(rows),
+                            paged_kv_indptr_buffer=b._graph_indptr[:rows + 1], paged_kv_indices_buffer=b._graph_indices,
+                            paged_kv_last_page_len_buffer=b._graph_last[:rows])
         return self[rows]
 
 
@@ -155,7 +172,8 @@ def test_large_decode_batches_run_on_tensor_cores_and_keep_the_tokens(model_dirs
 
 def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fake_flashinfer, monkeypatch):
     """flashinfer's tensor-core plan gives each request one KV chunk from ``whole_request_rows`` rows: batches
-    that large are planned with ``disable_split_kv``, smaller ones as flashinfer chooses; tokens unchanged."""
+    that large are planned with ``disable_split_kv``, once a size (later steps only copy their page lists into
+    the graph's buffers), smaller ones as flashinfer chooses at every step; tokens unchanged."""
     from core.attention.flashinfer_backend import whole_request_rows
 
     assert whole_request_rows(132, 8) == 34 and whole_request_rows(132, 2) == 133
@@ -179,6 +197,9 @@ def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fa
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
     assert set(planned) == {(4, True), (3, True), (2, False)}, planned
+    # 4 rows decode for 2 steps, 3 rows for 3, 2 rows for 3: an unsplit size is planned at its first step only
+    assert planned.count((4, True)) == 1 and planned.count((3, True)) == 1, planned
+    assert planned.count((2, False)) == 3, planned
 
 
 def test_whole_request_decode_can_be_turned_off(monkeypatch, model_dirs, fake_flashinfer):
