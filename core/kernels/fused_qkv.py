@@ -45,12 +45,14 @@ def qkv_norm_rope_store(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, he
                         positions: torch.Tensor, cos_sin: torch.Tensor, q_weight: torch.Tensor | None,
                         k_weight: torch.Tensor | None, eps: float, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         out_loc: torch.Tensor, k_scale: torch.Tensor | None = None,
-                        v_scale: torch.Tensor | None = None, head_block: int = 1) -> torch.Tensor:
+                        v_scale: torch.Tensor | None = None, head_block: int = 1,
+                        num_warps: int | None = None) -> torch.Tensor:
     """qkv: [tokens, (heads + 2 * kv_heads) * head_dim]; k_cache, v_cache: one layer of the pool, token-major
     ([slots, kv_heads, head_dim]) or head-major with ``head_block`` its page size (KVPool.head_block). Writes k and
     v at ``out_loc`` and returns q as a new contiguous [tokens, heads, head_dim]. With an fp8 pool's layer (e4m3
     caches and their [slots, kv_heads] float32 ``k_scale``/``v_scale``) k and v are quantised on the way in, as
-    core/kvcache/pool.py's store does."""
+    core/kvcache/pool.py's store does. ``num_warps``: the program's warps, by default by the block's size
+    (scripts/gpu_small_kernels.py sweeps it)."""
     tokens = qkv.shape[0]
     q = torch.empty(tokens, num_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
     if tokens == 0:
@@ -63,5 +65,5 @@ def qkv_norm_rope_store(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, he
         qkv, q, k_cache, v_cache, k_scale if fp8 else cos_sin, v_scale if fp8 else cos_sin, positions, out_loc,
         cos_sin, weight, k_weight if norm else weight, eps, qkv.stride(0), NUM_HEADS=num_heads,
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, NORM=norm, FP8=fp8, BLOCK_H=block_h, HEAD_BLOCK=head_block,
-        num_warps=4 if block_h * head_dim >= 1024 else 1)
+        num_warps=num_warps or (4 if block_h * head_dim >= 1024 else 1))
     return q

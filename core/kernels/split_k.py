@@ -51,8 +51,9 @@ def add_rms_norm_partials_reference(partials: torch.Tensor, residual: torch.Tens
 
 
 def add_rms_norm_partials(partials: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                          eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(sum(partials) + residual), the new residual), in one launch; ``residual`` is updated in place."""
+                          eps: float, num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(sum(partials) + residual), the new residual), in one launch; ``residual`` is updated in place.
+    ``num_warps``: a program's (one row's) warps (scripts/gpu_small_kernels.py sweeps it)."""
     from core.kernels.split_k_triton import add_rms_norm_partials_kernel
 
     splits, rows, width = partials.shape
@@ -60,5 +61,5 @@ def add_rms_norm_partials(partials: torch.Tensor, residual: torch.Tensor, weight
     out = torch.empty_like(residual)
     if rows:
         add_rms_norm_partials_kernel[(rows,)](partials, residual, weight, out, rows, eps, SPLITS=splits, WIDTH=width,
-                                              BLOCK=next_pow2(width))
+                                              BLOCK=next_pow2(width), num_warps=num_warps)
     return out, residual
