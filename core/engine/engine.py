@@ -239,7 +239,8 @@ class Engine:
         # a greedy request's step gets a graph of its own where the LM head screens it (one row)
         greedy_sizes = (1,) if self.screened_head else ()
         return CudaGraphRunner(self.model, self.attn_backend, self.plan.cuda_graph_max_bs,
-                               self.dummy_page * self.page_size, self.dummy_page, self.device, log, greedy_sizes)
+                               self.dummy_page * self.page_size, self.dummy_page, self.device, log, greedy_sizes,
+                               self.sampler.greedy)
 
     def _make_prefill_graph(self, log: Callable[[str], None] | None) -> PrefillGraphRunner | None:
         """The full prefill chunk's graph, where the plan takes it and a full chunk can happen at all (enough
@@ -283,9 +284,10 @@ class Engine:
         too (still on the device) when some request of the batch asked for them."""
         # a greedy step that wants no log-probabilities needs only each row's largest logit exact
         greedy = sample_args.all_greedy and sample_args.logprobs < 0
+        picked = None  # tokens a greedy graph picked itself: the sampler's greedy pick, captured
         with forward_context(batch, self.attn_backend, greedy_logits=greedy), torch.inference_mode():
             if self.graph_runner is not None and self.graph_runner.can_run(batch):
-                logits = self.graph_runner.run(batch)
+                logits, picked = self.graph_runner.run(batch)
             elif self.prefill_graph is not None and self.prefill_graph.can_run(batch):
                 logits = self.prefill_graph.run(batch, logits_indices)
             elif self.cpu_decode is not None and batch.is_decode and batch.size == 1:
@@ -296,7 +298,9 @@ class Engine:
                 self.attn_backend.begin_forward(batch)
                 logits = self.model(batch.input_ids, batch.positions, logits_indices)
             # ranks sample identically from identical gathered logits; the broadcast makes agreement certain
-            tokens = broadcast_from_primary(self.sampler.sample(logits, sample_args), self.tp_info.size)
+            if picked is None:
+                picked = self.sampler.sample(logits, sample_args)
+            tokens = broadcast_from_primary(picked, self.tp_info.size)
             if sample_args.logprobs < 0:
                 return tokens, None
             return tokens, token_logprobs(logits, tokens, sample_args.logprobs)

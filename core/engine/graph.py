@@ -5,7 +5,8 @@ the CPU. A captured graph launches them all at once. Shapes are frozen at captur
 input buffers (token ids, positions, KV write slots) and captures sizes 1, 2, 4, 8, then every multiple of 8
 up to the cap. Where the LM head screens greedy rows (core/kernels/gpu_screened_head.py), the sizes it takes
 get a second graph, captured with ``greedy_logits`` set, which a step replays when it is greedy and asks for no
-log-probabilities. A batch is padded to the next captured size: padding rows read token 0 at position 0 and write
+log-probabilities; given the sampler's greedy pick, that graph picks the tokens too (two Triton launches fewer on
+the host a step, where a batch-1 step's host time is what a slow host runs out of). A batch is padded to the next captured size: padding rows read token 0 at position 0 and write
 their KV into a dummy page that no request owns, and their logits are dropped. Prefill and batches over the cap
 run eagerly.
 
@@ -28,6 +29,8 @@ from core.attention.base import AttentionBackend
 from core.attention.context import forward_context, get_context
 from core.request import Batch
 
+Pick = Callable[[torch.Tensor], torch.Tensor]  # logits [rows, vocab] -> tokens [rows]
+
 
 def batch_size_ladder(cap: int) -> list[int]:
     sizes = [s for s in (1, 2, 4) if s < cap] + list(range(8, cap, 8)) + [cap]
@@ -37,8 +40,9 @@ def batch_size_ladder(cap: int) -> list[int]:
 class CudaGraphRunner:
     def __init__(self, model: nn.Module, backend: AttentionBackend, max_bs: int, dummy_slot: int,
                  dummy_page: int, device: torch.device, log: Callable[[str], None] | None = None,
-                 greedy_sizes: tuple[int, ...] = ()) -> None:
-        """``greedy_sizes``: the captured sizes that also get a greedy graph (the LM head's screen takes them)."""
+                 greedy_sizes: tuple[int, ...] = (), greedy_pick: Pick | None = None) -> None:
+        """``greedy_sizes``: the captured sizes that also get a greedy graph (the LM head's screen takes them);
+        ``greedy_pick``: the sampler's pick of a greedy row's token, captured into those graphs when given."""
         self.model = model
         self.backend = backend
         self.sizes = batch_size_ladder(max_bs)
@@ -50,6 +54,8 @@ class CudaGraphRunner:
         self.greedy_sizes = tuple(s for s in greedy_sizes if s in self.sizes)
         self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # by (size, greedy)
         self.logits: dict[tuple[int, bool], torch.Tensor] = {}
+        self.greedy_pick = greedy_pick
+        self.tokens: dict[int, torch.Tensor] = {}  # a greedy graph's picked tokens, by size
         backend.init_cuda_graph(self.sizes, dummy_page)
         self._capture_all(device)
         if log:
@@ -88,18 +94,24 @@ class CudaGraphRunner:
             batch = self._static_batch(bs, [])
             self._pad(0, bs)  # the warm-up runs write KV: padding rows, into the dummy page
             self.backend.plan_cuda_graph(batch, bs)
+            pick = self.greedy_pick if greedy else None
             with forward_context(batch, self.backend, greedy_logits=greedy):
                 for _ in range(2):  # warm-up outside capture (lazy init, autotuning)
-                    self.model(batch.input_ids, batch.positions, None)  # every row: one token a request
+                    logits = self.model(batch.input_ids, batch.positions, None)  # every row: one token a request
+                    if pick is not None:
+                        pick(logits)
                 torch.cuda.synchronize(device)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool, stream=stream):
                     self.logits[bs, greedy] = self.model(batch.input_ids, batch.positions, None)
+                    if pick is not None:
+                        self.tokens[bs] = pick(self.logits[bs, greedy])
             self.graphs[bs, greedy] = graph
         torch.cuda.synchronize(device)
 
-    def run(self, batch: Batch) -> torch.Tensor:
-        """Logits for the batch's rows, from the graph of the smallest captured size that holds it."""
+    def run(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits for the batch's rows, from the graph of the smallest captured size that holds it, and their
+        greedy tokens where that graph picked them (a greedy graph with the sampler's pick), else None."""
         n = batch.size
         bs = self.padded_size(n)
         rows = len(batch.input_ids)  # bs when the scheduler padded the batch, else n
@@ -115,9 +127,10 @@ class CudaGraphRunner:
             self._pad(rows, bs)
         batch.padded_size = bs
         self.backend.plan_cuda_graph(batch, bs)
-        key = (bs, bs in self.greedy_sizes and get_context().greedy_logits)
-        self.graphs[key].replay()
-        return self.logits[key][:n]
+        greedy = bs in self.greedy_sizes and get_context().greedy_logits
+        self.graphs[bs, greedy].replay()
+        tokens = self.tokens.get(bs) if greedy else None
+        return self.logits[bs, greedy][:n], None if tokens is None else tokens[:n]
 
     def _pad(self, rows: int, bs: int) -> None:
         """Rows [rows, bs) of size ``bs``'s inputs as padding: token 0 at position 0, KV into the dummy slot."""

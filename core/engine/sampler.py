@@ -143,6 +143,11 @@ class Sampler:
             greedy_rows=ints[2].bool(), any_greedy=any(greedy), filtered=any(filtered), logprobs=max(logprobs),
         )
 
+    def greedy(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each row's first maximal column: what ``sample`` gives an all-greedy batch (a decode graph may capture
+        it, core/engine/graph.py)."""
+        return self._greedy(logits)
+
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
         if args.all_greedy:
             return self._greedy(logits)
