@@ -6,9 +6,9 @@ input buffers (token ids, positions, KV write slots) and captures sizes 1, 2, 4,
 up to the cap. Where the LM head screens greedy rows (core/kernels/gpu_screened_head.py), the sizes it takes
 get a second graph, captured with ``greedy_logits`` set, which a step replays when it is greedy and asks for no
 log-probabilities; given the sampler's greedy pick, that graph picks the tokens too (two Triton launches fewer on
-the host a step, where a batch-1 step's host time is what a slow host runs out of). A batch is padded to the next captured size: padding rows read token 0 at position 0 and write
-their KV into a dummy page that no request owns, and their logits are dropped. Prefill and batches over the cap
-run eagerly.
+the host a step, where a batch-1 step's host time is what a slow host runs out of). A batch is padded to the next
+captured size: padding rows read token 0 at position 0 and write their KV into a dummy page that no request owns,
+and their logits are dropped. Prefill and batches over the cap run eagerly.
 
 A batch-1 step is well under a millisecond, and every small copy before the replay costs a few microseconds of
 it. So the scheduler pads a batch as it prepares it (``Engine.padded_size``) and gathers its input tokens
