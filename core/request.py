@@ -75,8 +75,10 @@ class SamplingParams:
             raise InvalidParamsError(f"top_k must be -1 (off) or an integer >= 1, got {self.top_k!r}")
         if not isinstance(self.top_p, (int, float)) or isinstance(self.top_p, bool) or not 0 < self.top_p <= 1:
             raise InvalidParamsError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise InvalidParamsError(f"seed must be an integer or None, got {self.seed!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not -2 ** 63 <= self.seed < 2 ** 63):
+            raise InvalidParamsError(f"seed must be None or an integer that fits in 64 bits (-2**63 to 2**63 - 1), "
+                                     f"got {self.seed!r}")
         if not isinstance(self.ignore_eos, bool):
             raise InvalidParamsError(f"ignore_eos must be a bool, got {self.ignore_eos!r}")
         stop = (self.stop,) if isinstance(self.stop, str) else self.stop

@@ -17,6 +17,8 @@ from core.config import EngineConfig
     ({"top_k": -2}, "top_k"),
     ({"seed": 1.5}, "seed"),
     ({"seed": "7"}, "seed"),
+    ({"seed": 2 ** 63}, "fits in 64 bits"),  # the sampler keeps seeds as int64
+    ({"seed": -2 ** 63 - 1}, "fits in 64 bits"),
 ])
 def test_sampling_params_validation(kwargs, fragment):
     with pytest.raises(InvalidParamsError, match=fragment):
