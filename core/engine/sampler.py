@@ -41,6 +41,7 @@ class SampleArgs:
 
 
 MIN_TEMPERATURE = 1e-5  # a greedy row's temperature in the race (its token is the argmax's anyway)
+TOP_K_CAP = 2 ** 31  # larger than any vocabulary
 
 
 def sample_row(req: Req) -> tuple[float, float, int, int, int, bool, int]:
@@ -48,7 +49,8 @@ def sample_row(req: Req) -> tuple[float, float, int, int, int, bool, int]:
     them for every row of every step; made once, a step's cost at 256 rows is one transpose of these tuples, not
     a dozen passes over the requests' settings (213 -> 85 us a step on a CPU, docs/BENCHMARKS.md session 42)."""
     p = req.params
-    row = (max(p.temperature, MIN_TEMPERATURE), p.top_p, p.top_k, int(p.greedy), req.sample_seed,
+    # any top-k from the vocabulary's size up keeps every token: capped, it fits the int64 upload whatever it was
+    row = (max(p.temperature, MIN_TEMPERATURE), p.top_p, min(p.top_k, TOP_K_CAP), int(p.greedy), req.sample_seed,
            p.top_k != -1 or p.top_p < 1.0, -1 if p.logprobs is None else p.logprobs)
     req.sample_row = row
     return row

@@ -52,6 +52,16 @@ def test_top_k_restricts_draws_to_the_k_most_likely(llm):
     assert firsts == set(logits.topk(2).indices.tolist())
 
 
+def test_a_top_k_past_any_vocabulary_keeps_every_token(llm):
+    """top_k from the vocabulary's size up filters nothing, however large (it is capped before the upload): the
+    draws are those of the same top-k path with k the vocabulary."""
+    vocab = llm.engine.model_config.vocab_size
+    draws = [[llm.generate([PROMPT], SamplingParams(max_tokens=6, temperature=1.5, top_k=k, seed=s,
+                                                    ignore_eos=True))[0]["token_ids"] for s in range(3)]
+             for k in (vocab, 10 ** 30)]
+    assert draws[0] == draws[1]
+
+
 def _first_logits(llm: LLM, prompt: list[int]) -> torch.Tensor:
     from transformers import AutoModelForCausalLM
 
