@@ -192,8 +192,9 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=0, metavar="N",
                         help="print each round's first N timed calls, when each started and how long it took")
     args = parser.parse_args()
-    llm = LLM(args.model, page_size=args.page_size, max_running_req=256 if args.workload else max(args.batch, 8), max_seq_len=4096,
-              device=args.device, log=print)
+    running = 256 if args.workload else max(args.batch, 8)
+    llm = LLM(args.model, page_size=args.page_size, max_running_req=running, max_seq_len=4096, device=args.device,
+              log=print)
     prompts, params = requests(llm, args)
     llm.generate(prompts, params)  # warm-up
     timers = Timers()
