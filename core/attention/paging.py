@@ -42,6 +42,24 @@ class PagedLayout:
 HOST_PAGE_LIST_MAX = 8192  # longer page lists are gathered on the device
 
 
+def _page_counts(kv_lens: list[int], page_size: int) -> list[int]:
+    return [pages_for(n, page_size) for n in kv_lens]
+
+
+def _host_lists(pages: list[list[int]], kv_lens: list[int], counts: list[int], page_size: int, pad: int,
+                dummy_page: int) -> tuple[list[int], list[int], list[int]] | None:
+    """(indptr, last_page_len, indices) as Python lists from the requests' own page lists (``counts[i]`` pages of
+    request i), then ``pad`` padding rows of one token in ``dummy_page``; None when some request's own list is not
+    filled in (the page table has its pages)."""
+    flat = list(chain.from_iterable(own if len(own) == count else own[:count] for own, count in zip(pages, counts)))
+    total = sum(counts)
+    if len(flat) != total:
+        return None
+    indptr = [0, *accumulate(counts), *range(total + 1, total + pad + 1)]
+    last = [n - (count - 1) * page_size for n, count in zip(kv_lens, counts)] + [1] * pad
+    return indptr, last, flat + [dummy_page] * pad
+
+
 def paged_layout(page_table: torch.Tensor, rows: list[int], kv_lens: list[int], page_size: int,
                  pages: list[list[int]] | None = None, pad: int = 0, dummy_page: int = 0) -> PagedLayout:
     """The pages holding positions [0, kv_lens[i]) of page-table row rows[i], for every i, then ``pad`` padding
@@ -54,21 +72,17 @@ def paged_layout(page_table: torch.Tensor, rows: list[int], kv_lens: list[int], 
     table on the device, whatever its length, with no host sync.
     """
     device = page_table.device
-    counts = [(n + page_size - 1) // page_size for n in kv_lens]
-    indptr = [0, *accumulate(counts)]
-    last = [n - (count - 1) * page_size for n, count in zip(kv_lens, counts)]
-    total = indptr[-1]
-    if pages is not None and total + pad <= HOST_PAGE_LIST_MAX:
-        flat = list(chain.from_iterable(own if len(own) == count else own[:count]
-                                        for own, count in zip(pages, counts)))
-        if len(flat) == total:  # else some request's list is not filled in: read the page table instead
-            flat += [dummy_page] * pad
-            indptr += range(total + 1, total + pad + 1)
-            last += [1] * pad
-            return PagedLayout(host_tensor(indptr, torch.int32), upload_list(flat, torch.int32, device),
-                               host_tensor(last, torch.int32))
-    layout = PagedLayout(host_tensor(indptr, torch.int32), torch.zeros(0, dtype=torch.int32, device=device),
-                         host_tensor(last, torch.int32))
+    counts = _page_counts(kv_lens, page_size)
+    total = sum(counts)
+    lists = (_host_lists(pages, kv_lens, counts, page_size, pad, dummy_page)
+             if pages is not None and total + pad <= HOST_PAGE_LIST_MAX else None)
+    if lists is not None:
+        indptr, last, flat = lists
+        return PagedLayout(host_tensor(indptr, torch.int32), upload_list(flat, torch.int32, device),
+                           host_tensor(last, torch.int32))
+    layout = PagedLayout(host_tensor([0, *accumulate(counts)], torch.int32),
+                         torch.zeros(0, dtype=torch.int32, device=device),
+                         host_tensor([n - (count - 1) * page_size for n, count in zip(kv_lens, counts)], torch.int32))
     if total:
         per_row = upload(host_tensor([*rows, *counts], torch.int64), device).view(2, -1)
         rows_d, counts_d = per_row[0], per_row[1]
@@ -86,17 +100,10 @@ def packed_page_lists(pages: list[list[int]], kv_lens: list[int], page_size: int
     two each padded to ``header`` entries, so that one copy fills a kernel's fixed buffers whatever the batch
     size; plus ``pad`` padding rows of one token in ``dummy_page``. None when some request's own list is not
     filled in (``paged_layout`` then reads the page table)."""
-    counts = [pages_for(n, page_size) for n in kv_lens]
-    if len(kv_lens) + pad + 1 > header or any(len(own) < count for own, count in zip(pages, counts)):
+    if len(kv_lens) + pad + 1 > header:
         return None
-    indptr, last, flat = [0], [], []
-    for own, count, n in zip(pages, counts, kv_lens):
-        flat += own[:count]
-        indptr.append(indptr[-1] + count)
-        last.append(n - (count - 1) * page_size)
-    for _ in range(pad):
-        flat.append(dummy_page)
-        indptr.append(indptr[-1] + 1)
-        last.append(1)
-    filler = [0] * (header - len(indptr)), [0] * (header - len(last))
-    return host_tensor(indptr + filler[0] + last + filler[1] + flat, torch.int32)
+    lists = _host_lists(pages, kv_lens, _page_counts(kv_lens, page_size), page_size, pad, dummy_page)
+    if lists is None:
+        return None
+    indptr, last, flat = lists
+    return host_tensor(indptr + [0] * (header - len(indptr)) + last + [0] * (header - len(last)) + flat, torch.int32)
