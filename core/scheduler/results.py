@@ -29,11 +29,9 @@ def take_tokens(prepared: Prepared, tokens: list[int], logprobs: TokenLogprobs |
             reason = "stop"
         elif len(req.input_ids) >= req.max_device_len:  # tokens received, not the (further) scheduled length
             reason = "length"
-        if logprobs is not None and req.params.logprobs is not None:
-            chosen, top = logprobs.row(row, req.params.logprobs)
-            replies.append(Reply(req.uid, token, reason is not None, reason, logprob=chosen, top_logprobs=top))
-        else:
-            replies.append(Reply(req.uid, token, reason is not None, reason))
+        chosen, top = (logprobs.row(row, req.params.logprobs)
+                       if logprobs is not None and req.params.logprobs is not None else (None, None))
+        replies.append(Reply(req.uid, token, reason is not None, reason, logprob=chosen, top_logprobs=top))
         if reason is not None:
             req.done = True
             finished.append(req)
