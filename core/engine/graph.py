@@ -54,10 +54,9 @@ class CudaGraphRunner:
         self.greedy_sizes = tuple(s for s in greedy_sizes if s in self.sizes)
         self.graphs: dict[tuple[int, bool], torch.cuda.CUDAGraph] = {}  # by (size, greedy)
         self.logits: dict[tuple[int, bool], torch.Tensor] = {}
-        self.greedy_pick = greedy_pick
         self.tokens: dict[int, torch.Tensor] = {}  # a greedy graph's picked tokens, by size
         backend.init_cuda_graph(self.sizes, dummy_page)
-        self._capture_all(device)
+        self._capture_all(device, greedy_pick)
         if log:
             greedy = f", greedy ones for {', '.join(map(str, self.greedy_sizes))}" if self.greedy_sizes else ""
             log(f"captured CUDA graphs for decode batch sizes {self.sizes[0]}..{self.sizes[-1]} "
@@ -86,7 +85,7 @@ class CudaGraphRunner:
                      out_loc=self._out_loc(bs), padded_size=bs)
 
     @torch.inference_mode()
-    def _capture_all(self, device: torch.device) -> None:
+    def _capture_all(self, device: torch.device, greedy_pick: Pick | None) -> None:
         pool = torch.cuda.graph_pool_handle()
         stream = torch.cuda.Stream(device)
         keys = [(bs, greedy) for bs in self.sizes for greedy in (False, True) if not greedy or bs in self.greedy_sizes]
@@ -94,7 +93,7 @@ class CudaGraphRunner:
             batch = self._static_batch(bs, [])
             self._pad(0, bs)  # the warm-up runs write KV: padding rows, into the dummy page
             self.backend.plan_cuda_graph(batch, bs)
-            pick = self.greedy_pick if greedy else None
+            pick = greedy_pick if greedy else None
             with forward_context(batch, self.backend, greedy_logits=greedy):
                 for _ in range(2):  # warm-up outside capture (lazy init, autotuning)
                     logits = self.model(batch.input_ids, batch.positions, None)  # every row: one token a request
