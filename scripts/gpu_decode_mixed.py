@@ -15,10 +15,13 @@ KV head after another), so a long request late in the batch could be a tail. ``-
 drawn, longest first and shortest first. ``--xqa`` adds flashinfer's XQA decode (TensorRT-LLM's kernel, through a
 [batch, pages] page table), ``--hnd`` the three flashinfer decodes on an HND copy of the pages, ``--fa3`` the
 batch prefill kernel of the Hopper backend (fa3: warp-specialised, its loads in producer warps) with one query per
-request, which the tensor-core decode's plan never picks for bf16 (it takes fa2's).
+request, which the tensor-core decode's plan never picks for bf16 (it takes fa2's). ``--holistic`` adds flashinfer's
+persistent ``BatchAttention`` (a fixed grid of two blocks per SM, each working through a list of (request, KV head,
+KV chunk) items its plan balanced by length on the host, the chunks merged inside the same kernel), on the same
+pages in the layout of the last flashinfer row; its plan's host time is printed with it.
 
     python3 scripts/gpu_decode_mixed.py [--batches 32,64,...,256] [--splits 1,2,4,8] [--orders drawn,longest,shortest]
-        [--xqa] [--hnd] [--fa3] [--page 16] [--json F]
+        [--xqa] [--hnd] [--fa3] [--holistic] [--page 16] [--json F]
 """
 
 from __future__ import annotations
@@ -108,8 +111,36 @@ def fa3_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], indptr: torc
     return measured("fa3", lambda: wrapper.run(q, kv, out=out), out, reference, common, kv_bytes)
 
 
+def holistic_row(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor], layout: str, indptr: torch.Tensor,
+                 indices: torch.Tensor, contexts: list[int], reference: torch.Tensor, common: dict,
+                 kv_bytes: int) -> dict:
+    """flashinfer's persistent BatchAttention, one query a request; the row also says how long its plan took on
+    the host (it balances the work there, at every step, where the engine's unsplit plan is made once a size)."""
+    import time
+
+    import flashinfer
+
+    batch = q.shape[0]
+    wrapper = flashinfer.BatchAttention(kv_layout=layout, device=str(q.device))
+    qo_indptr = torch.arange(batch + 1, dtype=torch.int32, device=q.device)
+    kv_len = torch.tensor(contexts, dtype=torch.int32, device=q.device)
+    plan = lambda: wrapper.plan(qo_indptr, indptr, indices, kv_len, HEADS, KV_HEADS, DIM, DIM, PAGE,  # noqa: E731
+                                causal=False, sm_scale=DIM ** -0.5, q_data_type=torch.bfloat16,
+                                kv_data_type=torch.bfloat16)
+    plan()
+    start = time.perf_counter()
+    for _ in range(10):
+        plan()
+    plan_us = (time.perf_counter() - start) / 10 * 1e6
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, HEADS, dtype=torch.float32, device=q.device)
+    row = measured(f"holistic {layout}", lambda: wrapper.run(q, kv, out=out, lse=lse), out, reference, common,
+                   kv_bytes)
+    return {**row, "plan_us": plan_us}
+
+
 def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = False,
-         fa3: bool = False) -> list[dict]:
+         fa3: bool = False, holistic: bool = False) -> list[dict]:
     device = torch.device(DEVICE)
     batch = len(contexts)
     pages = [-(-c // PAGE) for c in contexts]
@@ -148,7 +179,14 @@ def case(contexts: list[int], splits: list[int], xqa: bool = False, hnd: bool = 
         rows.append(measured(name, lambda: wrapper.run(q, kv_pages, out=out), out, reference, common, kv_bytes))
         if reference is None:
             reference = out.clone()
-        del kv_pages
+        last_pages = (kv_pages, layout)
+    if holistic:
+        try:
+            rows.append(holistic_row(q, last_pages[0], last_pages[1], indptr, indices, contexts, reference, common,
+                                     kv_bytes))
+        except Exception as exc:
+            print(f"holistic: {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+    del last_pages
     if xqa:
         try:
             rows.append(xqa_row(q, kv, indptr, indices, contexts, reference, common, kv_bytes))
@@ -177,6 +215,8 @@ def main() -> None:
     parser.add_argument("--xqa", action="store_true", help="also flashinfer's XQA decode (TensorRT-LLM's kernel)")
     parser.add_argument("--hnd", action="store_true", help="also flashinfer's decodes on an HND copy")
     parser.add_argument("--fa3", action="store_true", help="also flashinfer's fa3 batch prefill, one query a request")
+    parser.add_argument("--holistic", action="store_true",
+                        help="also flashinfer's persistent BatchAttention, with its plan's host time")
     parser.add_argument("--page", type=int, default=PAGE, help="tokens a page (the Triton kernel needs 16)")
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -188,13 +228,15 @@ def main() -> None:
         parser.error(f"unknown order {unknown[0]!r}: choose from {', '.join(ORDERS)}")
     rows = []
     for batch, order in ((int(b), o) for b in args.batches.split(",") for o in orders):
-        got = case(ORDERS[order](contexts_at(batch, prompt_lens, max_tokens)), splits, args.xqa, args.hnd, args.fa3)
+        got = case(ORDERS[order](contexts_at(batch, prompt_lens, max_tokens)), splits, args.xqa, args.hnd, args.fa3,
+                   args.holistic)
         for row in got:
             row["order"] = order
         rows += got
         best = min(got, key=lambda r: r["us"])
         cells = ", ".join(f"{r['kernel']} {r['us']:.1f} us ({r['tb_s']:.2f} TB/s"
-                          f"{', diff %.3f' % r['max_diff'] if r['max_diff'] > 0.02 else ''})" for r in got)
+                          f"{', diff %.3f' % r['max_diff'] if r['max_diff'] > 0.02 else ''}"
+                          f"{', plan %.0f us on the host' % r['plan_us'] if 'plan_us' in r else ''})" for r in got)
         print(f"page {PAGE}, rows {batch} ({order}), context mean {got[0]['mean_context']:.0f} max "
               f"{got[0]['max_context']}: {cells}; best {best['kernel']}", flush=True)
         torch.cuda.empty_cache()
