@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from core.kernels.race import COLUMN_MULTIPLIER, MASK31, greedy_tokens, mix, race_tokens, row_keys
+from core.kernels.race import COLUMN_MULTIPLIER, FEW_WARPS_FROM_ROWS, MASK31, greedy_tokens, mix, race_tokens, row_keys
 from core.request import Batch, Req
 from core.transfer import upload_list
 
@@ -119,8 +119,9 @@ class Sampler:
     def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:
         """Compile the race now rather than inside the first sampled step. Compiled code is shared by every
         batch of two rows or more, but a batch of one gets its own (sizes 0 and 1 are specialised): without
-        this, the step where a run's batch first shrinks to one request would stall for the compilation."""
-        for rows in (1, 2):
+        this, the step where a run's batch first shrinks to one request would stall for the compilation. The Triton
+        race has a variant for many rows (fewer warps a program), compiled here too."""
+        for rows in (1, 2, FEW_WARPS_FROM_ROWS):
             logits = torch.zeros(rows, vocab_size, dtype=dtype, device=self.device)
             ones = torch.ones(rows, dtype=torch.float32, device=self.device)
             ids = torch.zeros(rows, dtype=torch.int64, device=self.device)

@@ -26,6 +26,9 @@ MASK31 = 0x7FFFFFFF
 MIX_MULTIPLIER = 0x45D9F3B
 COLUMN_MULTIPLIER = 0x27D4EB2D
 BLOCK = 2048  # columns per program
+# a race program's warps: two where the rows are many (on an H200, 256 rows: 97 against 102 us a step; 128 rows:
+# 50 against 53), four where they are few (32 rows: 20 against 23); scripts/gpu_race.py
+FEW_WARPS_FROM_ROWS = 64
 
 
 def mix(x: torch.Tensor) -> torch.Tensor:
@@ -55,19 +58,26 @@ def _kernels() -> RaceKernels:
 
 
 def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
-                positions: torch.Tensor) -> torch.Tensor:
-    """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels."""
+                positions: torch.Tensor, block: int = BLOCK, num_warps: int | None = None,
+                screen: bool = True) -> torch.Tensor:
+    """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels. ``block`` (columns a
+    program), ``num_warps`` (a program's warps; by default by the row count) and ``screen`` (each chunk's best
+    found on cheap scores first, then made exact; race_chunks_kernel says why that is the same) change the time,
+    never the tokens (scripts/gpu_race.py times them)."""
     chunks_kernel = _kernels().race_chunks
+    if num_warps is None:
+        num_warps = 2 if logits.shape[0] >= FEW_WARPS_FROM_ROWS else 4
     # the kernel derives each row's key from these (row_keys in torch was 25 small kernels a step)
     seeds, positions = seeds.to(torch.int64).contiguous(), positions.to(torch.int64).contiguous()
 
     def chunks(logits, parts, part_max, part_col) -> None:
         chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), temperatures.to(torch.float32).contiguous(),
                                                 seeds, positions, logits.shape[1], part_max, part_col, parts,
-                                                BLOCK=BLOCK, MASK=MASK31, MIX=MIX_MULTIPLIER,
-                                                COLUMN=COLUMN_MULTIPLIER, num_warps=4)
+                                                BLOCK=block, MASK=MASK31, MIX=MIX_MULTIPLIER,
+                                                COLUMN=COLUMN_MULTIPLIER, SCREEN=screen,
+                                                HARDWARE_LOG=logits.is_cuda, num_warps=num_warps)
 
-    return _two_stages(logits, chunks)
+    return _two_stages(logits, chunks, block)
 
 
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
@@ -82,12 +92,12 @@ def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     return _two_stages(logits, chunks)
 
 
-def _two_stages(logits: torch.Tensor, chunks) -> torch.Tensor:
+def _two_stages(logits: torch.Tensor, chunks, block: int = BLOCK) -> torch.Tensor:
     """[rows] int64 tokens: ``chunks(logits, parts, part_max, part_col)`` launches the first stage (each chunk's
     best score and column), then the pick takes each row's first best chunk."""
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     rows, vocab = logits.shape
-    parts = -(-vocab // BLOCK)
+    parts = -(-vocab // block)
     part_max = torch.empty(rows, parts, dtype=torch.float32, device=logits.device)
     part_col = torch.empty(rows, parts, dtype=torch.int64, device=logits.device)
     tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.engine.sampler import SampleArgs, Sampler, _race
+from core.engine.sampler import SampleArgs, Sampler, _race, hashed_uniform
 from core.kernels.race import BLOCK, greedy_tokens, race_tokens
 from core.kernels.triton_available import triton_runs_on
 
@@ -30,6 +30,65 @@ def test_the_kernels_draw_the_torch_races_tokens(rows, vocab, dtype):
     tokens = race_tokens(logits, temperatures, seeds, positions)
     assert tokens.dtype == torch.int64 and tokens.shape == (rows,)
     assert torch.equal(tokens.cpu(), _race(logits, temperatures, seeds, positions).cpu())
+
+
+@pytest.mark.parametrize("scale", [0.01, 3.0, 30.0])  # near flat (random weights), spread, peaked (a trained model)
+def test_the_screened_race_draws_the_exact_races_tokens(scale):
+    """The default screens each chunk on cheap scores first: its tokens are the exact scoring's, at any spread of
+    the logits."""
+    gen = torch.Generator().manual_seed(int(scale * 100))
+    rows, vocab = 8, 2 * BLOCK + 77
+    logits = (torch.randn(rows, vocab, generator=gen) * scale).to(DEVICE)
+    temperatures = (torch.rand(rows, generator=gen) * 1.5 + 0.05).to(DEVICE)
+    seeds = torch.randint(0, 2 ** 40, (rows,), generator=gen).to(DEVICE)
+    positions = torch.randint(0, 4096, (rows,), generator=gen).to(DEVICE)
+    screened = race_tokens(logits, temperatures, seeds, positions)
+    assert torch.equal(screened, race_tokens(logits, temperatures, seeds, positions, screen=False))
+    assert torch.equal(screened.cpu(), _race(logits, temperatures, seeds, positions).cpu())
+
+
+def _near_tie(seed: int, a: int, b: int, temperature: torch.Tensor) -> float | None:
+    """A logit for column ``b`` whose score ties column ``a``'s (logit 10) so closely that the cheap scores (the
+    product with 1/T) order the two one way and the exact scores the other, or None if no nudge of a few ulps
+    does that for this seed."""
+    log_e = torch.log(-torch.log(hashed_uniform(torch.tensor([seed]), torch.tensor([40]), b + 1)))[0]
+    ten, reciprocal = torch.tensor(10.0), 1.0 / temperature
+    logit = (ten / temperature - log_e[a] + log_e[b]) * temperature
+    for _ in range(12):
+        exact_b = bool(logit / temperature - log_e[b] > ten / temperature - log_e[a])
+        cheap_b = bool(logit * reciprocal - log_e[b] > ten * reciprocal - log_e[a])
+        if exact_b != cheap_b:
+            return float(logit)
+        logit = torch.nextafter(logit, torch.tensor(1e9))
+    return None
+
+
+def test_a_near_tie_inside_a_chunk_is_settled_by_the_exact_scores():
+    """Two columns of one chunk whose scores differ by less than a rounding, ordered one way by the cheap scores
+    and the other by the exact ones: the screen's margin sends the chunk down the exact path, and the token is
+    the exact race's."""
+    temperature = torch.tensor(0.6)
+    a, b = BLOCK + 3, BLOCK + 9  # both in the second chunk
+    cases = [(seed, logit) for seed in range(11, 60) if (logit := _near_tie(seed, a, b, temperature)) is not None]
+    assert len(cases) >= 2, "no near tie found to test with"
+    rows = len(cases)
+    logits = torch.full((rows, BLOCK + 50), -30.0)
+    logits[:, a] = 10.0
+    logits[:, b] = torch.tensor([logit for _, logit in cases])
+    seeds, positions = torch.tensor([seed for seed, _ in cases]), torch.full((rows,), 40)
+    temperatures = temperature.repeat(rows)
+    tokens = race_tokens(logits.to(DEVICE), temperatures.to(DEVICE), seeds.to(DEVICE), positions.to(DEVICE))
+    assert torch.equal(tokens.cpu(), _race(logits, temperatures, seeds, positions))
+    assert set(tokens.tolist()) <= {a, b}
+
+
+def test_infinite_and_nan_logits_draw_what_the_exact_scores_draw():
+    logits = torch.randn(3, BLOCK + 20)
+    logits[0, 7] = float("inf")
+    logits[1, 3] = float("nan")
+    logits[2, BLOCK + 4] = float("-inf")
+    args = [t.to(DEVICE) for t in (logits, torch.full((3,), 0.8), torch.arange(3), torch.arange(3))]
+    assert torch.equal(race_tokens(*args), race_tokens(*args, screen=False))
 
 
 def test_a_sharp_row_draws_its_top_token_and_rows_of_a_strided_view_read_their_own_logits():
