@@ -37,6 +37,7 @@ from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
 from core.kernels.gpu_screened_head import GpuScreenedHead
 from core.kernels.screened_head import ScreenedHead
+from core.kernels.split_k import FEW_ROWS, slices_for
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.model_config import ModelConfig
@@ -325,12 +326,18 @@ def _kernel_words(plan: EnginePlan) -> str:
                                    (kernels.pdl, "dependent launches"), (kernels.triton_sampler, "Triton sampler"),
                                    (plan.c_attention, "decode attention in C"),
                                    (plan.fp8_cuda_decode, "CUDA fp8 decode"),
-                                   (kernels.split_k, f"split-K x{kernels.split_k}"),
+                                   (kernels.split_k, _split_k_words(kernels.split_k)),
                                    (plan.tensor_core_decode_rows and not plan.kv_fp8,
                                     "tensor-core decode" + (f" from {plan.tensor_core_decode_rows} rows"
                                                             if plan.tensor_core_decode_rows > 1 else "")))
              if on]
     return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
+
+
+def _split_k_words(slices: int) -> str:
+    """"split-K x2 (x4 up to 128 rows)": the slices of the narrow linears, by rows (core/kernels/split_k.py)."""
+    few = slices_for(1, slices)
+    return f"split-K x{slices}" + (f" (x{few} up to {FEW_ROWS} rows)" if few != slices else "")
 
 
 def _size(num_bytes: int) -> str:

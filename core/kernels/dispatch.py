@@ -32,7 +32,7 @@ from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
 from core.kernels.bf16_weights import Bf16Weight
 from core.kernels.cpu_gemm import PanelWeight
 from core.kernels.int8_weights import Int8Weight
-from core.kernels.split_k import SPLIT_K_MAX_ROWS, add_rms_norm_partials, split_k_linear
+from core.kernels.split_k import add_rms_norm_partials, slices_for, split_k_linear
 
 # the forms of a weight that multiply by themselves (the ``linear`` method each has)
 WEIGHT_FORMS = (PanelWeight, Int8Weight, Bf16Weight)
@@ -212,19 +212,18 @@ class FlashInferKernels(TorchKernels):
         """One row, where the Triton kernels beat cuBLAS (and fold the norm or the activation in)."""
         return self.gemv and x.shape[0] <= GEMV_MAX_ROWS
 
-    def takes_split_k(self, x: torch.Tensor, bias: torch.Tensor | None, summed_later: bool) -> bool:
-        """A decode step's summed-later linear without a bias, whose inputs cut into ``split_k`` equal slices (a
-        model with another input width keeps one GEMM there)."""
-        if not (summed_later and self.split_k > 0 and bias is None):
-            return False
-        return x.shape[0] <= SPLIT_K_MAX_ROWS and x.shape[-1] % self.split_k == 0
+    def split_k_slices(self, x: torch.Tensor, bias: torch.Tensor | None, summed_later: bool) -> int:
+        """The slices of a decode step's summed-later linear without a bias (core/kernels/split_k.py's
+        slices_for), or 0: one GEMM (also for a model whose input width does not cut into equal slices)."""
+        slices = slices_for(x.shape[0], self.split_k) if summed_later and bias is None else 0
+        return slices if slices and x.shape[-1] % slices == 0 else 0
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                packed_weight: torch.Tensor | None, summed_later: bool = False) -> torch.Tensor:
         if self.uses_gemv(x):
             return gemv(x, weight, bias, pdl=self.pdl)
-        if self.takes_split_k(x, bias, summed_later):
-            return Partials(split_k_linear(x, weight, self.split_k, torch.float32))
+        if slices := self.split_k_slices(x, bias, summed_later):
+            return Partials(split_k_linear(x, weight, slices, torch.float32))
         return super().linear(x, weight, bias, packed_weight)
 
     def rms_norm_linear(self, x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor, eps: float,

@@ -20,6 +20,20 @@ from core.arith import next_pow2
 # decode steps only: a prefill chunk's thousands of rows fill the SMs without a split, and its float32 partials
 # would be hundreds of MB to write and read back
 SPLIT_K_MAX_ROWS = 256
+# up to this many rows the narrow linears take at least FEW_ROWS_SLICES slices: on an H200 (the Qwen3-0.6B shapes,
+# float32 partials) o_proj and down ran 0.3-1.0 us faster each with 4 slices than with 2 from 32 to 128 rows, the
+# add+RMSNorm summing them 0.3 us slower, about 1 us a layer in all; from 160 rows 4 slices lose
+# (scripts/gpu_gemm_rows.py --split-k, docs/BENCHMARKS.md session 43)
+FEW_ROWS = 128
+FEW_ROWS_SLICES = 4
+
+
+def slices_for(rows: int, slices: int) -> int:
+    """The slices a decode step's narrow linear of ``rows`` rows is cut into, given the engine's choice ``slices``
+    (MINISGL_SPLIT_K; 0: no split): that choice, and at least FEW_ROWS_SLICES up to FEW_ROWS rows."""
+    if slices <= 0 or rows > SPLIT_K_MAX_ROWS:
+        return 0
+    return max(slices, FEW_ROWS_SLICES) if rows <= FEW_ROWS else slices
 
 
 def split_k_linear(x: torch.Tensor, weight: torch.Tensor, splits: int,

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.split_k import add_rms_norm_partials, add_rms_norm_partials_reference, split_k_linear
+from core.kernels.split_k import (add_rms_norm_partials, add_rms_norm_partials_reference, slices_for,
+                                  split_k_linear)
 from core.kernels.triton_available import triton_runs_on
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -55,20 +56,26 @@ def test_add_rms_norm_partials_matches_torch(dtype, splits, rows, width):
     torch.testing.assert_close(new_residual.float(), (partials.sum(0) + before.float()).to(dtype).float(), **tol)
 
 
+def test_few_rows_take_four_slices_and_many_rows_the_engines_choice():
+    assert [slices_for(rows, 2) for rows in (1, 64, 128, 129, 256, 257)] == [4, 4, 4, 2, 2, 0]
+    assert [slices_for(rows, 8) for rows in (1, 200)] == [8, 8]
+    assert slices_for(1, 0) == slices_for(200, 0) == 0  # MINISGL_SPLIT_K=0: never
+
+
 @needs_triton
-@pytest.mark.parametrize("splits", [2, 4])
-def test_a_layer_chain_with_split_k_matches_plain_kernels(splits):
+@pytest.mark.parametrize("splits, rows, slices", [(2, 9, 4), (2, 200, 2), (4, 200, 4)])
+def test_a_layer_chain_with_split_k_matches_plain_kernels(splits, rows, slices):
     """o_proj through the split-K kernels, then the add+RMSNorm in front of the next linear: the same rows and the
     same residual as the plain linear and torch's add+RMSNorm (float32, where torch's batched GEMM is the plain
-    one), and the RowParallelLinear of one rank hands its partials on."""
+    one), and the RowParallelLinear of one rank hands its partials on, in as many slices as its rows take."""
     from core.kernels.dispatch import FlashInferKernels, Partials, TorchKernels
     from core.layers.linear import RowParallelLinear
 
     gen = torch.Generator().manual_seed(splits)
     layer = RowParallelLinear(256, 64).to(DEVICE)
     layer.weight.data.copy_(torch.randn(64, 256, generator=gen))
-    x = torch.randn(9, 256, generator=gen).to(DEVICE)
-    residual = torch.randn(9, 64, generator=gen).to(DEVICE)
+    x = torch.randn(rows, 256, generator=gen).to(DEVICE)
+    residual = torch.randn(rows, 64, generator=gen).to(DEVICE)
     norm_weight = (1 + 0.1 * torch.randn(64, generator=gen)).to(DEVICE)
 
     layer.kernels = TorchKernels()
@@ -76,7 +83,7 @@ def test_a_layer_chain_with_split_k_matches_plain_kernels(splits):
     expected = TorchKernels.add_rms_norm(plain, residual.clone(), norm_weight, 1e-6)
     layer.kernels = FlashInferKernels(split_k=splits)
     split = layer(x)
-    assert isinstance(split, Partials) and split.parts.shape == (splits, 9, 64)
+    assert isinstance(split, Partials) and split.parts.shape == (slices, rows, 64)
     normed, new_residual = layer.kernels.add_rms_norm(split, residual.clone(), norm_weight, 1e-6)
     torch.testing.assert_close(new_residual, expected[1], rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(normed, expected[0], rtol=1e-5, atol=1e-4)
