@@ -384,18 +384,16 @@ class FlashInferBackend(AttentionBackend):
         indices[:pages].copy_(layout.indices, non_blocking=True)
         last[:n].copy_(layout.last_page_len, non_blocking=True)
 
-    def _copy_to_graph_buffers(self, layout: PagedLayout) -> None:
-        self._copy_layout(layout, self._graph_indptr, self._graph_indices, self._graph_last)
-
-    def _plan_small_decode(self, batch: Batch, padded_size: int) -> SmallDecodePlan:
-        """The small decode's page lists into its buffers: one copy where the batch was prepared for this size."""
-        plan = self._small_decode
+    def _lists_into(self, batch: Batch, padded_size: int, packed: torch.Tensor, indptr: torch.Tensor,
+                    indices: torch.Tensor, last: torch.Tensor) -> None:
+        """The batch's page lists into a graph's fixed buffers: one copy into ``packed`` (the three as views of it)
+        where the batch was prepared packed for this size, else the three lists (capture, tests, or pages only
+        the page table has)."""
         lists = self._packed_for(batch, padded_size)
         if lists is not None:
-            self._small_lists[:len(lists)].copy_(lists, non_blocking=True)
-        else:  # not prepared for this size (capture, tests), or its pages only the page table has
-            self._copy_layout(self._layout(batch, padded_size), plan.kv_indptr, plan.kv_indices, plan.kv_last)
-        return plan
+            packed[:len(lists)].copy_(lists, non_blocking=True)
+        else:
+            self._copy_layout(self._graph_layout(batch, padded_size), indptr, indices, last)
 
     @staticmethod
     def _packed_for(batch: Batch, padded_size: int) -> torch.Tensor | None:
@@ -407,7 +405,9 @@ class FlashInferBackend(AttentionBackend):
 
     def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
         if self._small_decode is not None and padded_size <= SMALL_DECODE_MAX_BS:
-            batch.attn_metadata = FlashInferMetadata(None, None, None, self._plan_small_decode(batch, padded_size))
+            plan = self._small_decode
+            self._lists_into(batch, padded_size, self._small_lists, plan.kv_indptr, plan.kv_indices, plan.kv_last)
+            batch.attn_metadata = FlashInferMetadata(None, None, None, plan)
             return
         if not self.fp8 and padded_size in self._unsplit_planned:
             # an unsplit plan is a function of the batch size alone (one KV chunk a request, whatever its length:
@@ -415,16 +415,13 @@ class FlashInferBackend(AttentionBackend):
             # its own: once made, a replay needs only the page lists in the buffers, the copies plan would make,
             # in one piece where the batch was prepared for it. plan itself costs the host about 0.4 ms a step
             # (an H200's host at 256 rows, scripts/gpu_host_step.py)
-            lists = self._packed_for(batch, padded_size)
-            if lists is not None:
-                self._graph_lists[:len(lists)].copy_(lists, non_blocking=True)
-            else:
-                self._copy_to_graph_buffers(self._graph_layout(batch, padded_size))
+            self._lists_into(batch, padded_size, self._graph_lists, self._graph_indptr, self._graph_indices,
+                             self._graph_last)
             batch.attn_metadata = FlashInferMetadata(None, None, self._graph_wrappers[padded_size])
             return
         layout = self._graph_layout(batch, padded_size)
         if self.fp8:
-            self._copy_to_graph_buffers(layout)
+            self._copy_layout(layout, self._graph_indptr, self._graph_indices, self._graph_last)
             paged = self._paged_args(self._graph_indptr[: padded_size + 1], self._graph_indices,
                                      self._graph_last[:padded_size], padded_size)
             batch.attn_metadata = FlashInferMetadata(layout, None, paged=paged)
