@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from core.errors import (EngineBusyError, InvalidParamsError, MinisglError, ModelLoadError, PromptFileError,
-                         UnsupportedModelError, WorkerError)
+from core.config import EngineConfig
+from core.errors import (ContextLengthError, EngineBusyError, EngineDeadError, InvalidParamsError, MinisglError,
+                         ModelLoadError, PromptFileError, RequestRejected, UnsupportedModelError, WorkerError)
 from core.events import ReqStep, StepEvent
 from core.request import Prompt, Result, SamplingParams
 
@@ -21,7 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = ["LLM", "Prompt", "Result", "SamplingParams", "StepEvent", "ReqStep", "MinisglError",
            "InvalidParamsError", "EngineBusyError", "ModelLoadError", "PromptFileError", "UnsupportedModelError",
-           "WorkerError", "__version__"]
+           "WorkerError", "RequestRejected", "ContextLengthError", "EngineDeadError", "EngineConfig", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,92 +1,163 @@
-"""Engine options, validated once at construction so a bad value fails before any model is loaded."""
+"""Engine options, each declared once: its name, type, default, help and check.
+
+``EngineConfig`` is the one list. ``LLM(model, **options)`` and the command line's engine options are both
+made from it (the command line by name, through ``OPTIONS``), and it validates itself at
+construction, so a bad value fails before any model is loaded. This module imports no torch: the command line
+checks options with it before it imports anything heavy.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
 
-import torch
-
-from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, KV_DTYPES, PRECISIONS, check_dtype_name
+from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, DTYPE_NAMES, KV_DTYPES, PRECISIONS, check_dtype_name
 from core.errors import InvalidParamsError
 
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+
+@dataclass(frozen=True)
+class Option:
+    """How one engine option is typed, checked and explained. ``None`` as a value means "choose for this
+    machine" where ``optional``; ``flag`` is its command-line name where that differs from the field's."""
+
+    help: str
+    kind: type  # the value's type: int, float, str or bool
+    optional: bool = False
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None  # an int's least value; a float must be above it
+    flag: str | None = None
+    noun: str | None = None  # what an unknown choice is called in the error ("attention backend")
+
+    def check(self, name: str, value: Any) -> None:
+        if value is None:
+            if not self.optional:
+                raise InvalidParamsError(f"{name} must be given, got None")
+            return
+        if self.kind is str and self.choices is not None:
+            if value not in self.choices:
+                raise InvalidParamsError(f"unknown {self.noun or name} {value!r}; use one of {', '.join(self.choices)}")
+            return
+        numeric = self.kind in (int, float) and isinstance(value, (int, float) if self.kind is float else int)
+        if isinstance(value, bool) is not (self.kind is bool) or not (numeric or isinstance(value, self.kind)):
+            raise InvalidParamsError(f"{name} must be {_described(self)}, got {value!r}")
+        if self.minimum is not None and not (value > self.minimum if self.kind is float else value >= self.minimum):
+            raise InvalidParamsError(f"{name} must be {_described(self)}, got {value!r}")
 
 
-def parse_dtype(value: str | torch.dtype | None) -> torch.dtype | None:
-    if value is None or isinstance(value, torch.dtype):
-        return value
-    return _DTYPES[check_dtype_name(value)]
+def _described(opt: Option) -> str:
+    kind = {int: "an integer", float: "a number", str: "a string", bool: "True or False"}[opt.kind]
+    if opt.minimum is not None:
+        kind += f" > {opt.minimum:g}" if opt.kind is float else f" >= {opt.minimum:g}"
+    return kind + (" or None" if opt.optional else "")
+
+
+def option(default: Any, help: str, kind: type, **how: Any) -> Any:
+    return field(default=default, metadata={"option": Option(help, kind, **how)})
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """What the engine is built with. ``None`` means "choose for this machine" (resolved by the Engine)."""
+    """What the engine is built with."""
 
-    model: str | None = None
-    cache: str = "radix"  # "naive" recomputes every prompt; "radix" reuses shared prefixes
-    page_size: int = 1
-    max_running_req: int = 32
-    num_pages: int | None = None  # explicit KV pool size; else sized from kv_cache_gb
-    kv_cache_gb: float | None = None
-    max_seq_len: int | None = None  # cap on prompt + output; default the model's context
-    max_extend_tokens: int = 8192  # prefill token budget per step
-    dtype: str | torch.dtype | None = None
-    device: str | None = None
-    attention: str | None = None
-    cuda_graph_max_bs: int | None = None
-    max_prefill_streak: int = 8  # decode gets a step after this many consecutive prefills while requests decode
-    tp: int = 1
-    # overlap scheduling: prepare step N+1 while step N runs. None: on for CUDA, off on CPU (where it gains
-    # nothing but runs the same bookkeeping); MINISGL_DISABLE_OVERLAP_SCHEDULING=1 turns it off regardless
-    # (decided with every other switch in core/engine/plan.py)
-    overlap: bool | None = None
-    # the KV cache's storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales
-    # (core/kvcache/pool.py), attention then computing in float32 (the torch backend)
-    kv_dtype: str = "auto"
-    # 'exact' (the default) keeps the model's dtype (on a CPU in float32 a single request's decode steps run in C
-    # where it has AVX2 and FMA); 'fast' lets the plan pick int8 weights for the C step and, with AMX, bf16 copies
-    # of the linears for prefill and batches, or say why it keeps float32 as it is; 'int8' asks for int8 weights
-    # (core/choices.py, core/engine/plan.py)
-    precision: str = "exact"
+    model: str | None = option(
+        None, "A Hugging Face model directory, a .gguf file or a random:NAME spec. Default: the embedded "
+              "SmolLM2-135M-Instruct.", str, optional=True)
+    cache: str = option(
+        "radix", "KV cache policy: 'naive' frees a request's pages when it ends, 'radix' shares prompt prefixes.",
+        str, choices=CACHE_TYPES)
+    page_size: int = option(1, "Tokens per KV page.", int, minimum=1)
+    max_running_req: int = option(32, "Most requests in one batch.", int, minimum=1, flag="--max-running")
+    num_pages: int | None = option(
+        None, "KV pool size in pages (default: sized from --kv-cache-gb or this machine's memory). Small pools "
+              "make requests wait.", int, optional=True, minimum=1)
+    kv_cache_gb: float | None = option(
+        None, "Memory for the KV pool in GiB (default: what this machine can spare, at most what every running "
+              "request at full context needs).", float, optional=True, minimum=0)
+    max_seq_len: int | None = option(
+        None, "Longest prompt + output (default: the model's context).", int, optional=True, minimum=1)
+    max_extend_tokens: int = option(8192, "Prefill tokens per step; a longer prompt is cut into chunks.", int,
+                                    minimum=1)
+    dtype: str | None = option(
+        None, "float32, bfloat16 or float16 (default: float32 on a CPU, bfloat16 on CUDA).", str, optional=True,
+        choices=DTYPE_NAMES, noun="dtype")
+    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when there is one).", str,
+                                optional=True)
+    attention: str | None = option(
+        None, "Attention backend: 'torch' (any device) or 'flashinfer' (CUDA). Default: flashinfer on CUDA when "
+              "installed, else torch.", str, optional=True, choices=ATTENTION_BACKENDS,
+        noun="attention backend")
+    cuda_graph_max_bs: int | None = option(
+        None, "Largest decode batch captured as a CUDA graph; 0 turns graphs off (CUDA only).", int,
+        optional=True, minimum=0)
+    max_prefill_streak: int = option(
+        8, "Consecutive prefill steps after which decoding requests get a step.", int, minimum=1)
+    tp: int = option(1, "Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).", int, minimum=1)
+    overlap: bool | None = option(
+        None, "Overlap scheduling: prepare step N+1 while step N runs (default: on for CUDA, off on a CPU, where "
+              "it gains nothing).", bool, optional=True)
+    kv_dtype: str = option(
+        "auto", "KV cache storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales (half "
+                "the bytes of bf16; attention computes in float32 on the torch backend).", str, choices=KV_DTYPES)
+    precision: str = option(
+        "exact", "'exact' keeps the model's dtype (float32 on a CPU, token-exact against transformers); 'fast' "
+                 "picks reduced-precision weights this machine runs faster, or says why it keeps float32; "
+                 "'int8' forces int8 weights on a CPU.", str, choices=PRECISIONS)
 
     def __post_init__(self) -> None:
-        def positive_int(name: str, value: object, allow_none: bool = False) -> None:
-            if value is None and allow_none:
-                return
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidParamsError(f"{name} must be an integer >= 1, got {value!r}")
+        check_options(vars(self))
 
-        if self.cache not in CACHE_TYPES:
-            raise InvalidParamsError(f"unknown cache {self.cache!r}; use one of {', '.join(CACHE_TYPES)}")
-        if self.attention is not None and self.attention not in ATTENTION_BACKENDS:
-            raise InvalidParamsError(
-                f"unknown attention backend {self.attention!r}; use one of {', '.join(ATTENTION_BACKENDS)}")
-        positive_int("page_size", self.page_size)
-        positive_int("max_running_req", self.max_running_req)
-        positive_int("num_pages", self.num_pages, allow_none=True)
-        positive_int("max_seq_len", self.max_seq_len, allow_none=True)
-        positive_int("max_extend_tokens", self.max_extend_tokens)
-        positive_int("max_prefill_streak", self.max_prefill_streak)
-        positive_int("tp", self.tp)
-        if self.num_pages is not None and self.num_pages < self.max_running_req:
-            raise InvalidParamsError(f"num_pages={self.num_pages} is too small: the pool needs at least one page "
-                                     f"per request row (max_running_req={self.max_running_req})")
-        if self.kv_cache_gb is not None and not self.kv_cache_gb > 0:
-            raise InvalidParamsError(f"kv_cache_gb must be > 0, got {self.kv_cache_gb!r}")
-        if self.cuda_graph_max_bs is not None and (isinstance(self.cuda_graph_max_bs, bool)
-                                                   or not isinstance(self.cuda_graph_max_bs, int)
-                                                   or self.cuda_graph_max_bs < 0):
-            raise InvalidParamsError(f"cuda_graph_max_bs must be an integer >= 0, got {self.cuda_graph_max_bs!r}")
-        if self.overlap is not None and not isinstance(self.overlap, bool):
-            raise InvalidParamsError(f"overlap must be True, False or None, got {self.overlap!r}")
-        parse_dtype(self.dtype)
-        if self.kv_dtype not in KV_DTYPES:
-            raise InvalidParamsError(f"unknown kv_dtype {self.kv_dtype!r}; use one of {', '.join(KV_DTYPES)}")
-        if self.precision not in PRECISIONS:
-            raise InvalidParamsError(f"unknown precision {self.precision!r}; use one of {', '.join(PRECISIONS)}")
-        if self.device is not None:
-            try:
-                torch.device(self.device)
-            except RuntimeError:
-                raise InvalidParamsError(f"unknown device {self.device!r}") from None
+    @classmethod
+    def from_options(cls, **options: Any) -> "EngineConfig":
+        """The config from keyword options; an unknown name is refused with the list of valid ones."""
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise InvalidParamsError(f"unknown engine option{'s' if len(unknown) > 1 else ''} "
+                                     f"{', '.join(map(repr, unknown))}; valid options: {', '.join(OPTIONS)}")
+        return cls(**options)
+
+
+OPTIONS: dict[str, Option] = {f.name: f.metadata["option"] for f in fields(EngineConfig)}
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(EngineConfig)}
+
+
+def check_options(values: dict[str, Any], spell: Callable[[str], str] = str) -> None:
+    """Every check of every option, on a full set of values; ``spell`` names an option in the messages (the
+    command line says ``--max-running`` where the API says ``max_running_req``)."""
+    for name, opt in OPTIONS.items():
+        value = values[name]
+        if name == "dtype" and value is not None and not isinstance(value, str):
+            _check_torch_dtype(value)
+        else:
+            opt.check(spell(name), value.lower() if name == "dtype" and isinstance(value, str) else value)
+    pages, rows = values["num_pages"], values["max_running_req"]
+    if pages is not None and pages < rows:
+        raise InvalidParamsError(f"{spell('num_pages')} {pages} is too small for {spell('max_running_req')} {rows}: "
+                                 f"the KV pool needs at least one page per request row")
+    if values["device"] is not None:
+        _check_device(values["device"])
+
+
+def _check_device(device: str) -> None:
+    import torch
+
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise InvalidParamsError(f"unknown device {device!r}") from None
+
+
+def _check_torch_dtype(value: Any) -> None:
+    import torch
+
+    if value not in (torch.float32, torch.bfloat16, torch.float16):
+        raise InvalidParamsError(f"unknown dtype {value!r}; use one of {', '.join(DTYPE_NAMES)}")
+
+
+def parse_dtype(value: Any) -> Any:
+    """A torch dtype from its name (or the dtype itself); None stays None."""
+    import torch
+
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+            "float16": torch.float16, "fp16": torch.float16}[check_dtype_name(value)]

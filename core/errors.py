@@ -25,6 +25,18 @@ class UnsupportedModelError(ModelLoadError):
     """The checkpoint's architecture is not one the engine implements."""
 
 
+class RequestRejected(MinisglError, ValueError):
+    """A request that can never run on this engine (an empty prompt, a token outside the vocabulary)."""
+
+
+class ContextLengthError(RequestRejected):
+    """A request whose prompt plus max_tokens exceeds the context or the whole KV pool."""
+
+
+class EngineDeadError(MinisglError, RuntimeError):
+    """The engine's process died: nothing more can be answered."""
+
+
 class EngineBusyError(MinisglError, RuntimeError):
     """The engine's loop is already running (on another thread): join it with submit() instead."""
 

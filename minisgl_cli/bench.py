@@ -11,7 +11,7 @@ from rich.console import Console
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.workload import WORKLOADS, workload_spec
 from minisgl_cli.jobs import quiet_transformers
-from minisgl_cli import options as o
+from minisgl_cli.engine_options import engine_option
 from minisgl_cli.options import FLAG
 from render.activity import Activity
 
@@ -19,8 +19,7 @@ from render.activity import Activity
 def bench(
     workload: Optional[str] = typer.Option(
         None, help=f"One of {', '.join(WORKLOADS)}; default 'cpu' without CUDA, else 'nanovllm'."),
-    model: Optional[str] = typer.Option(
-        None, help="Model directory, .gguf file or random:NAME spec; default the embedded SmolLM2."),
+    model: engine_option("model") = None,
     requests: Optional[int] = typer.Option(None, min=1, help="Number of requests; default the workload's."),
     seed: int = typer.Option(0, help="Seed for the random prompts and lengths."),
     hf_requests: Optional[int] = typer.Option(
@@ -31,13 +30,13 @@ def bench(
         None, help=f"A comma-separated subset of {', '.join(BASELINES)} (written without spaces, e.g. "
                    f"{BASELINES[0]},{BASELINES[1]}); default all of them on a CPU, {' and '.join(CUDA_BASELINES)} "
                    f"on CUDA."),
-    device: Optional[str] = typer.Option(None, help="cpu or cuda; default cuda when available."),
+    device: engine_option("device") = None,
     threads: Optional[int] = typer.Option(
         None, min=1, help="torch threads for the whole run; default torch's (one per core). On a busy machine "
                           "1 gives steadier figures."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel ranks for the engine."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="The engine's KV cache: auto (the model's dtype) or fp8."),
-    precision: o.Precision = "exact",
+    tp: engine_option("tp") = 1,
+    kv_dtype: engine_option("kv_dtype") = "auto",
+    precision: engine_option("precision") = "exact",
     page_size: Optional[int] = typer.Option(
         None, "--page-size", min=1, help="Tokens per KV page for the engine; default 128 on CUDA (flashinfer's decode "
                                          "reads large head-major pages fastest), the engine's default (1) on a CPU."),

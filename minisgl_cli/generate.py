@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from minisgl_cli import options as o
+from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import engine_inputs, exit_for, load_job, load_llm, run_prompts
 from minisgl_cli.output import StreamPrinter, print_completion
@@ -16,15 +17,12 @@ from render.activity import Activity
 from render.results import RunSummary, summary_table
 
 
+@with_engine_options
 def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.Temperature = None,
              top_k: o.TopK = None, top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None,
-             model: o.Model = None, cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
-             max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None, chat: o.Chat = False,
-             attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None, tp: o.Tp = 1,
-             dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto', precision: o.Precision = 'exact',
-             stream: o.Stream = None,
+             chat: o.Chat = False, stream: o.Stream = None,
              stop: o.Stop = None, logprobs: o.Logprobs = None,
-             json_out: o.Json = False) -> None:
+             json_out: o.Json = False, engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
 
     Exit code 0 when every prompt finished, 1 when some results are errors (they are still printed), 130 on
@@ -34,8 +32,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
         raise typer.BadParameter("--stream writes text; use one or the other", param_hint="'--json'")
     job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
                                               tuple(stop) if stop else None, logprobs))
-    llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                   cuda_graph_max_bs, tp, dtype, kv_dtype, precision), activity)
+    llm = load_llm(engine, activity)
     inputs = engine_inputs(llm, job, chat)
     separator = "\n" if chat else ""
     if stream is None:

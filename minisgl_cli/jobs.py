@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from core.choices import check_dtype_name
 from core.errors import InvalidParamsError
 from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
 from core.request import Result, SamplingParams
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
-from minisgl_cli.options import EngineOptions, SamplingOptions
+from minisgl_cli.engine_options import EngineOptions
+from minisgl_cli.options import SamplingOptions
 from minisgl_cli.prompt_run import Collected, PromptRun
 from render.activity import Activity
 from render.progress import GenerationProgress
@@ -75,28 +75,16 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def check_engine_options(opts: EngineOptions) -> None:
-    """What the engine would refuse only after loading the model, said in the options the user typed."""
-    if opts.dtype is not None:
-        check_dtype_name(opts.dtype)
-    if opts.num_pages is not None and opts.num_pages < opts.max_running:
-        raise InvalidParamsError(f"--num-pages {opts.num_pages} is too small for --max-running {opts.max_running}: "
-                                 f"the KV pool needs at least one page per running request")
-
-
 def load_llm(opts: EngineOptions, activity: Activity) -> LLM:
     """Build the engine under a spinner that turns from the first moment (importing torch is part of the
     wait); the slow first conversion of a GGUF and the engine's summary are printed as notes."""
-    check_engine_options(opts)
+    opts.check()  # what the engine would refuse only after loading the model, said in the options typed
     name = opts.model or "the embedded SmolLM2-135M-Instruct"
     with activity.phase(f"loading {name}"):
         from core.llm import LLM
 
         quiet_transformers()
-        return LLM(opts.model, cache=opts.cache, page_size=opts.page_size, max_running_req=opts.max_running,
-                   num_pages=opts.num_pages, attention=opts.attention, cuda_graph_max_bs=opts.cuda_graph_max_bs,
-                   tp=opts.tp, dtype=opts.dtype, kv_dtype=opts.kv_dtype, precision=opts.precision,
-                   log=activity.note)
+        return LLM(opts.model, log=activity.note, **opts.given())
 
 
 def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:

@@ -1,5 +1,8 @@
 """The options every command shares, declared once as annotated types, and the values they collect into.
 
+The engine's options are not declared here: they are EngineConfig's (core/config.py), given to a command by
+``with_engine_options`` (minisgl_cli/engine_options.py).
+
 Sampling options default to None, meaning "not given": a prompt file's per-prompt values apply then, and a
 value typed on the command line overrides them for every prompt.
 """
@@ -8,15 +11,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Optional
 
 import typer
-
-from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, KV_DTYPES, PRECISIONS
-
-DEFAULT_CACHE = "radix"
-DEFAULT_MAX_RUNNING = 32
-DEFAULT_PAGE_SIZE = 1
 
 # the metavar of an on/off option: nothing (Typer would show "<bool>", as if it took a value)
 FLAG = ""
@@ -24,40 +21,6 @@ FLAG = ""
 _ENGINE = "Engine"
 _SAMPLING = "Sampling"
 
-Model = Annotated[Optional[str], typer.Option(
-    "--model", "-m", metavar="PATH", rich_help_panel=_ENGINE,
-    help="A Hugging Face model directory or a .gguf file. Default: the embedded SmolLM2-135M-Instruct.")]
-Cache = Annotated[Literal[CACHE_TYPES], typer.Option(
-    "--cache", rich_help_panel=_ENGINE,
-    help="KV cache policy: 'naive' frees a request's pages when it ends, 'radix' shares prompt prefixes.")]
-PageSize = Annotated[int, typer.Option("--page-size", min=1, rich_help_panel=_ENGINE,
-                                       help="Tokens per KV page.")]
-MaxRunning = Annotated[int, typer.Option("--max-running", min=1, rich_help_panel=_ENGINE,
-                                         help="Most requests in one batch.")]
-NumPages = Annotated[Optional[int], typer.Option(
-    "--num-pages", min=1, rich_help_panel=_ENGINE,
-    help="KV pool size in pages (default: sized for this machine). Small pools make requests wait.")]
-Attention = Annotated[Optional[Literal[ATTENTION_BACKENDS]], typer.Option(
-    "--attention", rich_help_panel=_ENGINE,
-    help="Attention backend: 'torch' (any device) or 'flashinfer' (CUDA). Default: flashinfer on CUDA when "
-         "installed, else torch.")]
-CudaGraphMaxBs = Annotated[Optional[int], typer.Option(
-    "--cuda-graph-max-bs", min=0, rich_help_panel=_ENGINE,
-    help="Largest decode batch captured as a CUDA graph; 0 turns graphs off (CUDA only).")]
-Tp = Annotated[int, typer.Option("--tp", min=1, rich_help_panel=_ENGINE,
-                                 help="Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).")]
-Dtype = Annotated[Optional[str], typer.Option(
-    "--dtype", rich_help_panel=_ENGINE, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on CUDA).")]
-KvDtype = Annotated[Literal[KV_DTYPES], typer.Option(
-    "--kv-dtype", rich_help_panel=_ENGINE,
-    help="KV cache storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales (half the "
-         "bytes of bf16; attention computes in float32 on the torch backend).")]
-Precision = Annotated[Literal[PRECISIONS], typer.Option(
-    "--precision", rich_help_panel=_ENGINE,
-    help="'exact' (float32 on a CPU, token-exact against transformers; with AVX2, FMA and a C compiler one "
-         "request's decode steps run as one C call); 'fast' picks reduced-precision weights this CPU runs faster "
-         "(int8 weights for that C call; with AMX, bf16 linears for prefill and batches) or says why it "
-         "keeps float32; 'int8' forces int8 weights on a CPU.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 
@@ -94,22 +57,6 @@ Stream = Annotated[Optional[bool], typer.Option(
     "--stream/--no-stream", metavar=FLAG, show_default=False,
     help="Write each continuation as its tokens are produced (default: on a terminal with a single prompt).")]
 Json = Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print one JSON object per prompt instead of tables.")]
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    model: str | None = None
-    cache: str = DEFAULT_CACHE
-    page_size: int = DEFAULT_PAGE_SIZE
-    max_running: int = DEFAULT_MAX_RUNNING
-    num_pages: int | None = None
-    chat: bool = False
-    attention: str | None = None
-    cuda_graph_max_bs: int | None = None
-    tp: int = 1
-    dtype: str | None = None
-    kv_dtype: str = "auto"
-    precision: str = "exact"
 
 
 @dataclass(frozen=True)

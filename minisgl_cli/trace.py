@@ -23,6 +23,7 @@ from core.events import StepEvent
 from core.llm.arrivals import Arrival, every_n_steps, poisson
 from core.prompts import Prompt
 from minisgl_cli import options as o
+from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, exit_for, load_job, load_llm,
                                  require_greedy)
@@ -64,17 +65,14 @@ NoLegend = Annotated[bool, typer.Option("--no-legend", metavar=o.FLAG, rich_help
                                         help="Hide the line per column under the table.")]
 
 
+@with_engine_options
 def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Svg = None, verify: Verify = False,
           max_tokens: o.MaxTokens = None, temperature: o.Temperature = None, top_k: o.TopK = None,
-          top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None, model: o.Model = None,
-          cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
-          max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
-          chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-          tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto', precision: o.Precision = 'exact',
+          top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None, chat: o.Chat = False,
           arrival_every: ArrivalEvery = None,
           arrival_rate: ArrivalRate = None, step_delay: StepDelay = 0.0, step: StepByKey = False,
           show_radix: ShowRadix = False, no_legend: NoLegend = False, replay: x.Replay = None, html: x.Html = None,
-          perfetto: x.Perfetto = None) -> None:
+          perfetto: x.Perfetto = None, engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Watch the scheduler: one live row per batch, then the generations and a per-request timeline.
 
     Each row shows the phase, batch size, tokens, every request's extend length, the KV pages in use and who
@@ -88,8 +86,6 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
         x.replay(replay, x.ReplayView(show_radix, not no_legend, step_delay, step), exports, svg, out, err)
         return
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
-    engine = o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention, cuda_graph_max_bs,
-                             tp, dtype, kv_dtype, precision)
     job = load_job(prompts or sample_prompts.path(), sampling)
     if verify:
         require_greedy(job)
@@ -108,7 +104,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
             trace_file.decode = llm.tokenizer.decode
         llm.report_radix = show_radix
         inputs = engine_inputs(llm, job, chat)
-        view = LiveSteps(show_cached=cache != "naive", total_requests=len(inputs), show_legend=not no_legend,
+        view = LiveSteps(show_cached=engine.cache != "naive", total_requests=len(inputs), show_legend=not no_legend,
                          show_radix=show_radix, decode=llm.tokenizer.decode,
                          arrivals_expected=any(a is not None and (a.step or a.after_s) for a in arrivals or []))
         view.hint = STEP_HINT if pacer.step_by_key else ""

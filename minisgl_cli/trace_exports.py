@@ -8,7 +8,7 @@ and replays a saved trace through the same screen a live run prints, without loa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -16,7 +16,8 @@ import typer
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from minisgl_cli.options import EngineOptions, SamplingOptions
+from minisgl_cli.engine_options import EngineOptions
+from minisgl_cli.options import SamplingOptions
 from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
 from minisgl_cli.paths import check_output_file
 from render.html_replay import save_html
@@ -86,7 +87,7 @@ class ReplayView:
 def run_header(labels: list[str], engine: EngineOptions, sampling: SamplingOptions,
                arrival_every: int | None = None, arrival_rate: float | None = None) -> TraceHeader:
     """The trace's first line: which model, the options that shape the schedule, and each prompt's label."""
-    options = {key: value for key, value in asdict(engine).items() if key != "model"}
+    options = {key: value for key, value in engine.values.items() if key != "model"}
     options.update(sampling.explicit())
     if arrival_every is not None:
         options["arrival_every"] = arrival_every

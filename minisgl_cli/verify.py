@@ -10,6 +10,7 @@ from rich.console import Console
 
 import sample_prompts
 from minisgl_cli import options as o
+from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import SOME_FAILED
 from minisgl_cli.jobs import (check_against_reference, engine_inputs, generate_with_progress, load_job,
                                  load_llm, require_greedy)
@@ -25,14 +26,11 @@ Ref = Annotated[Literal[REFERENCES], typer.Option("--ref",
                                   help="The reference: 'hf' is transformers, float32 on the CPU.")]
 
 
+@with_engine_options
 def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json = False,
            max_tokens: o.MaxTokens = None, temperature: o.Temperature = None, top_k: o.TopK = None,
-           top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None, model: o.Model = None,
-           cache: o.Cache = o.DEFAULT_CACHE, page_size: o.PageSize = o.DEFAULT_PAGE_SIZE,
-           max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
-           chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-           tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto',
-           precision: o.Precision = 'exact') -> None:
+           top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None, chat: o.Chat = False,
+           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Check the engine's greedy output for PROMPTS against transformers, token for token.
 
     Exit code 0 when every prompt matches exactly, 1 otherwise (a difference, or a prompt the engine
@@ -42,8 +40,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
     job = load_job(prompts or sample_prompts.path(), o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed,
                                                                          ignore_eos))
     require_greedy(job)
-    llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype, kv_dtype, precision), activity)
+    llm = load_llm(engine, activity)
     inputs = engine_inputs(llm, job, chat)
     results = generate_with_progress(llm, inputs, job, activity)
     verdicts = check_against_reference(llm, inputs, job, results, activity)

@@ -297,7 +297,7 @@ def profile_host(check: Check, state: BenchState) -> str:
         profile.enable()
         llm.generate(prompts, params)
         profile.disable()
-        llm.step_callbacks.remove(steps.append)
+        llm.scheduler.step_callbacks.remove(steps.append)
         decode = [e.elapsed_s for e in steps if e.phase == "decode"]
         per_step = percentile(decode, 0.5) * 1e3 if decode else float("nan")
         summary.append(f"{name}: {per_step:.2f} ms/step under the profiler")
@@ -354,7 +354,7 @@ def bench_engine(check: Check, state: BenchState, page_size: int, overlap: bool 
         llm.add_step_callback(probe.append)
         llm.generate([r.prompt_ids for r in workload.requests[:16]],
                      [replace(p, max_tokens=32) for p in sampling_params(workload)[:16]])
-        llm.step_callbacks.remove(probe.append)
+        llm.scheduler.step_callbacks.remove(probe.append)
         probe_ms = percentile([e.elapsed_s for e in probe if e.phase == "decode"], 0.5) * 1e3
         if probe_ms > max_warmup_step_ms:
             return "SKIP", (f"warm-up decode step {probe_ms:.1f} ms at batch 16 (> {max_warmup_step_ms} ms): "
@@ -367,7 +367,7 @@ def bench_engine(check: Check, state: BenchState, page_size: int, overlap: bool 
     try:
         result, latency = run_engine(llm, workload, no_progress)
     finally:
-        llm.step_callbacks.remove(steps.append)
+        llm.scheduler.step_callbacks.remove(steps.append)
     total = workload.output_tokens
     assert result.output_tokens == total, f"produced {result.output_tokens} tokens, expected {total}"
     decode_steps = [e for e in steps if e.phase == "decode"]
@@ -406,7 +406,7 @@ def bench_batch1(check: Check, state: BenchState, graphs: bool = True, overlap: 
     out = llm.generate([prompt], SamplingParams(max_tokens=BATCH1_TOKENS, ignore_eos=True))[0]
     assert out["finish_reason"] == "length", out
     wall = time.perf_counter() - start
-    llm.step_callbacks.remove(steps.append)
+    llm.scheduler.step_callbacks.remove(steps.append)
     decode = _summary([e.elapsed_s for e in steps if e.phase == "decode"], 1e3)
     key = "batch1" + ("" if graphs else "_eager") + ("" if overlap else "_plain")
     check.figures[key] = {"median_ms_per_token": round(decode["p50"], 3), "p90_ms": round(decode["p90"], 3),

@@ -126,14 +126,14 @@ def step_kind(batch: Any) -> str:
 
 def mark_kinds(llm: LLM, timers: Timers) -> None:
     """Tell the timers the kind of each step as it is launched."""
-    inner = llm._launch
+    inner = llm.scheduler._launch
 
     def launch(prepared):
         timers.kind = step_kind(prepared.batch)
         timers.kind_steps[timers.kind] += 1
         return inner(prepared)
 
-    llm._launch = launch
+    llm.scheduler._launch = launch
 
 
 def instrument(llm: LLM, timers: Timers) -> None:

@@ -66,7 +66,7 @@ def decode_steps(llm: LLM, batch: int, context: int, tokens: int, temperature: f
     steps: list = []
     llm.add_step_callback(steps.append)
     llm.generate(prompts, params)
-    llm.step_callbacks.remove(steps.append)
+    llm.scheduler.step_callbacks.remove(steps.append)
     llm.reset_prefix_cache()
     decode = [e.elapsed_s * 1e3 for e in steps if e.phase == "decode" and e.batch_size == batch]
     return statistics.median(decode)
@@ -303,7 +303,7 @@ def timed_workload(llm: LLM, workload, record: bool) -> tuple[float, int, list[d
         wall = time.perf_counter() - start
     finally:
         if record:
-            llm.step_callbacks.remove(keep)
+            llm.scheduler.step_callbacks.remove(keep)
         llm.reset_prefix_cache()
     return wall, sum(len(o["token_ids"]) for o in outputs), steps
 

@@ -121,7 +121,7 @@ import os, signal, time
 from core import LLM, SamplingParams, WorkerError
 if __name__ == "__main__":
     llm = LLM({model!r}, tp={tp}, kv_cache_gb=4)
-    pid = llm._group.pids[0]
+    pid = llm.core.pids[0]
     llm.add_step_callback(lambda e: e.step == 3 and os.kill(pid, signal.SIGKILL))
     start = time.perf_counter()
     try:

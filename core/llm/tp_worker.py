@@ -25,7 +25,6 @@ from core.distributed.groups import broadcast_object, init_groups, leave_groups
 from core.distributed.info import TPInfo, tp_scope
 from core.errors import MinisglError
 from core.scheduler.inbox import Message
-from core.scheduler.reply import Reply
 from core.scheduler.scheduler import Scheduler
 
 
@@ -44,11 +43,14 @@ class Follower(Scheduler):
     """A scheduler that takes its messages from rank 0 before every step and whose replies go nowhere: rank 0
     reports the results. It runs one endless loop; when it has nothing to do it waits in the broadcast."""
 
-    def follow(self, control: dist.ProcessGroup) -> None:
+    def __init__(self, config: EngineConfig, model_dir: Path, control: dist.ProcessGroup) -> None:
+        super().__init__(config, model_dir, exchange=self._follow_rank0)
         self._control = control
+
+    def follow(self) -> None:
         self._run_loop(stop_when_idle=False)
 
-    def _exchange(self, messages: list[Message]) -> list[Message] | None:
+    def _follow_rank0(self, messages: list[Message]) -> list[Message] | None:
         command = broadcast_object(Command(), self._control)
         if command.stop:
             return None
@@ -57,9 +59,6 @@ class Follower(Scheduler):
 
     def _wait_for_work(self, stop_when_idle: bool) -> bool:
         return True  # the next broadcast is the wait
-
-    def send_result(self, replies: list[Reply]) -> None:
-        pass
 
 
 def worker_main(rank: int, size: int, port: int, backend: str, config: EngineConfig, model_dir: Path,
@@ -74,9 +73,9 @@ def worker_main(rank: int, size: int, port: int, backend: str, config: EngineCon
     try:
         control = init_groups(rank, size, port, backend, timeout_s)
         with tp_scope(TPInfo(rank, size)):
-            scheduler = Follower(config, model_dir)
+            scheduler = Follower(config, model_dir, control)
         dist.all_gather_object([None] * size, "ready", group=control)
-        scheduler.follow(control)  # until rank 0 says stop
+        scheduler.follow()  # until rank 0 says stop
         scheduler.engine.release_cuda_graphs()  # graphs hold NCCL work: free them before the communicators
         leave_groups()
     except BaseException as exc:  # noqa: BLE001 - report, then leave: rank 0 turns this into WorkerError

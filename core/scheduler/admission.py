@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.arith import pages_for
+from core.errors import ContextLengthError, RequestRejected
 from core.request import SamplingParams
 
 
@@ -18,20 +19,20 @@ class Limits:
     num_pages: int
 
 
-def rejection(input_ids: list[int], params: SamplingParams, limits: Limits) -> str | None:
-    """Why this request can never run within ``limits``, or None."""
+def rejection(input_ids: list[int], params: SamplingParams, limits: Limits) -> RequestRejected | None:
+    """Why this request can never run within ``limits`` (an error to raise or to answer with), or None."""
     if not input_ids:
-        return "empty prompt: give at least one token"
+        return RequestRejected("empty prompt: give at least one token")
     if not 0 <= min(input_ids) <= max(input_ids) < limits.vocab_size:  # in C: a loop in Python cost 8 ms over
         # the 150,000 prompt ids of nano-vllm's workload, all before its first step
         bad = next(t for t in input_ids if not 0 <= t < limits.vocab_size)
-        return f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})"
+        return RequestRejected(f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})")
     total = len(input_ids) + params.max_tokens
     if total > limits.max_seq_len:
-        return (f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} exceeds the context of "
-                f"{limits.max_seq_len} tokens")
+        return ContextLengthError(f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} exceeds "
+                                  f"the context of {limits.max_seq_len} tokens")
     pages = pages_for(total - 1, limits.page_size)  # the last sampled token is never fed back: no KV
     if pages > limits.num_pages:
-        return (f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} needs {pages} KV pages "
-                f"but the pool has only {limits.num_pages}")
+        return ContextLengthError(f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} needs "
+                                  f"{pages} KV pages but the pool has only {limits.num_pages}")
     return None

@@ -24,6 +24,7 @@ from core.arith import pages_for
 from core.config import EngineConfig
 from core.engine.engine import Engine
 from core.engine.sampler import TokenLogprobs
+from core.errors import RequestRejected
 from core.events import RadixNodeView, ReqStep, StepCallback
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.admission import Limits, rejection
@@ -43,9 +44,20 @@ from core.scheduler.table import TableManager
 from core.transfer import upload
 
 
+ReplySink = Callable[[list[Reply]], None]
+
+
 class Scheduler:
-    def __init__(self, config: EngineConfig, model_dir: Path, log: Callable[[str], None] | None = None) -> None:
+    """One rank's loop. Its IO is given at construction: ``send_result`` receives every step's replies (rank 0's
+    client: the LLM, or the engine process's outbox), ``exchange`` turns the messages this rank took in into
+    those every rank applies (tensor parallelism shares rank 0's; None ends the loop)."""
+
+    def __init__(self, config: EngineConfig, model_dir: Path, log: Callable[[str], None] | None = None, *,
+                 send_result: ReplySink | None = None,
+                 exchange: Callable[[list[Message]], list[Message] | None] | None = None) -> None:
         self.config = config
+        self.send_result: ReplySink = send_result or (lambda replies: None)
+        self._exchange = exchange or (lambda messages: messages)
         self.engine = Engine(config, model_dir, log)
         self.device = self.engine.device
         self.page_size = config.page_size
@@ -79,15 +91,7 @@ class Scheduler:
         # metadata work goes on this stream; forward passes on the engine's (core/scheduler/loops.py)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
-    # ---- IO, overridden by the LLM ---------------------------------------------------------------------------
-    def send_result(self, replies: list[Reply]) -> None:
-        raise NotImplementedError
-
-    def _exchange(self, messages: list[Message]) -> list[Message] | None:
-        """The messages every rank applies this step: rank 0's own; tensor parallelism shares them (the LLM).
-        None means the loop must end (a tensor-parallel worker told to stop)."""
-        return messages
-
+    # ---- waiting and watching ------------------------------------------------------------------------------
     def _wait_for_work(self, stop_when_idle: bool) -> bool:
         """Called when nothing is queued, running or in flight: True once there is mail to take, False to
         leave the loop (``stop_when_idle``, or the LLM's stop())."""
@@ -126,15 +130,15 @@ class Scheduler:
         """Queue a request, or answer it with an error at once if it can never run."""
         reason = self.rejection(input_ids, params)
         if reason is not None:
-            self.send_result([Reply(uid, None, True, "error", reason)])
+            self.send_result([Reply(uid, None, True, "error", str(reason))])
             return
         seed = params.seed if params.seed is not None else self._rng.getrandbits(62)
         self.prefill_manager.add(PendingReq(uid, list(input_ids), params, seed))
         self._arrived.append(uid)
 
-    def rejection(self, input_ids: list[int], params: SamplingParams) -> str | None:
-        """Why this request can never run here, or None. Reads only what is fixed when the engine is built, so
-        any thread may ask before submitting."""
+    def rejection(self, input_ids: list[int], params: SamplingParams) -> RequestRejected | None:
+        """Why this request can never run here (ContextLengthError for one too long), or None. Reads only what is
+        fixed when the engine is built, so any thread may ask before submitting."""
         return rejection(input_ids, params, self.limits)
 
     def _abort(self, uid: int) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core import LLM, SamplingParams
+from core.errors import ContextLengthError
 from core.scheduler.reply import Reply
 from minisgl_cli.serve.metrics import Metrics
 from minisgl_cli.serve.protocol import ApiError
@@ -47,15 +48,15 @@ class EngineBridge:
         self._waiting = 0  # submitted, no reply yet: queued in the engine or in its first prefill
         self._in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.capacity_tokens = min(llm.max_seq_len, llm.cache_manager.num_pages * llm.page_size + 1)
+        self.capacity_tokens = llm.capacity_tokens
 
     # ---- requests in (the asyncio loop) ------------------------------------------------------------------
     def start(self, prompt_ids: list[int], params: SamplingParams) -> Tracked:
         """Submit a request; the 400 for one that can never run and the 503 for a full queue come from here."""
         reason = self.llm.rejection(prompt_ids, params)
         if reason is not None:
-            too_long = "context" in reason or "KV pages" in reason
-            raise ApiError(400, reason, code="context_length_exceeded" if too_long else None)
+            too_long = isinstance(reason, ContextLengthError)
+            raise ApiError(400, str(reason), code="context_length_exceeded" if too_long else None)
         with self._lock:
             if self.max_queue is not None and self._waiting >= self.max_queue:
                 raise ApiError(503, f"the server's queue is full ({self._waiting} requests waiting); retry later",

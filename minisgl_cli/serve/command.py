@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from minisgl_cli import options as o
+from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.jobs import load_llm
 from render.activity import Activity
 
@@ -34,13 +35,10 @@ TraceOut = Annotated[Optional[Path], typer.Option(
     "--trace-out", metavar="FILE.jsonl", help="Write every step event as a JSON line.")]
 
 
-def serve(model: o.Model = None, host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = None,
-          served_model_name: ModelName = None, cache: o.Cache = o.DEFAULT_CACHE,
-          page_size: o.PageSize = o.DEFAULT_PAGE_SIZE, max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING,
-          num_pages: o.NumPages = None, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
-          tp: o.Tp = 1, dtype: o.Dtype = None, precision: o.Precision = 'exact',
-          shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
-          trace_out: TraceOut = None) -> None:
+@with_engine_options
+def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = None,
+          served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
+          trace_out: TraceOut = None, engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics."""
     import uvicorn  # the server's libraries load only for this command
@@ -51,14 +49,12 @@ def serve(model: o.Model = None, host: Host = "127.0.0.1", port: Port = 8000, ma
     from minisgl_cli.trace_file import TraceFile
 
     err = Console(stderr=True)
-    engine = o.EngineOptions(model, cache, page_size, max_running, num_pages, False, attention, cuda_graph_max_bs,
-                             tp, dtype, precision=precision)
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
     llm = load_llm(engine, Activity(err))
     if trace_file is not None:
         trace_file.decode = llm.tokenizer.decode
-    name = served_model_name or default_model_name(model)
+    name = served_model_name or default_model_name(engine.model)
     bridge = EngineBridge(llm, name, max_queue)
     live = start_trace(llm, err) if trace else None
     if trace_file is not None:

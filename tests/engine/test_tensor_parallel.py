@@ -101,7 +101,7 @@ def test_two_ranks_slice_qkv_biases(model_dirs):
 def test_killed_worker_raises_worker_error_and_leaves_no_process(model_dirs, monkeypatch):
     monkeypatch.setenv("MINISGL_TP_TIMEOUT", "30")  # a bound in case the death went unnoticed
     llm = LLM(model_dirs["qwen3"], tp=2)
-    pids = llm._group.pids
+    pids = llm.core.pids
 
     def kill_worker(event):
         if event.step == 2:
@@ -118,7 +118,7 @@ def test_killed_worker_raises_worker_error_and_leaves_no_process(model_dirs, mon
 def test_worker_dead_between_calls_is_reported_on_the_next_call(model_dirs):
     llm = LLM(model_dirs["llama"], tp=2)
     assert llm.generate([[7, 8]], SamplingParams(max_tokens=2))[0]["finish_reason"] in ("length", "stop")
-    os.kill(llm._group.pids[0], signal.SIGKILL)
+    os.kill(llm.core.pids[0], signal.SIGKILL)
     with pytest.raises(WorkerError, match="rank 1 was killed"):
         llm.generate([[7, 8]], SamplingParams(max_tokens=2))
 
@@ -126,7 +126,7 @@ def test_worker_dead_between_calls_is_reported_on_the_next_call(model_dirs):
 def test_interrupt_in_the_caller_stops_the_workers(model_dirs):
     """Ctrl-C lands in rank 0 (workers ignore it): it propagates as is and the workers are stopped."""
     llm = LLM(model_dirs["qwen3"], tp=2)
-    pids = llm._group.pids
+    pids = llm.core.pids
 
     def interrupt(event):
         if event.step == 1:
@@ -149,7 +149,7 @@ def test_caller_exiting_without_close_leaves_no_worker(model_dirs, tmp_path):
 
         if __name__ == "__main__":
             llm = LLM({model_dirs["qwen3"]!r}, tp=2)
-            print(*llm._group.pids, flush=True)
+            print(*llm.core.pids, flush=True)
             llm.generate([[1, 2]], SamplingParams(max_tokens=2))
     """))
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)

@@ -64,6 +64,6 @@ def test_interrupt_mid_run_frees_everything_and_the_llm_stays_usable(llm, model_
     with pytest.raises(KeyboardInterrupt):
         llm.generate(PROMPTS, SamplingParams(max_tokens=6, ignore_eos=True))
     assert_pages_accounted(llm)
-    llm.step_callbacks.clear()
+    llm.scheduler.step_callbacks.clear()
     out = llm.generate(PROMPTS, SamplingParams(max_tokens=4, ignore_eos=True))
     assert [r["token_ids"] for r in out] == [greedy(model_dirs["llama"], p, 4) for p in PROMPTS]

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from core.errors import ContextLengthError
+
 from tests.support.checks import assert_pages_accounted, greedy
 from core import LLM, EngineBusyError, SamplingParams
 
@@ -153,11 +155,11 @@ def test_a_rejected_request_is_answered_with_its_reason(llm):
     collector.expected = 1
     too_long = list(range(1, 20)) * 1000
     reason = llm.rejection(too_long, SamplingParams(max_tokens=4))
-    assert reason is not None and "exceeds the context" in reason
+    assert isinstance(reason, ContextLengthError) and "exceeds the context" in str(reason)
     errors = []
     llm.submit(too_long, SamplingParams(max_tokens=4), on_reply=lambda r: errors.append((r.finish_reason, r.error)))
     llm.run_until_idle()
-    assert errors == [("error", reason)]
+    assert errors == [("error", str(reason))]
 
 
 def test_tensor_parallel_ranks_take_online_requests_and_aborts(model_dirs):
@@ -173,6 +175,6 @@ def test_tensor_parallel_ranks_take_online_requests_and_aborts(model_dirs):
         out = llm.generate(PROMPTS[:3], SamplingParams(max_tokens=6, ignore_eos=True))
         assert aborted == [True] and out[1]["finish_reason"] == "abort"
         assert [out[i]["token_ids"] for i in (0, 2)] == [greedy(path, PROMPTS[i], 6) for i in (0, 2)]
-        llm.step_callbacks.clear()
+        llm.scheduler.step_callbacks.clear()
         again = llm.generate(PROMPTS[3:], SamplingParams(max_tokens=3, ignore_eos=True))  # the ranks still agree
         assert [r["token_ids"] for r in again] == [greedy(path, p, 3) for p in PROMPTS[3:]]

@@ -49,14 +49,14 @@ def frequent_token(outputs: list[dict]) -> int:
 def record_replies(llm: LLM) -> dict[int, list]:
     """Every reply the scheduler sends, before the LLM files it away (it ignores a request's late replies)."""
     replies: dict[int, list] = {}
-    send = llm.send_result
+    send = llm.scheduler.send_result
 
     def record(batch: list) -> None:
         for reply in batch:
             replies.setdefault(reply.uid, []).append(reply)
         send(batch)
 
-    llm.send_result = record
+    llm.scheduler.send_result = record
     return replies
 
 
@@ -76,7 +76,7 @@ def test_overlap_gives_the_plain_loops_tokens_stops_and_final_stats(model_dirs, 
     assert summary(first[1]) == summary(first[0])
     eos = frequent_token(first[0])
     for llm in (plain, overlapped):
-        llm.eos_token_ids = frozenset({eos})
+        llm.scheduler.eos_token_ids = frozenset({eos})
     runs = {}
     for name, llm in (("plain", plain), ("overlap", overlapped)):
         results = [llm.generate(prompts, params) for _ in range(2)]  # the second round hits a warm cache
@@ -97,7 +97,7 @@ def test_a_request_that_stops_on_eos_is_answered_once_though_its_next_step_was_l
     prompts, _ = workload(seed=5)
     params = SamplingParams(max_tokens=12)
     llm = engine(path, True)
-    llm.eos_token_ids = frozenset({frequent_token(engine(path, False).generate(prompts, params))})
+    llm.scheduler.eos_token_ids = frozenset({frequent_token(engine(path, False).generate(prompts, params))})
     replies = record_replies(llm)
     events: list = []
     llm.add_step_callback(events.append)

@@ -21,4 +21,4 @@ def assert_pages_accounted(llm: LLM) -> None:
     stats = llm.stats()
     assert stats["free_rows"] == stats["total_rows"]
     assert stats["free_pages"] + stats["cached_pages"] == stats["total_pages"]
-    assert llm.cache_manager.unaccounted_pages() == ([], [])
+    assert llm.scheduler.cache_manager.unaccounted_pages() == ([], [])
