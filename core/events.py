@@ -93,5 +93,21 @@ class StepEvent:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "StepEvent":
+        """The event ``to_dict`` made, from its plain form (lists where it had tuples), as it crosses a process
+        boundary."""
+        d = dict(d)
+        d["reqs"] = tuple(ReqStep(*r) if isinstance(r, (list, tuple)) else ReqStep(**r) for r in d["reqs"])
+        d["finished"], d["arrived"] = tuple(d["finished"]), tuple(d["arrived"])
+        d["waits"] = tuple(WaitReason(**w) for w in d["waits"])
+        if d.get("kv") is not None:
+            kv = d["kv"]
+            d["kv"] = KVUsage(tuple(tuple(p) for p in kv["by_request"]), kv["cached"], kv["free"], kv["total"])
+        if d.get("radix") is not None:
+            d["radix"] = tuple(RadixNodeView(**{**n, "first_tokens": tuple(n["first_tokens"]),
+                                                "holders": tuple(n["holders"])}) for n in d["radix"])
+        return cls(**d)
+
 
 StepCallback = Callable[[StepEvent], None]
