@@ -117,10 +117,9 @@ class FlashInferMetadata:
     paged: PagedDecodeArgs | None = None  # fp8 decode: the Triton paged kernel instead of flashinfer's
     kv_slots: torch.Tensor | None = None  # fp8 prefill: every request's slots [0, device_len), concatenated
     kv_indptr: torch.Tensor | None = None  # fp8 prefill: host int32 offsets of each request in kv_slots
-    # a batch for a graph that only copies page lists (the small decode's, or an unsplit size already planned):
-    # its page lists packed for one copy into that graph's buffers (pinned host int32), and the size prepared for
-    packed_lists: torch.Tensor | None = None
-    packed_size: int = 0
+    # a batch for a small-decode graph: its page lists packed for one copy (pinned host int32), and its size
+    small_lists: torch.Tensor | None = None
+    small_lists_size: int = 0
 
 
 class FlashInferBackend(AttentionBackend):
@@ -182,26 +181,15 @@ class FlashInferBackend(AttentionBackend):
             batch.attn_metadata = FlashInferMetadata(None, self._qo_indptr(batch), kv_slots=slots,
                                                      kv_indptr=self._offsets([r.device_len for r in batch.reqs]))
             return
-        header = self._packed_header(batch)
-        if header:
+        if batch.is_decode and self._small_decode is not None and 0 < batch.padded_size <= SMALL_DECODE_MAX_BS:
             lists = packed_page_lists([r.pages for r in batch.reqs], [r.device_len for r in batch.reqs],
-                                      self.page_size, batch.padded_size - batch.size, self._dummy_page, header)
+                                      self.page_size, batch.padded_size - batch.size, self._dummy_page,
+                                      SMALL_LISTS_HEADER)
             if lists is not None:  # the graph's plan copies them in one piece
-                batch.attn_metadata = FlashInferMetadata(None, None, packed_lists=pinned(lists, self.device),
-                                                         packed_size=batch.padded_size)
+                batch.attn_metadata = FlashInferMetadata(None, None, small_lists=pinned(lists, self.device),
+                                                         small_lists_size=batch.padded_size)
                 return
         batch.attn_metadata = FlashInferMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch))
-
-    def _packed_header(self, batch: Batch) -> int:
-        """Where a decode batch's graph takes its page lists in one copy, the header its packed lists need (the
-        small decode's buffers, or the shared graph buffers of an unsplit size already planned: the plan then
-        copies the lists and nothing else); else 0."""
-        size = batch.padded_size
-        if not batch.is_decode or self.fp8 or size <= 0:
-            return 0
-        if self._small_decode is not None and size <= SMALL_DECODE_MAX_BS:
-            return SMALL_LISTS_HEADER
-        return self._graph_header if size in self._unsplit_planned else 0
 
     def _layout(self, batch: Batch, padded_size: int) -> PagedLayout:
         """The batch's page lists, plus padding rows up to ``padded_size`` (a CUDA-graph batch)."""
@@ -227,7 +215,7 @@ class FlashInferBackend(AttentionBackend):
 
     def begin_forward(self, batch: Batch) -> None:
         meta: FlashInferMetadata = batch.attn_metadata
-        if meta.layout is None and meta.packed_lists is not None:  # prepared for a graph that did not run it
+        if meta.layout is None and meta.small_lists is not None:  # prepared for a graph that did not run it
             meta.layout = self._layout(batch, batch.padded_size)
         lay = meta.layout
         if self.fp8:
@@ -342,7 +330,10 @@ class FlashInferBackend(AttentionBackend):
     def init_cuda_graph(self, batch_sizes: list[int], dummy_page: int) -> None:
         max_bs = max(batch_sizes)
         pages_per_row = pages_for(self.page_table.shape[1], self.page_size)
-        self.make_graph_lists(max_bs, pages_per_row)
+        # one set of buffers shared by every size: graphs replay one at a time, each re-planned first
+        self._graph_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device)
+        self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)
+        self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
         self._dummy_page = dummy_page
         if self.fp8:  # the paged kernel reads the fixed page lists as they are: no flashinfer wrappers
             # (the buffers fit either variant of the kernel: SplitBuffers.make sizes for both)
@@ -364,17 +355,6 @@ class FlashInferBackend(AttentionBackend):
                 paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
                 paged_kv_last_page_len_buffer=self._graph_last[:bs])
 
-    def make_graph_lists(self, max_bs: int, pages_per_row: int) -> None:
-        """The page-list buffers every graph size shares (graphs replay one at a time, each re-planned first):
-        views of one buffer laid out as packed_page_lists packs, ``[indptr | last_page_len | indices]`` with the
-        first two padded to a header, so that a replay that needs only its lists gets them in one copy."""
-        header = -(-(max_bs + 1) // SMALL_LISTS_HEADER) * SMALL_LISTS_HEADER
-        self._graph_lists = torch.zeros(2 * header + max_bs * pages_per_row, dtype=torch.int32, device=self.device)
-        self._graph_header = header
-        self._graph_indptr = self._graph_lists[:max_bs + 1]
-        self._graph_last = self._graph_lists[header:header + max_bs]
-        self._graph_indices = self._graph_lists[2 * header:]
-
     @staticmethod
     def _copy_layout(layout: PagedLayout, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
         """The page lists into a graph's fixed buffers, queued on this stream after the previous replay (no
@@ -384,60 +364,47 @@ class FlashInferBackend(AttentionBackend):
         indices[:pages].copy_(layout.indices, non_blocking=True)
         last[:n].copy_(layout.last_page_len, non_blocking=True)
 
-    def _lists_into(self, batch: Batch, padded_size: int, packed: torch.Tensor, indptr: torch.Tensor,
-                    indices: torch.Tensor, last: torch.Tensor) -> None:
-        """The batch's page lists into a graph's fixed buffers: one copy into ``packed`` (the three as views of it)
-        where the batch was prepared packed for this size, else the three lists (capture, tests, or pages only
-        the page table has)."""
-        lists = self._packed_for(batch, padded_size)
-        if lists is not None:
-            packed[:len(lists)].copy_(lists, non_blocking=True)
-        else:
-            self._copy_layout(self._graph_layout(batch, padded_size), indptr, indices, last)
+    def _copy_to_graph_buffers(self, layout: PagedLayout) -> None:
+        self._copy_layout(layout, self._graph_indptr, self._graph_indices, self._graph_last)
 
-    @staticmethod
-    def _packed_for(batch: Batch, padded_size: int) -> torch.Tensor | None:
-        """The batch's packed page lists, where it was prepared with them for this size."""
-        meta = batch.attn_metadata
-        if isinstance(meta, FlashInferMetadata) and meta.packed_lists is not None and meta.packed_size == padded_size:
-            return meta.packed_lists
-        return None
+    def _plan_small_decode(self, batch: Batch, padded_size: int) -> SmallDecodePlan:
+        """The small decode's page lists into its buffers: one copy where the batch was prepared for this size."""
+        meta, plan = batch.attn_metadata, self._small_decode
+        lists = (meta.small_lists if isinstance(meta, FlashInferMetadata) and meta.small_lists_size == padded_size
+                 else None)
+        if lists is not None:
+            self._small_lists[:len(lists)].copy_(lists, non_blocking=True)
+        else:  # not prepared for this size (capture, tests), or its pages only the page table has
+            self._copy_layout(self._layout(batch, padded_size), plan.kv_indptr, plan.kv_indices, plan.kv_last)
+        return plan
 
     def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
         if self._small_decode is not None and padded_size <= SMALL_DECODE_MAX_BS:
-            plan = self._small_decode
-            self._lists_into(batch, padded_size, self._small_lists, plan.kv_indptr, plan.kv_indices, plan.kv_last)
-            batch.attn_metadata = FlashInferMetadata(None, None, None, plan)
+            batch.attn_metadata = FlashInferMetadata(None, None, None, self._plan_small_decode(batch, padded_size))
             return
-        if not self.fp8 and padded_size in self._unsplit_planned:
-            # an unsplit plan is a function of the batch size alone (one KV chunk a request, whatever its length:
-            # flashinfer's PrefillSplitQOKVIndptr reads the lengths only to split), and each size's wrapper keeps
-            # its own: once made, a replay needs only the page lists in the buffers, the copies plan would make,
-            # in one piece where the batch was prepared for it. plan itself costs the host about 0.4 ms a step
-            # (an H200's host at 256 rows, scripts/gpu_host_step.py)
-            self._lists_into(batch, padded_size, self._graph_lists, self._graph_indptr, self._graph_indices,
-                             self._graph_last)
-            batch.attn_metadata = FlashInferMetadata(None, None, self._graph_wrappers[padded_size])
-            return
-        layout = self._graph_layout(batch, padded_size)
+        meta = batch.attn_metadata
+        layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
+        if layout is None or layout.size != padded_size:  # not prepared for this size (capture, tests)
+            layout = self._layout(batch, padded_size)
         if self.fp8:
-            self._copy_layout(layout, self._graph_indptr, self._graph_indices, self._graph_last)
+            self._copy_to_graph_buffers(layout)
             paged = self._paged_args(self._graph_indptr[: padded_size + 1], self._graph_indices,
                                      self._graph_last[:padded_size], padded_size)
             batch.attn_metadata = FlashInferMetadata(layout, None, paged=paged)
             return
         wrapper = self._graph_wrappers[padded_size]
         unsplit = self.unsplit(padded_size)
-        self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, unsplit)
-        if unsplit:
-            self._unsplit_planned.add(padded_size)
+        if unsplit and padded_size in self._unsplit_planned:
+            # an unsplit plan is a function of the batch size alone (one KV chunk a request, whatever its length:
+            # flashinfer's PrefillSplitQOKVIndptr reads the lengths only to split), and each size's wrapper keeps
+            # its own: once made, a replay needs only the page lists in the buffers, the copies plan would make.
+            # plan itself costs the host about 0.4 ms a step (an H200's host at 256 rows, scripts/gpu_host_step.py)
+            self._copy_to_graph_buffers(layout)
+        else:
+            self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, unsplit)
+            if unsplit:
+                self._unsplit_planned.add(padded_size)
         batch.attn_metadata = FlashInferMetadata(layout, None, wrapper)
-
-    def _graph_layout(self, batch: Batch, padded_size: int) -> PagedLayout:
-        """The batch's page lists for a graph of ``padded_size`` rows: as prepared, or made now (capture, tests)."""
-        meta = batch.attn_metadata
-        layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
-        return layout if layout is not None and layout.size == padded_size else self._layout(batch, padded_size)
 
     def init_prefill_graph(self, max_reqs: int, tokens: int, dummy_page: int) -> None:
         """A prefill wrapper with fixed buffers for a chunk of ``tokens`` tokens from up to ``max_reqs`` requests
