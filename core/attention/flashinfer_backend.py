@@ -10,7 +10,7 @@ Planning (flashinfer's ``plan``: split-k decisions and their metadata) happens i
 CUDA graphs each captured batch size has its own decode wrapper whose metadata lives in fixed buffers, and
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
 dummy page that no request owns. A decode batch runs flashinfer's tensor-core decode from ``tensor_core_rows``
-rows up (by default every size: faster for 2 query heads per KV head on an H200 at the workload's mixed lengths)
+rows up (by default every size: it reads the cache faster even for 2 query heads per KV head at mixed lengths)
 and its plain kernel below, each captured size with the kernel its size takes.
 
 With an fp8 pool (core/kvcache/pool.py: e4m3 values with a scale per slot and KV head, which flashinfer's
@@ -50,12 +50,11 @@ from core.request import Batch
 from core.transfer import host_tensor, pinned, upload
 
 PAGED_TARGET_PROGRAMS = 512  # fp8 decode: split a request's tokens until about this many programs read
-# the all-heads variant's programs each read every KV head: about two per SM of an H200 (a guess until
-# scripts/gpu_fp8_decode.py --all-heads has timed 1, 2 and 4 splits at 64 rows)
+# the all-heads variant's programs each read every KV head: about two per SM (a guess, not timed)
 ALL_HEADS_TARGET_PROGRAMS = 256
 PAGED_MAX_SPLITS = 4
-# the CUDA fp8 decode: blocks of 4 warps per (request, KV head, split), about two per SM of an H200; on an H200 at
-# 64 rows one split ran 44.9 us a layer (context 1100) against 51.6 for two and 57.3 for four
+# the CUDA fp8 decode: blocks of 4 warps per (request, KV head, split), about two per SM; fewer splits win even at
+# 64 rows (each split's partials cost more than the parallelism gains; docs/BENCHMARKS.md)
 CUDA_TARGET_BLOCKS = 256
 
 # the small decode's page lists travel as one tensor, [indptr | last_page_len | indices]
@@ -80,10 +79,9 @@ def flashinfer_available() -> bool:
 
 def use_tensor_core_decode(num_heads: int, num_kv_heads: int, rows: int = 0, min_rows: int = 0) -> bool:
     """flashinfer's advice: its tensor-core (prefill-style) decode pays off once 4+ query heads share a KV head.
-    With fewer it still does (``rows`` of at least ``min_rows``, when that is set): on an H200, 16 query / 8 KV
-    heads, at the mixed lengths of a real batch (scripts/gpu_decode_mixed.py) it read the cache at 3.7-3.85 TB/s
-    from 64 to 256 rows where the plain kernel read 3.3-3.5 (level at 32 rows); with every request at one length
-    the plain kernel is the faster below about 150 rows (scripts/gpu_fp8_decode.py --bf16)."""
+    With fewer it still does (``rows`` of at least ``min_rows``, when that is set): at the mixed lengths of a
+    real batch it reads the cache faster than the plain kernel from a few dozen rows up, though with every
+    request at one length the plain kernel wins small batches; so measure at real lengths (docs/BENCHMARKS.md)."""
     return num_heads // num_kv_heads >= 4 or (min_rows > 0 and rows >= min_rows)
 
 
@@ -96,8 +94,8 @@ def whole_request_rows(sm_count: int, num_kv_heads: int) -> int:
 
 def paged_splits(batch_size: int, num_kv_heads: int, all_heads: bool = False, cuda: bool = False) -> int:
     """Programs per (request, KV head) for the fp8 decode (blocks, for the CUDA kernel, whatever ``all_heads``
-    says), or per request for the all-heads variant: one at large batches (measured on an H200 at 256 rows:
-    splitting only slowed the per-head kernel), a few for small ones, a power of two."""
+    says), or per request for the all-heads variant: one at large batches (enough programs already fill the device:
+    splitting only adds partials to merge), a few for small ones, a power of two."""
     if cuda:
         splits = CUDA_TARGET_BLOCKS // (batch_size * num_kv_heads)
     elif all_heads:
@@ -313,7 +311,7 @@ class FlashInferBackend(AttentionBackend):
         assert wrapper is not None, "a small-decode batch reached attend: its layers must call attend_qkv"
         kv = self.pool.pages(layer)
         # every query row attends to at least itself, so the output needs no zeros first (flashinfer's paged
-        # prefill fills a new one with them: 11 us a layer in an 8,190-token prefill chunk on an H200)
+        # prefill fills a new one with them, a write as large as the output for nothing)
         return wrapper.run(q, kv, out=torch.empty_like(q))
 
     def attend_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
@@ -398,7 +396,7 @@ class FlashInferBackend(AttentionBackend):
             # an unsplit plan is a function of the batch size alone (one KV chunk a request, whatever its length:
             # flashinfer's PrefillSplitQOKVIndptr reads the lengths only to split), and each size's wrapper keeps
             # its own: once made, a replay needs only the page lists in the buffers, the copies plan would make.
-            # plan itself costs the host about 0.4 ms a step (an H200's host at 256 rows, scripts/gpu_host_step.py)
+            # plan itself is host work large enough to matter at every step (docs/BENCHMARKS.md)
             self._copy_to_graph_buffers(layout)
         else:
             self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, unsplit)
