@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 . scripts/gpu_env.sh
 STAGES=${STAGES:-bf16 fp8 peer}
 # pages of 128 tokens: flashinfer's decode reads a head-major pool's large pages faster (docs/BENCHMARKS.md,
-# "Fast paths"; mini-sglang's own bench runs pages of 256)
+# "GPU fast paths"; mini-sglang's own bench runs pages of 256)
 PAGE=${PAGE:-128}
 
 run_stage() {  # name, then the command; its limit from T_<name>
