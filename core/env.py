@@ -89,8 +89,8 @@ DEFAULT_SPLIT_K = 2
 def split_k_slices() -> int:
     """MINISGL_SPLIT_K=S (an integer from 0 to 16, default 2) runs the narrow linears (o_proj, down) of decode steps
     on CUDA as S slices of their inputs (at least 4 up to 128 rows: split_k.slices_for), the sum folded into the
-    add+RMSNorm after them (core/kernels/split_k.py); 0 runs each as one cuBLAS GEMM. On an H200 the nano-vllm workload ran 23,409 tok/s with 2 and 22,899 with 0
-    in one call."""
+    add+RMSNorm after them (core/kernels/split_k.py); 0 runs each as one cuBLAS GEMM. A narrow linear's few
+    output tiles leave most SMs idle; slices give them work (docs/BENCHMARKS.md)."""
     raw = os.environ.get("MINISGL_SPLIT_K", "").strip()
     if not raw:
         return DEFAULT_SPLIT_K
@@ -107,10 +107,9 @@ DEFAULT_TENSOR_CORE_DECODE_ROWS = 1
 def tensor_core_decode_rows() -> int:
     """MINISGL_TENSOR_CORE_DECODE_ROWS=N (default 1: every size): bf16 decode batches of at least N rows run
     flashinfer's tensor-core (prefill-style) decode instead of its plain one; 0 keeps the plain kernel throughout
-    (a model with 4 or more query heads per KV head takes tensor cores at every size, flashinfer's advice). On an
-    H200 (16 query / 8 KV heads) at the lengths nano-vllm's workload has (scripts/gpu_decode_mixed.py), the
-    tensor-core decode was level with the plain one at 32 rows and 8-15% faster from 64 to 256; the workload ran
-    24,963 and 24,842 tok/s with tensor cores throughout against 24,130 and 24,315 from 152 rows, in one call."""
+    (a model with 4 or more query heads per KV head takes tensor cores at every size, flashinfer's advice). At a
+    real workload's mixed lengths the tensor-core decode is level with the plain one on small batches and faster
+    on large ones, even at 2 query heads per KV head (docs/BENCHMARKS.md)."""
     raw = os.environ.get("MINISGL_TENSOR_CORE_DECODE_ROWS", "").strip()
     if not raw:
         return DEFAULT_TENSOR_CORE_DECODE_ROWS

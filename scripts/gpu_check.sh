@@ -27,6 +27,6 @@ if [ "$STATUS" -gt 128 ] && [ "$LEFT" -gt 90 ]; then
 fi
 
 # save compiled kernels for the next run
-. scripts/gpu_save_cache.sh
+save_compiled_kernels
 echo "gpu_check: $(( $(date +%s) - START ))s in all, exit $STATUS"
 exit "$STATUS"

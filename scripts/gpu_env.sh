@@ -1,5 +1,6 @@
 # Sourced by the GPU scripts: flashinfer from the carried wheels in .whl/, compiled kernels restored from
-# .jitcache/, and the environment they run in. Sets CACHE, FI_AOT and FI_JIT for the caller.
+# .jitcache/, and the environment they run in. Sets CACHE, FI_AOT and FI_JIT for the caller, and defines
+# save_compiled_kernels for the end of a run.
 CACHE=/tmp/minisgl-cache
 mkdir -p "$CACHE"
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error
@@ -24,3 +25,24 @@ if ls .jitcache/jit.tar.gz* >/dev/null 2>&1 && [ -n "$FI_AOT" ]; then
     echo "gpu_check: restored $(ls "$FI_AOT" | wc -l) prebuilt flashinfer modules" >&2
 fi
 
+save_compiled_kernels() {
+    # this machine's compiled kernels (flashinfer's .so files in AOT layout, inductor's and Triton's caches) to
+    # $OUT/jit.tar.gz.* for the next call, which restores them from .jitcache/ (above)
+    if [ -n "${FI_JIT:-}" ]; then
+        PACK=$CACHE/pack
+        rm -rf "$PACK" && mkdir -p "$PACK/aot"
+        for so in "$FI_JIT"/*/*.so "$FI_AOT"/*/*.so; do
+            [ -f "$so" ] || continue
+            name=$(basename "$(dirname "$so")")
+            mkdir -p "$PACK/aot/$name" && cp "$so" "$PACK/aot/$name/"
+        done
+        cp -r "$CACHE/inductor" "$CACHE/triton" "$PACK/" 2>/dev/null
+        tar -czf "$CACHE/jit.tar.gz" -C "$PACK" .
+        if [ "$(stat -c %s "$CACHE/jit.tar.gz")" -lt $((44 << 20)) ]; then  # what a run can carry beside the wheels
+            split -b 15m -d "$CACHE/jit.tar.gz" "$OUT/jit.tar.gz."
+            echo "gpu_env: saved compiled kernels: $(du -ch "$OUT"/jit.tar.gz.* | tail -1 | cut -f1) in $(ls "$OUT"/jit.tar.gz.* | wc -l) parts" >&2
+        else
+            echo "gpu_env: compiled kernels ($(du -h "$CACHE/jit.tar.gz" | cut -f1)) too large to return" >&2
+        fi
+    fi
+}

@@ -2,9 +2,8 @@
 # The peer table in one device call, from the repository root of a CUDA machine (carry .whl, .peer and, when
 # an earlier call saved one, .jitcache; ../shared/peers/prepare.sh makes .peer):
 #   bash scripts/gpu_peer.sh                       # minisgl bf16, minisgl fp8, mini-sglang, then the ratios
-#   STAGES="tests variants fp8" bash scripts/gpu_peer.sh
-# Stages, in the order given: tests (the fp8 decode and gather GPU tests), variants (its builds' A/B,
-# scripts/gpu_fp8_decode.py --variants), bf16 and fp8 (.peer/peer_bench.py minisgl, pages of $PAGE tokens, default
+#   STAGES="tests fp8" bash scripts/gpu_peer.sh
+# Stages, in the order given: tests (the fp8 decode and gather GPU tests), bf16 and fp8 (.peer/peer_bench.py minisgl, pages of $PAGE tokens, default
 # 128, the KV cache in bf16 or fp8), ab, ab2, ab<anything> (bf16 with the variables in $AB_ENV, $AB2_ENV, ...
 # exported, e.g. AB_ENV="MINISGL_SPLIT_K=0" for the A/B of the default split, and/or the LLM options in $AB_KW, default
 # '{"page_size": $PAGE}'; a stage needs at least one of the two),
@@ -20,7 +19,7 @@ mkdir -p "$OUT"
 . scripts/gpu_env.sh
 STAGES=${STAGES:-bf16 fp8 peer}
 # pages of 128 tokens: flashinfer's decode reads a head-major pool's large pages faster (docs/BENCHMARKS.md,
-# 2026-12-04: 2-3% a step against pages of 16; mini-sglang's own bench runs pages of 256)
+# "GPU fast paths"; mini-sglang's own bench runs pages of 256)
 PAGE=${PAGE:-128}
 
 run_stage() {  # name, then the command; its limit from T_<name>
@@ -34,10 +33,8 @@ run_stage() {  # name, then the command; its limit from T_<name>
 for stage in $STAGES; do
     case $stage in
         tests) run_stage tests python3 -m pytest -q -x tests/gpu/test_fp8_decode_cuda.py tests/gpu/test_fp8_gather.py ;;
-        variants) run_stage variants python3 scripts/gpu_fp8_decode.py --variants --contexts 600,1100 \
-            --batches 256,64 --json "$OUT/variants.json" ;;
         bf16) MINISGL_KW="{\"page_size\": $PAGE}" run_stage bf16 python3 .peer/peer_bench.py minisgl "$OUT/bf16.json"
-            . scripts/gpu_save_cache.sh ;;
+            save_compiled_kernels ;;
         ab*) vars=${stage^^}_ENV kw=${stage^^}_KW
             [ -n "${!vars:-}${!kw:-}" ] || { echo "gpu_peer: stage $stage needs $vars or $kw" >&2; exit 2; }
             (if [ -n "${!vars:-}" ]; then export ${!vars}; fi
@@ -45,14 +42,14 @@ for stage in $STAGES; do
                  "$OUT/$stage.json") ;;
         fp8) MINISGL_KW="{\"page_size\": $PAGE, \"kv_dtype\": \"fp8\"}" run_stage fp8 \
             python3 .peer/peer_bench.py minisgl "$OUT/fp8.json"
-            . scripts/gpu_save_cache.sh ;;
+            save_compiled_kernels ;;
         peer) python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/peer .peer/whl/*.whl
             PYTHONPATH=/tmp/peer:/tmp/site:$PWD/.peer/mini-sglang/python run_stage peer \
                 python3 .peer/peer_bench.py minisglang "$OUT/peer.json" "$PWD/.peer/qwen3-cfg"
-            . scripts/gpu_save_cache.sh ;;
+            save_compiled_kernels ;;
         quality) run_stage quality python3 scripts/gpu_fp8_quality.py --requests 64 --max-tokens 256 \
             --json "$OUT/quality.json" ;;
-        *) echo "gpu_peer: unknown stage $stage (tests, variants, bf16, ab*, fp8, peer, quality)" >&2; exit 2 ;;
+        *) echo "gpu_peer: unknown stage $stage (tests, bf16, ab*, fp8, peer, quality)" >&2; exit 2 ;;
     esac
 done
 

@@ -10,7 +10,7 @@ Planning (flashinfer's ``plan``: split-k decisions and their metadata) happens i
 CUDA graphs each captured batch size has its own decode wrapper whose metadata lives in fixed buffers, and
 the graph is re-planned for the real batch before every replay; padding rows attend to one token of a
 dummy page that no request owns. A decode batch runs flashinfer's tensor-core decode from ``tensor_core_rows``
-rows up (by default every size: faster for 2 query heads per KV head on an H200 at the workload's mixed lengths)
+rows up (by default every size: it reads the cache faster even for 2 query heads per KV head at mixed lengths)
 and its plain kernel below, each captured size with the kernel its size takes.
 
 With an fp8 pool (core/kvcache/pool.py: e4m3 values with a scale per slot and KV head, which flashinfer's
@@ -50,12 +50,11 @@ from core.request import Batch
 from core.transfer import host_tensor, pinned, upload
 
 PAGED_TARGET_PROGRAMS = 512  # fp8 decode: split a request's tokens until about this many programs read
-# the all-heads variant's programs each read every KV head: about two per SM of an H200 (a guess until
-# scripts/gpu_fp8_decode.py --all-heads has timed 1, 2 and 4 splits at 64 rows)
+# the all-heads variant's programs each read every KV head: about two per SM (a guess, not timed)
 ALL_HEADS_TARGET_PROGRAMS = 256
 PAGED_MAX_SPLITS = 4
-# the CUDA fp8 decode: blocks of 4 warps per (request, KV head, split), about two per SM of an H200; on an H200 at
-# 64 rows one split ran 44.9 us a layer (context 1100) against 51.6 for two and 57.3 for four
+# the CUDA fp8 decode: blocks of 4 warps per (request, KV head, split), about two per SM; fewer splits win even at
+# 64 rows (each split's partials cost more than the parallelism gains; docs/BENCHMARKS.md)
 CUDA_TARGET_BLOCKS = 256
 
 # the small decode's page lists travel as one tensor, [indptr | last_page_len | indices]
@@ -80,10 +79,9 @@ def flashinfer_available() -> bool:
 
 def use_tensor_core_decode(num_heads: int, num_kv_heads: int, rows: int = 0, min_rows: int = 0) -> bool:
     """flashinfer's advice: its tensor-core (prefill-style) decode pays off once 4+ query heads share a KV head.
-    With fewer it still does (``rows`` of at least ``min_rows``, when that is set): on an H200, 16 query / 8 KV
-    heads, at the mixed lengths of a real batch (scripts/gpu_decode_mixed.py) it read the cache at 3.7-3.85 TB/s
-    from 64 to 256 rows where the plain kernel read 3.3-3.5 (level at 32 rows); with every request at one length
-    the plain kernel is the faster below about 150 rows (scripts/gpu_fp8_decode.py --bf16)."""
+    With fewer it still does (``rows`` of at least ``min_rows``, when that is set): at the mixed lengths of a
+    real batch it reads the cache faster than the plain kernel from a few dozen rows up, though with every
+    request at one length the plain kernel wins small batches; so measure at real lengths (docs/BENCHMARKS.md)."""
     return num_heads // num_kv_heads >= 4 or (min_rows > 0 and rows >= min_rows)
 
 
@@ -96,8 +94,8 @@ def whole_request_rows(sm_count: int, num_kv_heads: int) -> int:
 
 def paged_splits(batch_size: int, num_kv_heads: int, all_heads: bool = False, cuda: bool = False) -> int:
     """Programs per (request, KV head) for the fp8 decode (blocks, for the CUDA kernel, whatever ``all_heads``
-    says), or per request for the all-heads variant: one at large batches (measured on an H200 at 256 rows:
-    splitting only slowed the per-head kernel), a few for small ones, a power of two."""
+    says), or per request for the all-heads variant: one at large batches (enough programs already fill the device:
+    splitting only adds partials to merge), a few for small ones, a power of two."""
     if cuda:
         splits = CUDA_TARGET_BLOCKS // (batch_size * num_kv_heads)
     elif all_heads:
@@ -117,10 +115,9 @@ class FlashInferMetadata:
     paged: PagedDecodeArgs | None = None  # fp8 decode: the Triton paged kernel instead of flashinfer's
     kv_slots: torch.Tensor | None = None  # fp8 prefill: every request's slots [0, device_len), concatenated
     kv_indptr: torch.Tensor | None = None  # fp8 prefill: host int32 offsets of each request in kv_slots
-    # a batch for a graph that only copies page lists (the small decode's, or an unsplit size already planned):
-    # its page lists packed for one copy into that graph's buffers (pinned host int32), and the size prepared for
-    packed_lists: torch.Tensor | None = None
-    packed_size: int = 0
+    # a batch for a small-decode graph: its page lists packed for one copy (pinned host int32), and its size
+    small_lists: torch.Tensor | None = None
+    small_lists_size: int = 0
 
 
 class FlashInferBackend(AttentionBackend):
@@ -182,26 +179,15 @@ class FlashInferBackend(AttentionBackend):
             batch.attn_metadata = FlashInferMetadata(None, self._qo_indptr(batch), kv_slots=slots,
                                                      kv_indptr=self._offsets([r.device_len for r in batch.reqs]))
             return
-        header = self._packed_header(batch)
-        if header:
+        if batch.is_decode and self._small_decode is not None and 0 < batch.padded_size <= SMALL_DECODE_MAX_BS:
             lists = packed_page_lists([r.pages for r in batch.reqs], [r.device_len for r in batch.reqs],
-                                      self.page_size, batch.padded_size - batch.size, self._dummy_page, header)
+                                      self.page_size, batch.padded_size - batch.size, self._dummy_page,
+                                      SMALL_LISTS_HEADER)
             if lists is not None:  # the graph's plan copies them in one piece
-                batch.attn_metadata = FlashInferMetadata(None, None, packed_lists=pinned(lists, self.device),
-                                                         packed_size=batch.padded_size)
+                batch.attn_metadata = FlashInferMetadata(None, None, small_lists=pinned(lists, self.device),
+                                                         small_lists_size=batch.padded_size)
                 return
         batch.attn_metadata = FlashInferMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch))
-
-    def _packed_header(self, batch: Batch) -> int:
-        """Where a decode batch's graph takes its page lists in one copy, the header its packed lists need (the
-        small decode's buffers, or the shared graph buffers of an unsplit size already planned: the plan then
-        copies the lists and nothing else); else 0."""
-        size = batch.padded_size
-        if not batch.is_decode or self.fp8 or size <= 0:
-            return 0
-        if self._small_decode is not None and size <= SMALL_DECODE_MAX_BS:
-            return SMALL_LISTS_HEADER
-        return self._graph_header if size in self._unsplit_planned else 0
 
     def _layout(self, batch: Batch, padded_size: int) -> PagedLayout:
         """The batch's page lists, plus padding rows up to ``padded_size`` (a CUDA-graph batch)."""
@@ -227,7 +213,7 @@ class FlashInferBackend(AttentionBackend):
 
     def begin_forward(self, batch: Batch) -> None:
         meta: FlashInferMetadata = batch.attn_metadata
-        if meta.layout is None and meta.packed_lists is not None:  # prepared for a graph that did not run it
+        if meta.layout is None and meta.small_lists is not None:  # prepared for a graph that did not run it
             meta.layout = self._layout(batch, batch.padded_size)
         lay = meta.layout
         if self.fp8:
@@ -325,7 +311,7 @@ class FlashInferBackend(AttentionBackend):
         assert wrapper is not None, "a small-decode batch reached attend: its layers must call attend_qkv"
         kv = self.pool.pages(layer)
         # every query row attends to at least itself, so the output needs no zeros first (flashinfer's paged
-        # prefill fills a new one with them: 11 us a layer in an 8,190-token prefill chunk on an H200)
+        # prefill fills a new one with them, a write as large as the output for nothing)
         return wrapper.run(q, kv, out=torch.empty_like(q))
 
     def attend_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
@@ -342,7 +328,10 @@ class FlashInferBackend(AttentionBackend):
     def init_cuda_graph(self, batch_sizes: list[int], dummy_page: int) -> None:
         max_bs = max(batch_sizes)
         pages_per_row = pages_for(self.page_table.shape[1], self.page_size)
-        self.make_graph_lists(max_bs, pages_per_row)
+        # one set of buffers shared by every size: graphs replay one at a time, each re-planned first
+        self._graph_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=self.device)
+        self._graph_indices = torch.zeros(max_bs * pages_per_row, dtype=torch.int32, device=self.device)
+        self._graph_last = torch.zeros(max_bs, dtype=torch.int32, device=self.device)
         self._dummy_page = dummy_page
         if self.fp8:  # the paged kernel reads the fixed page lists as they are: no flashinfer wrappers
             # (the buffers fit either variant of the kernel: SplitBuffers.make sizes for both)
@@ -364,17 +353,6 @@ class FlashInferBackend(AttentionBackend):
                 paged_kv_indptr_buffer=self._graph_indptr[: bs + 1], paged_kv_indices_buffer=self._graph_indices,
                 paged_kv_last_page_len_buffer=self._graph_last[:bs])
 
-    def make_graph_lists(self, max_bs: int, pages_per_row: int) -> None:
-        """The page-list buffers every graph size shares (graphs replay one at a time, each re-planned first):
-        views of one buffer laid out as packed_page_lists packs, ``[indptr | last_page_len | indices]`` with the
-        first two padded to a header, so that a replay that needs only its lists gets them in one copy."""
-        header = -(-(max_bs + 1) // SMALL_LISTS_HEADER) * SMALL_LISTS_HEADER
-        self._graph_lists = torch.zeros(2 * header + max_bs * pages_per_row, dtype=torch.int32, device=self.device)
-        self._graph_header = header
-        self._graph_indptr = self._graph_lists[:max_bs + 1]
-        self._graph_last = self._graph_lists[header:header + max_bs]
-        self._graph_indices = self._graph_lists[2 * header:]
-
     @staticmethod
     def _copy_layout(layout: PagedLayout, indptr: torch.Tensor, indices: torch.Tensor, last: torch.Tensor) -> None:
         """The page lists into a graph's fixed buffers, queued on this stream after the previous replay (no
@@ -384,60 +362,47 @@ class FlashInferBackend(AttentionBackend):
         indices[:pages].copy_(layout.indices, non_blocking=True)
         last[:n].copy_(layout.last_page_len, non_blocking=True)
 
-    def _lists_into(self, batch: Batch, padded_size: int, packed: torch.Tensor, indptr: torch.Tensor,
-                    indices: torch.Tensor, last: torch.Tensor) -> None:
-        """The batch's page lists into a graph's fixed buffers: one copy into ``packed`` (the three as views of it)
-        where the batch was prepared packed for this size, else the three lists (capture, tests, or pages only
-        the page table has)."""
-        lists = self._packed_for(batch, padded_size)
-        if lists is not None:
-            packed[:len(lists)].copy_(lists, non_blocking=True)
-        else:
-            self._copy_layout(self._graph_layout(batch, padded_size), indptr, indices, last)
+    def _copy_to_graph_buffers(self, layout: PagedLayout) -> None:
+        self._copy_layout(layout, self._graph_indptr, self._graph_indices, self._graph_last)
 
-    @staticmethod
-    def _packed_for(batch: Batch, padded_size: int) -> torch.Tensor | None:
-        """The batch's packed page lists, where it was prepared with them for this size."""
-        meta = batch.attn_metadata
-        if isinstance(meta, FlashInferMetadata) and meta.packed_lists is not None and meta.packed_size == padded_size:
-            return meta.packed_lists
-        return None
+    def _plan_small_decode(self, batch: Batch, padded_size: int) -> SmallDecodePlan:
+        """The small decode's page lists into its buffers: one copy where the batch was prepared for this size."""
+        meta, plan = batch.attn_metadata, self._small_decode
+        lists = (meta.small_lists if isinstance(meta, FlashInferMetadata) and meta.small_lists_size == padded_size
+                 else None)
+        if lists is not None:
+            self._small_lists[:len(lists)].copy_(lists, non_blocking=True)
+        else:  # not prepared for this size (capture, tests), or its pages only the page table has
+            self._copy_layout(self._layout(batch, padded_size), plan.kv_indptr, plan.kv_indices, plan.kv_last)
+        return plan
 
     def plan_cuda_graph(self, batch: Batch, padded_size: int) -> None:
         if self._small_decode is not None and padded_size <= SMALL_DECODE_MAX_BS:
-            plan = self._small_decode
-            self._lists_into(batch, padded_size, self._small_lists, plan.kv_indptr, plan.kv_indices, plan.kv_last)
-            batch.attn_metadata = FlashInferMetadata(None, None, None, plan)
+            batch.attn_metadata = FlashInferMetadata(None, None, None, self._plan_small_decode(batch, padded_size))
             return
-        if not self.fp8 and padded_size in self._unsplit_planned:
-            # an unsplit plan is a function of the batch size alone (one KV chunk a request, whatever its length:
-            # flashinfer's PrefillSplitQOKVIndptr reads the lengths only to split), and each size's wrapper keeps
-            # its own: once made, a replay needs only the page lists in the buffers, the copies plan would make,
-            # in one piece where the batch was prepared for it. plan itself costs the host about 0.4 ms a step
-            # (an H200's host at 256 rows, scripts/gpu_host_step.py)
-            self._lists_into(batch, padded_size, self._graph_lists, self._graph_indptr, self._graph_indices,
-                             self._graph_last)
-            batch.attn_metadata = FlashInferMetadata(None, None, self._graph_wrappers[padded_size])
-            return
-        layout = self._graph_layout(batch, padded_size)
+        meta = batch.attn_metadata
+        layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
+        if layout is None or layout.size != padded_size:  # not prepared for this size (capture, tests)
+            layout = self._layout(batch, padded_size)
         if self.fp8:
-            self._copy_layout(layout, self._graph_indptr, self._graph_indices, self._graph_last)
+            self._copy_to_graph_buffers(layout)
             paged = self._paged_args(self._graph_indptr[: padded_size + 1], self._graph_indices,
                                      self._graph_last[:padded_size], padded_size)
             batch.attn_metadata = FlashInferMetadata(layout, None, paged=paged)
             return
         wrapper = self._graph_wrappers[padded_size]
         unsplit = self.unsplit(padded_size)
-        self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, unsplit)
-        if unsplit:
-            self._unsplit_planned.add(padded_size)
+        if unsplit and padded_size in self._unsplit_planned:
+            # an unsplit plan is a function of the batch size alone (one KV chunk a request, whatever its length:
+            # flashinfer's PrefillSplitQOKVIndptr reads the lengths only to split), and each size's wrapper keeps
+            # its own: once made, a replay needs only the page lists in the buffers, the copies plan would make.
+            # plan itself is host work large enough to matter at every step (docs/BENCHMARKS.md)
+            self._copy_to_graph_buffers(layout)
+        else:
+            self._plan_decode(wrapper, layout.indptr, layout.indices, layout.last_page_len, unsplit)
+            if unsplit:
+                self._unsplit_planned.add(padded_size)
         batch.attn_metadata = FlashInferMetadata(layout, None, wrapper)
-
-    def _graph_layout(self, batch: Batch, padded_size: int) -> PagedLayout:
-        """The batch's page lists for a graph of ``padded_size`` rows: as prepared, or made now (capture, tests)."""
-        meta = batch.attn_metadata
-        layout = meta.layout if isinstance(meta, FlashInferMetadata) else None
-        return layout if layout is not None and layout.size == padded_size else self._layout(batch, padded_size)
 
     def init_prefill_graph(self, max_reqs: int, tokens: int, dummy_page: int) -> None:
         """A prefill wrapper with fixed buffers for a chunk of ``tokens`` tokens from up to ``max_reqs`` requests

@@ -66,8 +66,8 @@ def paged_layout(page_table: torch.Tensor, rows: list[int], kv_lens: list[int], 
     rows of one token in ``dummy_page`` (``PagedLayout.padded``).
 
     Short lists (given the requests' own page lists, ``pages``) are flattened on the host and sent in one
-    upload: one copy instead of a dozen small kernels, which matters when a step is a millisecond (at 256
-    requests of up to 2,048 tokens in pages of 128, at most 4,096 pages: about 60 us of host time). Otherwise
+    upload: one copy instead of a dozen small kernels, which matters when a step is a millisecond; the
+    flattening is host time that grows with the pages, so only short lists take this path. Otherwise
     the host sends one small tensor (each row and its page count) and the page list is gathered from the page
     table on the device, whatever its length, with no host sync.
     """

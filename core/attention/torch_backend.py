@@ -63,10 +63,9 @@ class TorchDecodeMetadata:
 
 
 # Prefills whose sequences are all at most this long run their attention in C, a token at a time over its prefix
-# (the cpu workload's 32 prompts of 16-128 tokens: one C call a layer instead of 32 SDPA calls). SmolLM2's prefill
-# step on a 2-vCPU Xeon, C against SDPA: 8 prompts of 128 tokens 682-693 against 713-729 ms, 4 of 256 739-759
-# against 771-786, 2 of 512 823-839 against 838-854, one of 1,024 986-1,013 against 874-949 (each token re-reads
-# its prefix), one of 2,048 3.2 against 2.1 s.
+# (the cpu workload's 32 prompts of 16-128 tokens: one C call a layer instead of 32 SDPA calls). Each token
+# re-reads its prefix, so the C path's cost grows with the square of the length: it wins up to this length and
+# loses to SDPA's blocked kernel above it (docs/BENCHMARKS.md).
 C_PREFILL_MAX_LEN = 512
 
 

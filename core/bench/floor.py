@@ -3,8 +3,8 @@
 Two ceilings are measured in the run itself (same process, same neighbours): the device's memory bandwidth
 and its matmul rate in the engine's dtype. The bandwidth is the better of one large tensor copy (bytes read
 plus bytes written per second) and, on a CPU, one read-only pass (a sum): a CPU's copy also pays for the
-written lines' reads, so there it understated what a decode step, which only reads, gets (a Zen 4: copy
-25.8 GB/s, read 32-54, the C decode step's products about 41).
+written lines' reads, so there it understated what a decode step, which only reads, gets (the C decode step's
+products ran faster than the copy rate).
 The workload is then served by an ideal engine: every prompt prefilled at the matmul rate, then every
 request decoding in one batch from the first step, each step taking the longer of moving its bytes (every
 weight once, the KV cache of every running request) and doing its FLOPs. No engine can beat that schedule,

@@ -30,11 +30,11 @@ from core.model_config import ModelConfig
 from core.models.loader import read_model_config
 from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
 
-# transformers' steps on a GPU are bound by its host work (~0.1 s a step whatever the batch): each baseline gets
+# transformers' steps on a GPU are bound by its host work, whatever the batch: each baseline gets
 # this long there by default and its throughput is measured over the tokens it made in that time
 CUDA_BASELINE_SECONDS = 45.0
-# the engine's KV page on CUDA unless asked: flashinfer's decode reads a head-major pool's pages of 128 tokens
-# 2-4% faster a step than pages of 16 or 1 (docs/BENCHMARKS.md, 2026-12-04); a CPU keeps the engine's default
+# the engine's KV page on CUDA unless asked: flashinfer's decode reads a head-major pool's large pages faster
+# than pages of 16 or 1 (docs/BENCHMARKS.md); a CPU keeps the engine's default
 CUDA_PAGE_SIZE = 128
 
 

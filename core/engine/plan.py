@@ -93,13 +93,13 @@ def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dt
                      features: CpuFeatures | None = None) -> PrecisionChoice:
     """'exact' keeps ``dtype``; on a CPU running float32 a single request's decode steps run the C step on the
     same float32 weights where it runs (core/kernels/cpu_decode.py: its sums run in another order than torch's,
-    as oneDNN's do against transformers', and it is what batch 1 feels: 1.7x torch's speed on a 2-vCPU Zen 4).
+    as oneDNN's do against transformers', and it is what batch 1 feels: faster than torch's step).
     'fast' on a CPU running float32: where the C step runs, what 'int8' picks there (int8 C step, float32 for
-    prefill and batches), the fastest at batch 1 and in throughput on the CPUs measured (AVX2 Zen 1, AVX-512
-    Zen 4); with AMX, prefill and batches on bf16 copies of the linears and LM head (core/kernels/bf16_weights.py:
-    1.3-3.9x float32's GEMMs from 4 rows on a Xeon), with or without the C step; else float32 as it is, and the
-    note names what the CPU lacks. bf16 with AVX512-BF16 alone is not picked: on the Zen 4 whole-bf16 layers ran
-    at 0.83x float32's throughput and 0.92x its batch-1 speed. 'int8' (a CPU in float32 only) runs a single
+    prefill and batches), the fastest at batch 1 and in throughput on the CPUs measured; with AMX, prefill and
+    batches on bf16 copies of the linears and LM head (core/kernels/bf16_weights.py: AMX makes bf16 GEMMs beat
+    float32's from a few rows), with or without the C step; else float32 as it is, and the note names what the
+    CPU lacks. bf16 with AVX512-BF16 alone is not picked: without AMX whole-bf16 layers ran slower than float32
+    (docs/BENCHMARKS.md). 'int8' (a CPU in float32 only) runs a single
     request's decode steps in C on int8 copies of the weights where the C step runs, with prefill and batches on
     the float32 weights kept beside them (torch's int8 weight-only kernel ran batches at a fifth of float32's
     speed on the AVX2 CPU and an eighth on the AVX-512 one); where it does not, the torch layers' linears are

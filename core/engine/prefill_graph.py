@@ -1,11 +1,10 @@
 """A full prefill chunk under a CUDA graph: the host launches one graph instead of every layer's kernels.
 
 An eager prefill chunk is every layer's kernels launched one by one from Python (the norms, four GEMMs, the
-fused QKV kernel and flashinfer's attention, each behind its Python wrapper). On an H200 with the Qwen3-0.6B
-shape an 8,192-token chunk's launches take the host about as long as its kernels take the device (12 against
-15 ms, scripts/gpu_host_step.py), so any more host work, or a slower host, leaves the device waiting: with the
-step records the live table and the trace turn on, the nano-vllm workload's 18 chunks took 0.474 s eager and
-0.320 s as replays (docs/BENCHMARKS.md, session 40; without records the two were level). A replayed graph costs
+fused QKV kernel and flashinfer's attention, each behind its Python wrapper). On a fast GPU with a small model
+a full chunk's launches take the host about as long as its kernels take the device, so any more host work (the
+step records the live table and the trace turn on), or a slower host, leaves the device waiting; as replays
+the chunks keep pace (docs/BENCHMARKS.md). A replayed graph costs
 the host a plan and a few copies, and under overlap scheduling the next chunk is prepared while this one runs.
 
 The scheduler fills a chunk to ``max_extend_tokens`` tokens whenever enough prompt tokens wait, so every full

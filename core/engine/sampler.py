@@ -47,7 +47,7 @@ TOP_K_CAP = 2 ** 31  # larger than any vocabulary
 def sample_row(req: Req) -> tuple[float, float, int, int, int, bool, int]:
     """(temperature, top_p, top_k, greedy, seed, filtered, logprobs) of a request, kept on it. ``prepare`` reads
     them for every row of every step; made once, a step's cost at 256 rows is one transpose of these tuples, not
-    a dozen passes over the requests' settings (213 -> 85 us a step on a CPU, docs/BENCHMARKS.md session 42)."""
+    a dozen passes over the requests' settings."""
     p = req.params
     # any top-k from the vocabulary's size up keeps every token: capped, it fits the int64 upload whatever it was
     row = (max(p.temperature, MIN_TEMPERATURE), p.top_p, min(p.top_k, TOP_K_CAP), int(p.greedy), req.sample_seed,
@@ -74,7 +74,7 @@ def _argmax(logits: torch.Tensor) -> torch.Tensor:
 
 def _first_max(logits: torch.Tensor) -> torch.Tensor:
     """``argmax``'s index (the first maximal one, as documented for both) through ``max``, which on a CPU runs
-    2.5-2.8x faster: 31 against 85 us for one row of 49,152 logits, 0.50 against 1.28 ms for 32 rows."""
+    the faster of the two reductions (docs/BENCHMARKS.md)."""
     return logits.max(dim=-1).indices
 
 

@@ -1,16 +1,14 @@
 """bf16 copies of the linears and the LM head for prefill and batches, on a CPU with AMX (``--precision fast``
 there).
 
-AMX multiplies bf16 tiles. On a 2-vCPU AVX-512 Xeon with AMX, oneDNN's bf16 GEMM on a packed bf16 weight ran a
-SmolLM2 layer's four linears 1.3x faster than float32 at 4 rows, 2.1x at 32, 3.0-3.9x at 128-2048 (each input cast
-to bf16 and each output back to float32 counted in), and no slower at one or two rows (164 against 210 us for
-gate_up at one row). That is the prefill and the batches of the ``cpu`` workload, which float32 GEMMs bound.
+AMX multiplies bf16 tiles: oneDNN's bf16 GEMM on a packed bf16 weight beats float32 from a few rows, more the
+more rows (each input cast to bf16 and each output back to float32 counted in), and is no slower at one or two
+rows (docs/BENCHMARKS.md). That is the prefill and the batches of the ``cpu`` workload, which float32 GEMMs bound.
 
 Only the linears and the LM head change: each casts its float32 input to bf16 and its output back, so the
 activations, the norms, attention and the KV cache stay float32, and a single request's decode steps keep running
 in C on their own weights (core/kernels/cpu_decode.py). The LM head (the tied embedding's table, whose row lookup
-keeps reading float32) is a tenth of a 32-row decode step's work in float32 here; on bf16 the workload's decode
-steps took 3.8-4.0 s against 4.2-4.3.
+keeps reading float32) is a large share of a batched decode step's work in float32, so it moves to bf16 too.
 
 Which bf16 path a row count takes is the float32 rule (core/kernels/onednn_packed.py): the packed weight up to
 ``PACKED_MAX_ROWS`` rows, with its kernels compiled when the copy is made, the plain bf16 weight above.

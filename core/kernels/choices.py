@@ -28,8 +28,7 @@ class KernelChoices:
     pdl: bool = False
     # temperature draws (the sampler's exponential race) on two Triton kernels over chunks of the vocabulary
     # (core/kernels/race.py) instead of torch.compile's one reduction per row (MINISGL_DISABLE_TRITON_SAMPLER=1:
-    # torch.compile's); on an H200 the nano-vllm workload ran 22,440 / 21,847 tok/s with it against 20,466 without,
-    # alternated in one call
+    # torch.compile's): the race is bound by its arithmetic, which the chunks spread over the whole device
     triton_sampler: bool = False
     # the narrow linears (o_proj, down) of more than one row cut over their inputs into this many slices, the
     # slices' partial products summed by the add+RMSNorm after them (core/kernels/split_k.py); 0: one cuBLAS GEMM

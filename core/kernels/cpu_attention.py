@@ -2,8 +2,8 @@
 straight from the QKV projection's output with QK-norm, RoPE and the KV write in the same call (``from_qkv``).
 
 The torch backend's decode gathers every request's cached keys and values into one padded [batch, max_len]
-block and runs a masked SDPA over it: on a 2-vCPU Xeon, for the ``cpu`` workload's 32-request decode steps,
-the gather and SDPA took about 28 ms of a 99 ms step (the linears 58). The C call reads each request's key and
+block and runs a masked SDPA over it: a large share of a batched CPU decode step went to that copy and the
+padding (docs/BENCHMARKS.md). The C call reads each request's key and
 value rows in place in the pool, once for all its query heads, with no padding and no mask. Its sums run in
 another order than SDPA's (close, not bit-identical, like the C decode step's), and the tokens are checked against
 transformers like the rest.

@@ -83,12 +83,11 @@ static inline float hsum(__m256 v) {
 }
 
 /* a . b; with `ahead` > 0, a is a weight row whose stream is prefetched that many bytes ahead (past the row's end
- * that is the next row: a thread's rows lie one after another). On a 2-vCPU AVX-512 Xeon the float32 step took
- * 29.3 against 33.9 ms with STREAM_AHEAD; on a Zen 4 a prefetch measured no gain. */
+ * that is the next row: a thread's rows lie one after another). It helps where the hardware prefetcher lags the
+ * stream and costs nothing where it does not (docs/BENCHMARKS.md). */
 #define STREAM_AHEAD 2048
 /* A second prefetch of every weight stream, FAR_AHEAD bytes ahead into L2 (T1): the near one (T0, 2 KB) alone left
- * the stream bound by memory latency. On a 2-vCPU AMX Xeon, alternated builds: the int8 step 6.2-8.6 -> 4.9-5.2 ms
- * a token (8 KB: 5.4-5.6, 32 KB: 4.8-5.7), the float32 step 24.0 -> 22.9-23.1 ms. */
+ * the stream bound by memory latency; 16 KB ahead beat 8 and 32 (docs/BENCHMARKS.md). */
 #define FAR_AHEAD 16384
 static inline float dot_ahead(const float *a, const float *b, int n, int ahead) {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
@@ -246,14 +245,14 @@ static inline __m256i dot32_q8(__m256i abs_x, __m256i x, const int8_t *w) {
 
 /* Under integer dot products an int8 weight is tiled (tile_int8): TILE rows at a time, interleaved block by
  * block, so a pass over TILE rows reads one contiguous stream (row-major, it read TILE streams a row apart, which
- * the hardware prefetcher follows poorly: 6.5 against 10.5 GB/s at one thread on a Zen 1 core), and each block
+ * the hardware prefetcher follows poorly), and each block
  * of the quantised input is loaded once for TILE rows. Its parts, in order: the tiles ([tiles][blocks][TILE][QBLOCK]),
  * then the tiled rows' last n % QBLOCK values ([tiles * TILE][tail]), then the rows left over from the tiles,
  * row-major ([rows % TILE][n]); the same bytes as the row-major weight. */
 #define TILE 8
 /* Bytes ahead on a tile's stream (eight blocks of the tile), fetched into every cache level (T0). Non-temporal
- * (NTA) was 6% faster on an AVX2 Zen 1 but half the speed on an AVX-512 Xeon (batch-1 step 15.8 against 7.7 ms
- * there: its L2 streamer does not follow NTA prefetches), so T0 everywhere. */
+ * (NTA) gained a little on one CPU but halved the speed on another, whose L2 streamer does not follow NTA
+ * prefetches (docs/BENCHMARKS.md), so T0 everywhere. */
 #define PREFETCH_AHEAD 2048
 
 typedef struct {
@@ -394,7 +393,7 @@ static void gemv_tiled(Weight w, Input x, int64_t rows, int n, const float *add,
 /* y[r] = W[r] . x (+ add[r]) for this thread's rows; add may alias y (the residual stream). A float32 weight's rows
  * go one by one, so each thread reads its stretch of the weight in address order, one stream the hardware
  * prefetcher follows from row to row; four rows at a time (four streams a row apart, each as short as a row)
- * took 24 ms a step against 14 on a 2-thread Zen 4 for SmolLM2-135M, whose rows are 2.3 KB. */
+ * break the streams into pieces too short for the prefetcher and ran much slower. */
 static void gemv_rows(Weight w, Input x, int64_t rows, int n, const float *add, float *y) {
     if (w.scales && x.q) {
         gemv_tiled(w, x, rows, n, add, y);
@@ -957,8 +956,8 @@ void decode_attention(const float *q, const float *k_cache, const float *v_cache
  * then v): each row's heads get QK-norm (q_norm and k_norm, or neither: NULL) and RoPE at positions[b] (rope:
  * [positions, dim], cos then sin), the rotated queries go to q [batch, heads, dim] (the caller's buffer) and the
  * new key and value into the pool at out_loc[b], then the attention. Through torch that was a split, a rotation of
- * several ops and two index copies per layer: a fifth of what a 32-request decode step on a 2-vCPU Xeon spent
- * outside its products. The rows are shared out first; the implicit barrier after them puts every new key in the
+ * several ops and two index copies per layer, a large share of what a batched decode step spent outside its
+ * products. The rows are shared out first; the implicit barrier after them puts every new key in the
  * pool before any row attends.
  *
  * A row is a decode step's request, or a prefill's token: token i of a sequence is a row over the sequence's

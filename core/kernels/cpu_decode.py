@@ -4,8 +4,8 @@
 At one row a decode step reads every weight once and does little else, so its floor is the weights' bytes over
 the memory's bandwidth. Through torch, one-row products reach about two thirds of that bandwidth and the
 thousands of small ops between them cost as much again; the C step streams the weights with all threads and
-runs the small work between barriers of one parallel region (on a 2-thread AVX2 EPYC: the products alone
-27 ms against 39 ms for oneDNN's packed path, for SmolLM2-135M's 538 MB).
+runs the small work between barriers of one parallel region (its products alone beat oneDNN's packed path;
+docs/BENCHMARKS.md).
 
 Under ``--precision int8`` (and ``fast``) the decoder's linears are int8 copies with per-row scales made by
 core/kernels/int8_weights.py, beside the torch layers' float32 weights (torch's int8 kernel is slow for batches),
@@ -13,7 +13,7 @@ a quarter of the bytes to stream, and the LM head is an int8 copy quantised the 
 tied embeddings the float32 table stays for the row lookup of the input token). Each product's input is then
 quantised to int8 too (a scale per block of ``QBLOCK`` values), for integer dot products (AVX2's maddubs and
 madd), and the step keeps its int8 weights tiled (``tiled``: eight rows interleaved by blocks, so each pass
-streams one contiguous run of bytes; 1.7x the speed of the row-major products on a 2-thread Zen 1). The tiled
+streams one contiguous run of bytes, which the prefetcher follows better than eight). The tiled
 copies replace the row-major ones, except the LM head's, kept for what the step computes (``lm_head``).
 
 Its sums run in another order than torch's, so on float32 weights it is close to the torch path (logits within

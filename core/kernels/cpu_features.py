@@ -1,7 +1,7 @@
 """What this CPU can run fast, read once: torch's own vector-capability query and the kernel's CPU flags.
 
-The fast precision (core/engine/plan.py) reads them: bf16 matmuls pay only with AMX (on a Zen 4 with
-AVX512-BF16 alone, bf16 ran slower than float32), and the C decode step needs AVX2 and FMA
+The fast precision (core/engine/plan.py) reads them: bf16 matmuls pay only with AMX (with AVX512-BF16
+alone, bf16 ran slower than float32), and the C decode step needs AVX2 and FMA
 (core/kernels/cpu_decode.py). They are read here and nowhere else.
 """
 

@@ -1,16 +1,15 @@
 /* y = x w^T (+ bias) in float32 on an x86-64 CPU with AVX-512: every float32 linear of a CPU engine.
  *
  * Why it exists: a decode step of a few dozen requests multiplies a few dozen rows by every weight. oneDNN's
- * packed GEMM ran those well under this CPU's float32 matmul rate (SmolLM2-135M's linears and LM head at 32 rows,
- * in the forward pass's order: 62 ms a step on a 2-vCPU AVX-512 Xeon; this kernel 48 ms), and torch's BLAS was
- * slower still from 48 to 256 rows. The shape is the textbook one: the weight is packed once into panels of PANEL
+ * packed GEMM ran those well under this CPU's float32 matmul rate, and torch's BLAS was slower still at those
+ * row counts (docs/BENCHMARKS.md). The shape is the textbook one: the weight is packed once into panels of PANEL
  * output features, k-major, so that for each input feature a panel's PANEL weights are three contiguous 64-byte
  * vectors; a block of ROWS input rows is multiplied against a whole panel with ROWS x 3 vector accumulators (24
  * of the 32 registers), the input values broadcast one at a time. A panel is read from memory once per chunk of
  * rows and from the L2 cache for the chunk's other blocks; while a panel is in use, the next one is prefetched at
- * the pace the work consumes it (without the prefetch, one shape's products at a time took 52 ms, not 34: the
- * hardware prefetcher does not run far enough ahead of a stream this fast). The threads split the panels, so
- * each streams its own stretch of the weight and writes its own columns of y: no barrier inside a product.
+ * the pace the work consumes it (the hardware prefetcher does not run far enough ahead of a stream this fast). The
+ * threads split the panels, so each streams its own stretch of the weight and writes its own columns of y: no barrier
+ * inside a product.
  *
  * Each output is one sum over k in order (one accumulator, fused multiply-adds), whatever the number of rows:
  * a request's products do not depend on which other requests share its batch. The order differs from torch's
@@ -38,13 +37,13 @@
 #define ROWS 8         /* input rows per block: 8 x 3 accumulators (products() has a loop for each count to 8) */
 /* A chunk of rows' inputs, kept in L2 while every panel passes over it: every panel is read from memory once per
  * chunk. 128 KB made chunks of 16 rows for SmolLM2's down projection (1,536 inputs), so at 32 rows its weights
- * were read twice (at 512 rows 32 times): 512 KB makes 80-row chunks there. On a 2-vCPU AVX-512 Xeon, SmolLM2's
- * 30 layers of linears at 32 rows took 36 ms instead of 42, the `cpu` workload about 3% less time. */
+ * were read twice (at 512 rows 32 times): 512 KB makes 80-row chunks there, so a decode step reads each weight
+ * once. */
 #define CHUNK_BYTES (512 * 1024)
 #define MAX_CHUNK 128
-/* Beside the paced T0 prefetch of the next panel, the same stream FAR_AHEAD bytes further on into L2 (T1): SmolLM2's
- * linears of 60 layers (806 MB, from memory) on a 2-vCPU AMX Xeon, alternated builds: 2 rows 42.4-49.8 -> 36.3-36.4
- * ms, 8 rows 47.2-51.1 -> 41.8-45.6, 16 rows 59.9-64.4 -> 54.9, 32 rows 69.6-74.6 -> 68.0-68.6 (64 KB: worse). */
+/* Beside the paced T0 prefetch of the next panel, the same stream FAR_AHEAD bytes further on into L2 (T1): the near
+ * prefetch alone leaves a stream from memory bound by its latency, most at few rows (64 KB: worse;
+ * docs/BENCHMARKS.md). */
 #define FAR_AHEAD 16384
 
 int64_t panel_floats(int64_t n, int64_t k) { return (n + PANEL - 1) / PANEL * PANEL * k; }
@@ -190,8 +189,7 @@ static inline void share(int64_t count, int64_t *begin, int64_t *end) {
 /* This thread's share of the products: its panels, against every row of x, chunk by chunk of rows. With q4 (the
  * 4-bit form, panels unused) each panel is expanded Q4_SLAB inputs at a time into this thread's scratch, and every
  * block of rows runs over that slab before the next is expanded: the slab stays in the L1 cache. (Expanding the
- * whole panel first wrote PANEL x k floats, 110-295 KB for SmolLM2, through to the L2 cache and read them back: its
- * 120 linears at one row, codes in cache, took 6.4 ms on a 2-vCPU AMX Xeon, 4.1 with the slabs.) */
+ * whole panel first wrote PANEL x k floats, 110-295 KB for SmolLM2, through to the L2 cache and read them back.) */
 __attribute__((target("avx512f,fma"))) static void products(const float *x, int64_t m, int64_t k,
                                                              const float *panels, const uint8_t *q4, float *scratch,
                                                              int64_t n, const float *bias, float *y) {
@@ -356,15 +354,15 @@ __attribute__((target("avx512f,fma"))) void silu_mul_gemm_panels(const float *ga
 /* ---- A greedy batch's LM head, screened through an int8 copy ---------------------------------------------------
  *
  * A greedy step that wants no log-probabilities needs, of each row's logits, only the largest and the first index
- * holding it. The float32 LM head is most of a decode step's FLOPs (SmolLM2: 49,152 x 576, 9 ms of a 32-row step
- * on two Zen 4 cores); here every logit is first estimated on an int8 copy of the head with AVX512-VNNI's integer
- * dot products (a quarter of the bytes, 64 products an instruction), with a rigorous bound on the estimate's
- * error, and only the logits whose estimate plus bound reaches the row's best lower end are computed in float32,
- * exactly as products() computes them (lane by lane one fused multiply-add chain over k in order from zero, on the
- * same panels); every other logit comes back as -infinity. A row's largest logit and the first index holding it
- * are then the full product's: the best float32 logit's estimate plus its bound is at least that logit, which is
- * at least every other logit, which is at least every estimate minus its bound; so it is kept, as is every logit
- * equal to it. This is cpu_decode.c's screened_logits for many rows, with the weight read once for all of them.
+ * holding it. The float32 LM head is most of a decode step's FLOPs (SmolLM2: 49,152 x 576); here every logit is first
+ * estimated on an int8 copy of the head with AVX512-VNNI's integer dot products (a quarter of the bytes, 64 products
+ * an instruction), with a rigorous bound on the estimate's error, and only the logits whose estimate plus bound
+ * reaches the row's best lower end are computed in float32, exactly as products() computes them (lane by lane one
+ * fused multiply-add chain over k in order from zero, on the same panels); every other logit comes back as
+ * -infinity. A row's largest logit and the first index holding it are then the full product's: the best float32
+ * logit's estimate plus its bound is at least that logit, which is at least every other logit, which is at least
+ * every estimate minus its bound; so it is kept, as is every logit equal to it. This is cpu_decode.c's
+ * screened_logits for many rows, with the weight read once for all of them.
  *
  * The estimate: weight row r quantised per row (q = round(w / s_r), |w - s_r q| <= s_r / 2); the input row in
  * blocks of SCREEN_BLOCK values (p = round(x / t_b), t_b = max|x_b| / 127, so an outlier costs only its block's

@@ -1,23 +1,9 @@
 """Every float32 linear of a CPU engine as one C GEMM on a weight packed once into panels
 (core/kernels/cpu_gemm.c), on an x86-64 CPU with AVX-512.
 
-On a 2-vCPU AVX-512 Xeon, SmolLM2-135M's 30 layers of linears and its LM head took (best of five, one shape's 30
-weights after another, so they partly stayed in the host's large L3 cache):
-
-| rows | this kernel | oneDNN packed (up to 32 rows) or torch.mm |
-| --- | --- | --- |
-| 1 | 20.2 ms | 23.5 ms |
-| 8 | 25.7 ms | 32.6 ms |
-| 32 | 34 ms | 52 ms |
-| 64 | 57 ms | 87 ms |
-| 256 | 200 ms | 228 ms |
-| 2,048 | 1,557 ms | 1,609 ms |
-
-In the engine's order (a layer's four linears, then the next layer's: every weight comes from memory, not from the
-large L3 cache the table's same-shape runs partly hit), the whole set at 32 rows took 47.8 ms against oneDNN's
-62.4. Against torch's BLAS (``torch.mm``) in that order: 180 against 202 ms at 256 rows, level at 512, and
-1,723 against 1,508 ms at 2,387 (the ``cpu`` workload's prefill), where the BLAS's blocking for large products
-wins; so batches of up to ``MAX_ROWS`` rows take the panels and larger ones torch's BLAS (``takes``). Each output
+At a decode step's row counts this kernel beats oneDNN's packed GEMM and torch's BLAS; at a prefill's thousands of
+rows the BLAS's blocking for large products wins (docs/BENCHMARKS.md has the table): so batches of up to
+``MAX_ROWS`` rows take the panels and larger ones torch's BLAS (``takes``). Each output
 is one in-order sum, so a request's products are the same whatever shares its batch (of up to ``MAX_ROWS``
 rows), and close to (not bit-identical with) torch's.
 

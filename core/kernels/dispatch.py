@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -32,13 +32,11 @@ from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
 from core.kernels.bf16_weights import Bf16Weight
 from core.kernels.cpu_gemm import PanelWeight
 from core.kernels.int8_weights import Int8Weight
+from core.kernels.rope_table import RopeTable
 from core.kernels.split_k import add_rms_norm_partials, slices_for, split_k_linear
 
 # the forms of a weight that multiply by themselves (the ``linear`` method each has)
 WEIGHT_FORMS = (PanelWeight, Int8Weight, Bf16Weight)
-
-if TYPE_CHECKING:
-    from core.layers.rope import RotaryEmbedding
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -155,7 +153,7 @@ class TorchKernels:
 
     @staticmethod
     def rope_qk(positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int,
-                rope: "RotaryEmbedding") -> tuple[torch.Tensor, torch.Tensor]:
+                rope: RopeTable) -> tuple[torch.Tensor, torch.Tensor]:
         """``rope`` on q and k side by side (qk: [tokens, q_heads + kv_heads, dim], as the QKV projection lays
         them out): one rotation for both, with the table rows gathered once per forward pass (``rope.rows``).
         Returns q and k as views of the rotated tensor."""
@@ -204,7 +202,7 @@ class FlashInferKernels(TorchKernels):
 
     @classmethod
     def rope_qk(cls, positions: torch.Tensor, qk: torch.Tensor, num_q_heads: int,
-                rope: "RotaryEmbedding") -> tuple[torch.Tensor, torch.Tensor]:
+                rope: RopeTable) -> tuple[torch.Tensor, torch.Tensor]:
         """flashinfer rotates q and k in place, as the views they are."""
         return cls.rope(positions, qk[:, :num_q_heads], qk[:, num_q_heads:], rope.cos, rope.sin, rope.cos_sin)
 

@@ -5,8 +5,8 @@
 // Why CUDA and not Triton: a decode step reads each cached fp8 byte once and does about four multiply-adds
 // with it, so the kernel is fast only if the bytes go from memory into the tensor cores' operand registers
 // with nothing in between. Triton loads a tile in its own layout and converts it to the product's operand
-// layout through shared memory, which on fp8 pages costs more than the bytes (measured on an H200: 2.2 TB/s
-// against 4.1 for bf16 pages, docs/BENCHMARKS.md). Here every thread loads exactly the bytes its
+// layout through shared memory, which on fp8 pages costs more than the bytes (docs/BENCHMARKS.md). Here every
+// thread loads exactly the bytes its
 // mma.m16n8k16 fragments need, converts them in registers (one instruction per two values) and multiplies.
 //
 // The trick that makes direct loads possible: a dot product does not care in which order it visits the head
@@ -26,17 +26,15 @@
 // ...; the warps' online-softmax states merge through shared memory at the end. With splits > 1 each block
 // writes its normalised partial and log-sum-exp, and merge_splits combines them.
 //
-// Two choices that keep the memory system busy (each can be turned off for the microbench's A/B,
-// scripts/gpu_fp8_decode.py --variants):
+// Two choices that keep the memory system busy (each can be turned off at build time for an A/B):
 // - HEAD_MAJOR: the KV head is the grid's fastest index, so the blocks of one request's heads run side by side.
 //   A slot's scales of every head share one 32-byte sector; blocks that read it at the same time read it from
 //   memory once, where request-major blocks (each head's pass over the whole batch apart from the next) read a
 //   whole sector for 4 bytes: 56 bytes a slot and head on top of 264.
 // - PREFETCH_L2: a warp asks L2 for its next tile's rows before it computes the current one, so they come from
-//   L2 rather than memory when it loads them, at no cost in registers. Measured on an H200 at 256 rows, context
-//   1100: 165 us a layer against 170 without and 182 request-major; two or three tiles ahead, 169 and 189.
-//   Loading the next tile into registers instead (a pipeline of two tiles) took 191 us: its registers leave
-//   room for 3 blocks an SM instead of 4 (186 us forced to 4, with spills).
+//   L2 rather than memory when it loads them, at no cost in registers. One tile ahead beat two or three, and
+//   beat loading the next tile into registers (a pipeline of two tiles), whose registers leave room for fewer
+//   blocks an SM (docs/BENCHMARKS.md).
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

@@ -2,7 +2,7 @@
 
 Why it exists beside the Triton paged kernel (core/kernels/paged_decode.py), which reads the same pages: on
 fp8 pages the Triton kernel is bound by moving each tile from its load layout into the tensor cores' operand
-layout, not by the bytes (2.2 TB/s on an H200 against 4.1 for bf16 pages), so fp8 ran no faster than bf16.
+layout, not by the bytes (docs/BENCHMARKS.md), so fp8 ran no faster than bf16.
 The CUDA kernel loads every byte straight into the operand registers (fp8_decode.cu says how), so its time
 should follow the bytes, half of bf16's.
 

@@ -52,7 +52,7 @@ def qkv_norm_rope_store(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, he
     v at ``out_loc`` and returns q as a new contiguous [tokens, heads, head_dim]. With an fp8 pool's layer (e4m3
     caches and their [slots, kv_heads] float32 ``k_scale``/``v_scale``) k and v are quantised on the way in, as
     core/kvcache/pool.py's store does. ``num_warps``: the program's warps, by default by the block's size
-    (scripts/gpu_small_kernels.py sweeps it)."""
+    (other counts measured no better: docs/BENCHMARKS.md)."""
     tokens = qkv.shape[0]
     q = torch.empty(tokens, num_heads, head_dim, dtype=qkv.dtype, device=qkv.device)
     if tokens == 0:

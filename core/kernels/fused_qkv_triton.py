@@ -66,8 +66,7 @@ def qkv_norm_rope_store_kernel(qkv_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, k_s
     """One program per (token, part), each part's heads at once ([BLOCK_H, HEAD_DIM], padded rows masked):
     part 0 the query heads to the contiguous q, part 1 the key heads into the token's KV slot, both normalised
     and rotated, part 2 the value heads copied into the slot (with FP8, k and v quantised with their scales).
-    (A program per (token, head) made 32 tiny programs a token: 160 us a layer for an 8,190-token prefill
-    chunk on an H200, bound by starting programs, against 4.5 ms of the step's 19 on the device.)"""
+    (A program per (token, head) made 32 tiny programs a token, bound by starting programs.)"""
     token = tl.program_id(0)
     part = tl.program_id(1)
     HALF: tl.constexpr = HEAD_DIM // 2

@@ -1,8 +1,8 @@
 """Linears for one row on CUDA (decode at batch 1): one Triton kernel that streams each weight once, with the
 RMSNorm (and residual add) before it, or the SiLU-and-mul before it, folded in.
 
-At batch 1 a linear is a matrix-vector product and reading the weight is all its work. cuBLAS runs the
-Qwen3-0.6B shapes at 0.3-2 TB/s on an H200 (o_proj, [1024, 2048], at 0.3), and the norms and the activation
+At batch 1 a linear is a matrix-vector product and reading the weight is all its work. cuBLAS reads small
+shapes' weights well under the copy rate (few, large tiles leave SMs idle), and the norms and the activation
 between them are launches of their own. Here a program owns ``BLOCK_N`` output features: it streams those
 weight rows once, ``BLOCK_K`` columns at a time, and many programs keep every SM's loads in flight.
 
@@ -16,7 +16,7 @@ The arithmetic follows the separate kernels: sums in float32, the residual sum r
 the prologue's output rounded to the dtype once before the product, the product accumulated in float32.
 
 Two or more rows stay on cuBLAS: a version of this kernel that multiplied each weight chunk with up to 8 rows
-lost to cuBLAS from 2 rows on (``scripts/gpu_gemv_sweep.py``). Triton is imported lazily
+lost to cuBLAS from 2 rows on (docs/BENCHMARKS.md). Triton is imported lazily
 (core/kernels/triton_available.py says whether it can run).
 """
 
@@ -44,17 +44,14 @@ class GemvConfig:
 
 
 def gemv_config(out_features: int, in_features: int, prologue: int = PLAIN, pdl: bool = False) -> GemvConfig:
-    """Tile sizes for a ``[1, in] x [out, in]^T`` product, from a sweep on an H200 (``scripts/gpu_gemv_sweep.py``).
+    """Tile sizes for a ``[1, in] x [out, in]^T`` product, the best of a sweep (docs/BENCHMARKS.md).
 
-    Plain: two output features per program, chunks of up to 1024 columns, four warps (within 3% of the best
-    of 45 tile sizes for each Qwen3-0.6B linear). Folded norm: the whole row in one chunk and eight features
-    per program: every program re-reads the input row and the residual, and with two features per program
-    that re-reading cost as much L2 traffic as the weight itself (5.9 against 4.8 us for the QKV projection).
-    With ``pdl`` every program loads its weight rows in one chunk before it waits for the row (see the kernel),
-    and the best tiles are larger: in a graph of back-to-back dependent launches (gpu_profile.py's tile sweep
-    with PDL, H200) QKV with its norm 3.8 us (16 features, 8 warps; 4.6 with the plain launch's tile), o_proj
-    1.9 (8, 4 warps; 2.2), gate_up with its norm 4.5 (16, 8 warps; 5.2), down with SiLU-and-mul 3.5 (4, 8 warps;
-    4.4).
+    Plain: two output features per program, chunks of up to 1024 columns, four warps (near the best tile for
+    every Qwen3-0.6B linear). Folded norm: the whole row in one chunk and eight features per program: every
+    program re-reads the input row and the residual, and with two features per program that re-reading cost as
+    much L2 traffic as the weight itself. With ``pdl`` every program loads its weight rows in one chunk before it
+    waits for the row (see the kernel), and the best tiles are larger: more of the weight is in flight while the
+    kernel ahead finishes (gpu_profile.py's tile sweep with PDL).
     """
     whole_row = next_pow2(in_features)
     if pdl:
@@ -80,7 +77,7 @@ def _launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, pr
     x = x.contiguous()
     out_features, in_features = weight.shape
     # an LM head's read (hundreds of MB) dwarfs the previous kernel's tail, and starting it early measured slower
-    # (back to back on an H200: 93 against 70 us for a [151936, 1024] head)
+    # (its early loads compete with the kernel ahead for the memory they both need)
     pdl = pdl and weight.numel() * weight.element_size() <= PDL_MAX_WEIGHT_BYTES
     out = torch.empty(1, out_features, dtype=x.dtype, device=x.device)
     res_out = torch.empty_like(x) if residual is not None else None

@@ -1,7 +1,7 @@
 """A greedy one-row step's LM head on CUDA through an int8 screen: half the bytes of the largest read of a step.
 
 Why: at batch 1 the LM head is the largest single read of a decode step (Qwen3-0.6B: 151,936 x 1,024 in bf16,
-311 MB, 70 us of a 0.76 ms step on an H200) and a greedy step that wants no log-probabilities needs only the
+311 MB, about a tenth of the step) and a greedy step that wants no log-probabilities needs only the
 largest logit. So, as the CPU's screened head does (core/kernels/screened_head.py):
 
 1. ``screen_estimate_kernel`` reads an int8 copy of the head (a scale per row, 156 MB) and estimates every

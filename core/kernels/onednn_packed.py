@@ -3,7 +3,7 @@ kernels read.
 
 A plain ``F.linear`` goes to a BLAS sgemm that repacks the weight on every call. For a decode step's few rows
 that repacking is most of the work: every weight is streamed from memory twice and the kernel runs on a
-narrow panel. Packing once at load time measured 1.4-1.9x faster for 8-32 rows on this project's CPU. The
+narrow panel. Packing once at load time removes that repacking (docs/BENCHMARKS.md). The
 results differ from sgemm's only by float32 rounding order.
 
 oneDNN compiles and keeps kernels for every distinct row count it sees (about 3 MB per count for
@@ -14,10 +14,9 @@ those row counts are compiled when the weights are packed, so memory stays flat 
 
 A single row (batch-1 decode) is a matrix-vector product. The BLAS runs it on one thread whatever torch's
 thread count, oneDNN splits it over all of them; so one row goes packed only when torch has more than one
-thread (``one_row``, decided in the engine's plan). On an AVX2 EPYC the whole model's one-row linears (540 MB)
-took 39-46 ms packed on two threads against 62-68 ms unpacked, and on one thread 54-60 ms unpacked against
-75 ms packed. (With two threads on cores that other processes also keep busy, every multi-threaded call can
-wait for a descheduled thread, about 8 ms each: run one thread there.)
+thread (``one_row``, decided in the engine's plan): on one thread the unpacked sgemv is the faster. (With two
+threads on cores that other processes also keep busy, every multi-threaded call can wait for a descheduled
+thread: run one thread there.)
 
 Layers that can use it hold a ``packed`` attribute (None: plain ``F.linear``); ``pack_linears`` fills it.
 The original weights stay in place (the loader, tensor-parallel slicing, large batches and the GPU path use

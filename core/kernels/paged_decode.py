@@ -1,25 +1,24 @@
 """Paged decode attention as one Triton kernel, for bf16 pages and for the fp8 pool (core/kvcache/pool.py).
 
-flashinfer's paged decode runs no faster on fp8 pages than on bf16 ones at the benchmark's shape (measured on
-an H200: it moves bf16 at 4.0 TB/s and fp8 at 2.0), so halving the bytes gained nothing there. This kernel
+flashinfer's paged decode runs no faster on fp8 pages than on bf16 ones at the benchmark's shape (it moves
+fp8 bytes at half bf16's rate), so halving the bytes gained nothing there. This kernel
 reads each page once per (request, KV head, split) program, the whole query group against each tile of cached
 tokens, and folds the per-(slot, head) fp8 scales into the two products instead of dequantising the tiles.
 The page lists are flashinfer's CSR form (core/attention/paging.py). Where nvcc builds it, an fp8 pool's
-decode runs the CUDA kernel instead (core/kernels/fp8_decode_cuda.py: 1.5x this one on an H200).
+decode runs the CUDA kernel instead (core/kernels/fp8_decode_cuda.py, the faster of the two).
 
 A request's cached tokens can be split over several programs (``DecodeTile.splits``): each writes a partial
 result and its log-sum-exp, and the last to finish merges them (a per-(request, KV head) counter that the
 merging program resets), so a batch of few rows still keeps every SM reading.
 
-On fp8 pages that per-head kernel is bound by work per cached token, not by bytes (measured on an H200 at 256
-rows: 2.2 TB/s against 4.1 for bf16 pages; ncu: the 2 real query rows of a group padded to the 16 rows a
-tensor-core product needs, so softmax and bookkeeping on 16 rows for 2, and 128-byte loads per head). Hence
-a second variant, ``DecodeTile.all_heads`` (core/kernels/paged_decode_rows_triton.py): one program per
-(request, split) loads whole token rows (a page's K for all heads is one contiguous block) and multiplies a
-query holding every head (block-diagonal over whole rows, or with ``head_dots`` a product per KV head with its
-query group on the product's narrow side), so the softmax runs on real rows only and the loads are few and
-large; its splits count on one counter per request. (Multiplying the 2 real rows on the CUDA cores instead,
-as sums of products in Triton, was measured slower on an H200: 1.84 against 2.23 TB/s; docs/BENCHMARKS.md.)
+On fp8 pages that per-head kernel is bound by work per cached token, not by bytes (ncu: the 2 real query rows of a
+group padded to the 16 rows a tensor-core product needs, so softmax and bookkeeping on 16 rows for 2, and 128-byte
+loads per head). Hence a second variant, ``DecodeTile.all_heads`` (core/kernels/paged_decode_rows_triton.py): one
+program per (request, split) loads whole token rows (a page's K for all heads is one contiguous block) and multiplies
+a query holding every head (block-diagonal over whole rows, or with ``head_dots`` a product per KV head with its query
+group on the product's narrow side), so the softmax runs on real rows only and the loads are few and large; its splits
+count on one counter per request. (Multiplying the 2 real rows on the CUDA cores instead, as sums of products in
+Triton, was measured slower; docs/BENCHMARKS.md.)
 """
 
 from __future__ import annotations
@@ -53,15 +52,11 @@ class DecodeTile:
     head_dots: bool = False
 
 
-# fp8: the best of scripts/gpu_fp8_decode.py's sweep on an H200 at 64 and 256 rows (context 1100): 69.6 and
-# 266.7 us per layer against 81.2 and 281.7 for (128, 4, 2); the register cap lets an SM hold more programs
+# fp8: the best of a sweep at 64 and 256 rows (docs/BENCHMARKS.md); the register cap lets an SM hold more programs
 TILES = {False: DecodeTile(64, 4, 2), True: DecodeTile(64, 4, 2, f16=True, max_registers=128)}
-# the all-heads variant on fp8 pages, a page of tokens per iteration, products per KV head. Timed on an H200
-# against TILES[True] in one call (context 1100 unless said): 241.4 against 267.7 us per layer at 256 rows (1.11x),
-# 136.1 against 153.1 at 256 rows and context 600 (1.13x), 69.9 against 70.2 at 64 rows with 4 splits (what the
-# backend's rule picks there); (32, 8, 2) 0.95x and (16, 8, 2) 0.83x at 256 rows; the block-diagonal product
-# 0.80-0.88x. Not the default: the engine's fp8 run with it (nano-vllm's workload, one H200 call at eb14bb6)
-# gave 18,118 tok/s and 1.053 ms at batch 1 against 21,475 and 0.840 with TILES[True] (0.84x, 0.80x).
+# the all-heads variant on fp8 pages, a page of tokens per iteration, products per KV head. Faster than TILES[True]
+# as a kernel at large batches, yet not the default: the engine's fp8 run with it was slower end to end, in
+# throughput and at batch 1 (docs/BENCHMARKS.md).
 # ``TILES[True] = ALL_HEADS_TILE`` makes the engine's fp8 decode run it, under CUDA graphs too.
 ALL_HEADS_TILE = DecodeTile(16, 4, 2, f16=True, all_heads=True, head_dots=True)
 

@@ -82,10 +82,9 @@ def paged_decode_head_dots_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, 
     output [KV, HEAD_DIM, GROUP] = v^T @ p. Triton pads a product's narrow side to the 8 columns of a
     tensor-core instruction, so a group of 2 fills a quarter of each, against an eighth in the block-diagonal
     product and the per-head kernel's 16 rows; the softmax runs on the real (KV head, group) rows only, and
-    the scales are one per (KV head, token), with no gather per row. Compiled for sm_90 (scripts/
-    paged_decode_sass.py) its loop takes about 130-150 warp instructions per KB of KV, against about 230 for
-    the per-head kernel and 200-300 for the block-diagonal product (which makes every warp walk all 1024
-    columns of a row and convert another warp's keys)."""
+    the scales are one per (KV head, token), with no gather per row. Compiled for sm_90 its loop takes fewer
+    warp instructions per KB of KV than the per-head kernel's or the block-diagonal product's (which makes every
+    warp walk all 1024 columns of a row and convert another warp's keys; docs/BENCHMARKS.md)."""
     b = tl.program_id(0)
     split = tl.program_id(1)
     KV_ROW: tl.constexpr = NUM_KV_HEADS * HEAD_DIM

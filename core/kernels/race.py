@@ -2,7 +2,7 @@
 
 A sampled step's draw reads every logit once: ``argmax(l / T - log(-log u))`` with ``u`` a hash of (the row's
 key, the column). torch.compile fuses it into one reduction per row, so 256 rows of a 152K vocabulary keep only
-256 programs busy (0.22 ms on an H200 against 0.06 for the greedy argmax). Here the vocabulary is cut into chunks:
+256 programs busy, several times the greedy argmax's time. Here the vocabulary is cut into chunks:
 one program per (row, chunk) computes its chunk's scores and best column, a second kernel picks each row's best
 chunk (the first on ties, so the first maximal column wins, as ``argmax`` says). The hash is the sampler's, with
 the same 31-bit values: its products are taken modulo 2**32 in uint32, whose low 31 bits are the int64 product's.
@@ -26,8 +26,8 @@ MASK31 = 0x7FFFFFFF
 MIX_MULTIPLIER = 0x45D9F3B
 COLUMN_MULTIPLIER = 0x27D4EB2D
 BLOCK = 2048  # columns per program
-# a race program's warps: two where the rows are many (on an H200, 256 rows: 97 against 102 us a step; 128 rows:
-# 50 against 53), four where they are few (32 rows: 20 against 23); scripts/gpu_race.py
+# a race program's warps: two where the rows are many (programs enough to fill the device), four where they are
+# few (each program's arithmetic is then the step's length); docs/BENCHMARKS.md
 FEW_WARPS_FROM_ROWS = 64
 
 
@@ -63,7 +63,7 @@ def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.T
     """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels. ``block`` (columns a
     program), ``num_warps`` (a program's warps; by default by the row count) and ``screen`` (each chunk's best
     found on cheap scores first, then made exact; race_chunks_kernel says why that is the same) change the time,
-    never the tokens (scripts/gpu_race.py times them)."""
+    never the tokens."""
     chunks_kernel = _kernels().race_chunks
     if num_warps is None:
         num_warps = 2 if logits.shape[0] >= FEW_WARPS_FROM_ROWS else 4
@@ -82,7 +82,7 @@ def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.T
 
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     """``logits.argmax(-1)`` ([rows] int64, the first maximal column) on the same two-stage Triton kernels, without
-    the noise: one row of a 152K vocabulary is 76 programs instead of torch's one reduction (8 us on an H200)."""
+    the noise: one row of a 152K vocabulary is 76 programs instead of torch's one reduction."""
     chunks_kernel = _kernels().argmax_chunks
 
     def chunks(logits, parts, part_max, part_col) -> None:

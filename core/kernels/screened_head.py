@@ -1,7 +1,7 @@
 """A greedy batch's LM head through an int8 screen (cpu_gemm.c's screened_logits_rows), on a CPU with AVX512-VNNI.
 
 Why: a greedy step that wants no log-probabilities needs only each row's largest logit, and the float32 LM head
-is most of a CPU decode step's FLOPs (SmolLM2-135M: 49,152 x 576, 9 ms of a 32-row step on two Zen 4 cores).
+is most of a CPU decode step's FLOPs (SmolLM2-135M: 49,152 x 576).
 Every logit is estimated on an int8 copy with VNNI's integer dot products, with a rigorous bound on its error;
 only those that can still be a row's largest are computed in float32, exactly as the C GEMM computes them (the
 same panels, the same order of sums), and the rest come back as -inf. So a row's maximum and its first index are

@@ -2,8 +2,8 @@
 paged attention split over the cached tokens, and the merge of the splits.
 
 At batch 1 the flashinfer path costs three launches per layer (the fused QK-norm/RoPE/KV-write kernel,
-flashinfer's decode kernel, the merge of its split-k partial results), ~12 us of device time to read ~150 KB
-of KV at a 300-token context: almost all of it fixed costs, 28 times per token. Here one program handles one
+flashinfer's decode kernel, the merge of its split-k partial results) to read a few hundred KB of KV: almost
+all of it fixed costs, once per layer per token. Here one program handles one
 (request, KV head, split): it normalises and rotates the group's query heads and the new key itself, reads
 its share of the cached tokens page by page, and split 0 writes the new key and value into their slot and
 attends to them from registers (so no program reads a slot another may be writing). A request uses as many
@@ -12,7 +12,7 @@ more, each stores its partial result and log-sum-exp and counts itself done on a
 counter, and the last one to arrive merges them and resets the counter for the next layer.
 
 Used by the flashinfer backend for captured batches of at most ``SMALL_DECODE_MAX_BS`` rows, where flashinfer's
-kernels are dominated by fixed costs; larger batches keep flashinfer's decode, which reads KV at 3-4 TB/s.
+kernels are dominated by fixed costs; larger batches keep flashinfer's decode, which reads KV near the copy rate.
 ``MINISGL_DISABLE_SMALL_DECODE=1`` turns it off (for comparisons; read into the engine's plan,
 core/engine/plan.py).
 """
@@ -29,11 +29,10 @@ from core.kernels.fused_qkv import QKVSpec
 
 SMALL_DECODE_MAX_BS = 4
 # Programs per (request, KV head) in the grid. A request uses one per BLOCK_T cached tokens, up to this many, the
-# rest leave at once: the grid is fixed when the graph is captured, the context grows every step. On an H200 at
-# batch 1 (scripts/gpu_small_decode.py), spreading 256 tokens over 16 programs of 16 tokens cost 710 us a step
-# against 647 for 2 of 128: every split pays the merge, and one tile per split is read before the wait. Idle
-# programs are not free either: a grid of 16 took 685 us a step at 256 tokens, one of 8 657, and still as
-# little at 2,500 tokens (828 against 823).
+# rest leave at once: the grid is fixed when the graph is captured, the context grows every step. Few large
+# splits beat many small ones (every split pays the merge, and one tile per split is read before the wait), and
+# idle programs are not free either: 8 is the smallest grid that loses nothing at long contexts
+# (docs/BENCHMARKS.md).
 GRID_SPLITS = 8
 BLOCK_T = 128  # cached tokens per loop iteration, and per split where the context is short enough
 NUM_WARPS = 8

@@ -1,8 +1,8 @@
 """A narrow linear split over its inputs (split-K), with the sum of the parts folded into the residual add and
 RMSNorm that follows it.
 
-Why: o_proj and down have 1,024 outputs, too few output tiles for cuBLAS to fill 132 SMs at decode row counts, so
-they read their weights at 0.6-1.0 TB/s (docs/BENCHMARKS.md, "cuBLAS's linears at decode row counts"). Cutting K
+Why: o_proj and down have 1,024 outputs, too few output tiles for cuBLAS to fill a large GPU's SMs at decode row
+counts, so they read their weights well under the copy rate (docs/BENCHMARKS.md). Cutting K
 into ``splits`` slices and multiplying them as one strided batched GEMM gives the GEMM ``splits`` times the tiles;
 every layer's narrow linear is followed by an add+RMSNorm, which can sum the slices' partial products as it adds
 the residual, so the split costs no launch of its own.
@@ -20,10 +20,9 @@ from core.arith import next_pow2
 # decode steps only: a prefill chunk's thousands of rows fill the SMs without a split, and its float32 partials
 # would be hundreds of MB to write and read back
 SPLIT_K_MAX_ROWS = 256
-# up to this many rows the narrow linears take at least FEW_ROWS_SLICES slices: on an H200 (the Qwen3-0.6B shapes,
-# float32 partials) o_proj and down ran 0.3-1.0 us faster each with 4 slices than with 2 from 32 to 128 rows, the
-# add+RMSNorm summing them 0.3 us slower, about 1 us a layer in all; from 160 rows 4 slices lose
-# (scripts/gpu_gemm_rows.py --split-k, docs/BENCHMARKS.md session 43)
+# up to this many rows the narrow linears take at least FEW_ROWS_SLICES slices: the fewer the rows, the fewer the
+# tiles, and the more a further split gains over what summing more partials costs the add+RMSNorm; above it the
+# extra slices lose (docs/BENCHMARKS.md)
 FEW_ROWS = 128
 FEW_ROWS_SLICES = 4
 

@@ -7,8 +7,8 @@ itself knows nothing about requests. Two layouts, in flashinfer's names:
   head_dim]. A token's heads sit side by side, so a slot is one row: what the CPU kernels and the fp8 ones read.
 * HND (``head_major``): [pages, kv_heads, page_size, head_dim], each page holding one KV head's tokens side by
   side. A decode kernel reads one KV head of a request at a time, so a page is one contiguous run of
-  ``page_size * head_dim`` values instead of ``page_size`` rows strided by every head: on an H200 flashinfer's
-  decode read 2-2.5% faster at page 128 (docs/BENCHMARKS.md, 2026-12-04).
+  ``page_size * head_dim`` values instead of ``page_size`` rows strided by every head: fewer, longer reads, which
+  flashinfer's decode takes faster at large pages (docs/BENCHMARKS.md).
 
 NHD is HND with one token per head block, so kernels address both with one formula: a token's head starts at
 ``(slot // head_block) * kv_heads * head_block * head_dim + head * head_block * head_dim + (slot % head_block) *

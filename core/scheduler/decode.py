@@ -42,8 +42,6 @@ class DecodeManager:
 def decode_order(req: Req) -> tuple[int, int]:
     """A decode batch's rows, shortest sequence first (then by uid: a set's order differs between processes, and
     every tensor-parallel rank must agree). Attention's kernels hand out their work row by row, and with the short
-    rows first the long ones start last yet the batch ends sooner: on an H200 at the nano-vllm workload's lengths
-    flashinfer's tensor-core decode ran 1-2% faster a layer from 64 to 256 rows (scripts/gpu_decode_mixed.py
-    --orders), and the whole workload 25,445 / 25,405 / 25,474 tok/s against 24,992 / 25,157 / 25,133 in uid
-    order, alternated in one call (longest first was the slowest order)."""
+    rows first the long ones start last yet the batch ends sooner (longest first was the slowest order;
+    docs/BENCHMARKS.md)."""
     return req.device_len, req.uid

@@ -74,7 +74,9 @@ class _WrapperPerSize(dict):
     def __init__(self, backend: FlashInferBackend, max_rows: int = 8) -> None:
         super().__init__()
         self.backend = backend
-        backend.make_graph_lists(max_rows, 64)
+        backend._graph_indptr = torch.zeros(max_rows + 1, dtype=torch.int32)
+        backend._graph_indices = torch.zeros(max_rows * 64, dtype=torch.int32)
+        backend._graph_last = torch.zeros(max_rows, dtype=torch.int32)
 
     def __missing__(self, rows: int) -> _Paged:
         b = self.backend
@@ -171,8 +173,7 @@ def test_large_decode_batches_run_on_tensor_cores_and_keep_the_tokens(model_dirs
 def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fake_flashinfer, monkeypatch):
     """flashinfer's tensor-core plan gives each request one KV chunk from ``whole_request_rows`` rows: batches
     that large are planned with ``disable_split_kv``, once a size (later steps only copy their page lists into
-    the graph's buffers, in one copy where the step was prepared for them), smaller ones as flashinfer chooses at
-    every step; tokens unchanged."""
+    the graph's buffers), smaller ones as flashinfer chooses at every step; tokens unchanged."""
     from core.attention.flashinfer_backend import whole_request_rows
 
     assert whole_request_rows(132, 8) == 34 and whole_request_rows(132, 2) == 133
@@ -193,19 +194,8 @@ def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fa
         return real_plan(self, *args, **kw)
 
     monkeypatch.setattr(_Paged, "plan", plan)
-    packed = []  # the sizes whose steps copied their page lists in one piece (prepared for a planned size)
-    real_packed_for = FlashInferBackend._packed_for
-
-    def packed_for(batch, padded_size):
-        lists = real_packed_for(batch, padded_size)
-        if lists is not None:
-            packed.append(padded_size)
-        return lists
-
-    monkeypatch.setattr(backend, "_packed_for", packed_for)
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
-    assert sorted(packed) == [3, 3, 4], packed  # every step of an unsplit size after its first
     assert set(planned) == {(4, True), (3, True), (2, False)}, planned
     # 4 rows decode for 2 steps, 3 rows for 3, 2 rows for 3: an unsplit size is planned at its first step only
     assert planned.count((4, True)) == 1 and planned.count((3, True)) == 1, planned
