@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from core.errors import InvalidParamsError
 from core.llm.text import TextStream
 from core.request import SamplingParams
 from core.scheduler.inbox import AbortRequest, AddRequest, Message
@@ -92,9 +93,9 @@ class Routes:
         with self._lock:
             return len(self._routes)
 
-    def is_open(self, uid: int) -> bool:
+    def open_uids(self) -> list[int]:
         with self._lock:
-            return uid in self._routes
+            return list(self._routes)
 
     def _deliver(self, reply: Reply) -> None:
         route = self._routes[reply.uid]
@@ -122,3 +123,20 @@ class Routes:
         if reply.finished:
             pieces.append(stream.finish().text)
         return dataclasses.replace(reply, text="".join(pieces))
+
+
+def tokenize(tokenizer: Any, prompt: Any) -> list[int]:
+    """A prompt's token ids: text through the tokenizer, a list of token ids as it is."""
+    if isinstance(prompt, str):
+        return list(tokenizer(prompt)["input_ids"])
+    if isinstance(prompt, (list, tuple)) and _all_token_ids(prompt):
+        return list(prompt)
+    raise InvalidParamsError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+
+
+def _all_token_ids(prompt: list | tuple) -> bool:
+    """Every item an int and none a bool. The types are collected in C first, which a long workload's prompts
+    need; subclasses of int take the slow check."""
+    if set(map(type, prompt)) <= {int}:
+        return True
+    return all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)

@@ -33,6 +33,19 @@ class ClientGone(Exception):
 
 
 @dataclass
+class Piece:
+    """Every reply of one request that was ready at once, as one chunk: a client that reads slower than tokens
+    come gets all the text that is ready in its next chunk, not one chunk per token."""
+
+    text: str = ""
+    tokens: int = 0  # completion tokens (an EOS that ended the request is not one)
+    entries: list[Reply] = field(default_factory=list)  # the replies that carry logprobs
+    finished: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+@dataclass
 class Gathered:
     """A whole response's worth of replies."""
 
@@ -62,7 +75,9 @@ def create_app(bridge: EngineBridge) -> FastAPI:
         return error_response(validation_error(exc))
 
     @app.get("/health")
-    async def health() -> dict[str, str]:
+    async def health() -> Any:
+        if bridge.llm.dead is not None:
+            return JSONResponse({"status": "engine dead", "error": bridge.llm.dead}, status_code=503)
         return {"status": "ok"}
 
     @app.get("/v1/models")
@@ -81,8 +96,9 @@ def create_app(bridge: EngineBridge) -> FastAPI:
     def token_text(token: int) -> str:
         return tokenizer.decode([token], skip_special_tokens=False)
 
-    async def replies(tracked: Tracked, request: Request) -> AsyncIterator[Reply]:
-        """The request's replies as they come, until its final one; a vanished client aborts it."""
+    async def replies(tracked: Tracked, request: Request) -> AsyncIterator[list[Reply]]:
+        """The request's replies as they come, every one ready at once together, until its final one; a
+        vanished client aborts it."""
         try:
             while True:
                 try:
@@ -91,17 +107,35 @@ def create_app(bridge: EngineBridge) -> FastAPI:
                     if await request.is_disconnected():
                         raise ClientGone() from None
                     continue
-                yield reply
-                if reply.finished:
+                ready = [reply]
+                while not ready[-1].finished and not tracked.queue.empty():
+                    ready.append(tracked.queue.get_nowait())
+                yield ready
+                if ready[-1].finished:
                     return
         finally:  # also on cancellation, a failed send, or the generator closed half way
             bridge.abort(tracked)
 
+    def piece_of(ready: list[Reply]) -> Piece:
+        piece = Piece()
+        texts = []
+        for reply in ready:
+            if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in eos):
+                piece.tokens += 1
+            if reply.logprob is not None and reply.token not in eos:
+                piece.entries.append(reply)
+            texts.append(reply.text or "")
+        piece.text = "".join(texts)
+        last = ready[-1]
+        piece.finished, piece.finish_reason, piece.error = last.finished, last.finish_reason, last.error
+        return piece
+
     async def gather(tracked: Tracked, request: Request) -> Gathered:
         got = Gathered()
         try:
-            async for reply in replies(tracked, request):
-                add_reply(got, reply)
+            async for ready in replies(tracked, request):
+                for reply in ready:
+                    add_reply(got, reply)
         except ClientGone:
             got.finish_reason = "abort"
         return got
@@ -150,8 +184,9 @@ def create_app(bridge: EngineBridge) -> FastAPI:
 
     def ended_badly(got: Gathered) -> None:
         if got.finish_reason == "error":
-            raise ApiError(500 if got.error is None else 400, got.error or "the request failed",
-                           kind="server_error" if got.error is None else "invalid_request_error")
+            engine_gone = got.error is None or bridge.llm.dead is not None
+            raise ApiError(500 if engine_gone else 400, got.error or "the request failed",
+                           kind="server_error" if engine_gone else "invalid_request_error")
 
     def prompt_ids_of(prompt: str | list[int]) -> list[int]:
         try:
@@ -181,18 +216,21 @@ def create_app(bridge: EngineBridge) -> FastAPI:
         return StreamingResponse(lines(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def chunks(tracked: Tracked, request: Request, make: Callable[[Reply, bool], dict[str, Any] | None],
+    async def chunks(tracked: Tracked, request: Request, make: Callable[[Piece, bool], dict[str, Any] | None],
                      include_usage: bool, head: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         completion_tokens = 0
         first = True
         try:
-            async for reply in replies(tracked, request):
-                if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in eos):
-                    completion_tokens += 1
-                if reply.finished and reply.finish_reason == "error":
-                    yield {"error": ApiError(400, reply.error or "the request failed").body()["error"]}
+            async for ready in replies(tracked, request):
+                piece = piece_of(ready)
+                completion_tokens += piece.tokens
+                if piece.finished and piece.finish_reason == "error":
+                    engine_gone = bridge.llm.dead is not None
+                    error = ApiError(500 if engine_gone else 400, piece.error or "the request failed",
+                                     kind="server_error" if engine_gone else "invalid_request_error")
+                    yield {"error": error.body()["error"]}
                     return
-                chunk = make(reply, first)
+                chunk = make(piece, first)
                 first = False
                 if chunk is not None:
                     yield {**head, **chunk}
@@ -212,15 +250,13 @@ def create_app(bridge: EngineBridge) -> FastAPI:
         if body.stream:
             offset = [0]
 
-            def make(reply: Reply, _: bool) -> dict[str, Any] | None:
-                entries = [reply] if reply.logprob is not None and reply.token not in eos else []
-                text = reply.text or ""
-                if not text and not entries and not reply.finished:
+            def make(piece: Piece, _: bool) -> dict[str, Any] | None:
+                if not piece.text and not piece.entries and not piece.finished:
                     return None
-                logprobs = completion_logprobs(entries, offset[0])
+                logprobs = completion_logprobs(piece.entries, offset[0])
                 offset[0] += sum(len(t) for t in (logprobs or {}).get("tokens", []))
-                return {"choices": [{"index": 0, "text": text, "logprobs": logprobs,
-                                     "finish_reason": reply.finish_reason if reply.finished else None}]}
+                return {"choices": [{"index": 0, "text": piece.text, "logprobs": logprobs,
+                                     "finish_reason": piece.finish_reason if piece.finished else None}]}
 
             return stream(chunks(tracked, request, make, body.include_usage, head))
         got = await gather(tracked, request)
@@ -239,16 +275,15 @@ def create_app(bridge: EngineBridge) -> FastAPI:
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": bridge.model_name}
         if body.stream:
-            def make(reply: Reply, first: bool) -> dict[str, Any] | None:
-                entries = [reply] if reply.logprob is not None and reply.token not in eos else []
-                text = reply.text or ""
-                if not (first or text or entries or reply.finished):
+            def make(piece: Piece, first: bool) -> dict[str, Any] | None:
+                text = piece.text
+                if not (first or text or piece.entries or piece.finished):
                     return None
                 delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
                 if text:
                     delta["content"] = text
-                return {"choices": [{"index": 0, "delta": delta, "logprobs": chat_logprobs(entries),
-                                     "finish_reason": reply.finish_reason if reply.finished else None}]}
+                return {"choices": [{"index": 0, "delta": delta, "logprobs": chat_logprobs(piece.entries),
+                                     "finish_reason": piece.finish_reason if piece.finished else None}]}
 
             return stream(chunks(tracked, request, make, body.include_usage, head))
         got = await gather(tracked, request)

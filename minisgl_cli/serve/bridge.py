@@ -1,10 +1,10 @@
-"""Between the HTTP side (one asyncio loop) and the engine's loop (a thread of its own).
+"""Between the HTTP side (one asyncio loop) and the engine (a process of its own, core/llm/remote.py).
 
-A request goes in with ``LLM.submit`` (thread-safe, returns at once); its replies come back on the engine's
-thread and are handed to the asyncio loop with ``call_soon_threadsafe``, into the request's own queue. So the
-HTTP side never waits on the engine and the engine never waits on a client: a slow or vanished client only
-leaves replies in its queue, and a disconnect aborts its request (``LLM.abort``), which frees its row and pages
-before the next step.
+A request goes in with ``RemoteEngine.submit`` (returns at once); its replies come back on the receiver thread,
+one message a step, and are handed to the asyncio loop together, with one ``call_soon_threadsafe`` a step, into
+each request's own queue. So the HTTP side never waits on the engine and the engine never waits on a client: a
+slow or vanished client only leaves replies in its queue, and a disconnect aborts its request, which frees its
+row and pages before the next step.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from core import LLM, SamplingParams
-from core.errors import ContextLengthError
+from core import SamplingParams
+from core.errors import ContextLengthError, EngineDeadError
+from core.llm.remote import RemoteEngine
 from core.scheduler.reply import Reply
 from minisgl_cli.serve.metrics import Metrics
 from minisgl_cli.serve.protocol import ApiError
@@ -38,7 +39,7 @@ class Tracked:
 
 
 class EngineBridge:
-    def __init__(self, llm: LLM, model_name: str, max_queue: int | None = None) -> None:
+    def __init__(self, llm: RemoteEngine, model_name: str, max_queue: int | None = None) -> None:
         self.llm = llm
         self.model_name = model_name
         self.max_queue = max_queue
@@ -49,10 +50,15 @@ class EngineBridge:
         self._in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self.capacity_tokens = llm.capacity_tokens
+        self._pending: list[tuple[Tracked, Reply]] = []  # replies received, not yet in their queues
+        llm.on_batch = self._hand_over
 
     # ---- requests in (the asyncio loop) ------------------------------------------------------------------
     def start(self, prompt_ids: list[int], params: SamplingParams) -> Tracked:
         """Submit a request; the 400 for one that can never run and the 503 for a full queue come from here."""
+        if self.llm.dead is not None:
+            raise ApiError(503, f"the engine is not running: {self.llm.dead}", kind="server_error",
+                           code="engine_dead")
         reason = self.llm.rejection(prompt_ids, params)
         if reason is not None:
             too_long = isinstance(reason, ContextLengthError)
@@ -68,22 +74,41 @@ class EngineBridge:
         tracked = Tracked(prompt_ids, params, time.perf_counter())
         with self.metrics.lock:
             self.metrics.prompt_tokens += len(prompt_ids)
-        loop = self._loop
-        tracked.uid = self.llm.submit(prompt_ids, params, text=True,
-                                      on_reply=lambda reply: self._on_reply(tracked, reply, loop))
+        try:
+            tracked.uid = self.llm.submit(prompt_ids, params, text=True,
+                                          on_reply=lambda reply: self._on_reply(tracked, reply))
+        except EngineDeadError as exc:
+            with self._lock:
+                self._waiting -= 1
+                self._in_flight -= 1
+            raise ApiError(503, f"the engine is not running: {exc}", kind="server_error", code="engine_dead") from None
         return tracked
 
     def abort(self, tracked: Tracked) -> None:
         """The client went away: free its request now (the final 'abort' reply still updates the metrics)."""
         if not tracked.finished:
             self.llm.abort(tracked.uid)
+            self._hand_over()
+
+    def abort_all(self) -> int:
+        """A drain that ran out of time: every open request ends with 'abort' (a last chunk, then [DONE])."""
+        n = self.llm.abort_all()
+        self._hand_over()
+        return n
 
     def default_max_tokens(self, prompt_len: int) -> int:
         """When a request sets no max_tokens: whatever the context and the KV pool leave (at least 1)."""
         return max(1, self.capacity_tokens - prompt_len)
 
-    # ---- replies out (the engine's thread) ---------------------------------------------------------------
-    def _on_reply(self, tracked: Tracked, reply: Reply, loop: asyncio.AbstractEventLoop) -> None:
+    # ---- replies out (the receiver thread) ----------------------------------------------------------------
+    def _hand_over(self) -> None:
+        """Once a step: every reply received goes to the asyncio loop in one call."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if pending and self._loop is not None:
+            self._loop.call_soon_threadsafe(_into_queues, pending)
+
+    def _on_reply(self, tracked: Tracked, reply: Reply) -> None:
         now = time.perf_counter()
         metrics = self.metrics
         with self._lock:
@@ -105,7 +130,8 @@ class EngineBridge:
             tracked.last_token_at = now
         if reply.finished:
             tracked.finished = True
-        loop.call_soon_threadsafe(tracked.queue.put_nowait, reply)
+        with self._lock:
+            self._pending.append((tracked, reply))
 
     # ---- state for /metrics -------------------------------------------------------------------------------
     def gauges(self) -> dict[str, tuple[float, str]]:
@@ -125,6 +151,16 @@ class EngineBridge:
             "prefix_cache_hit_rate": (stats["hit_rate"], "Prompt tokens read from the prefix cache / prompt tokens."),
         }
 
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
     def info(self) -> dict[str, Any]:
         return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "minisgl",
                 "max_model_len": self.llm.max_seq_len}
+
+
+def _into_queues(pending: list[tuple[Tracked, Reply]]) -> None:
+    for tracked, reply in pending:
+        tracked.queue.put_nowait(reply)

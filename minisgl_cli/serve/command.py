@@ -1,26 +1,38 @@
 """``minisgl serve``: the engine behind an OpenAI-compatible HTTP server.
 
-Three threads of work: the engine's loop (``LLM.serve_forever`` on a thread of its own), the HTTP side
-(uvicorn's asyncio loop on the main thread) and, with ``--trace``, Rich's live display. SIGTERM or Ctrl-C
-stops accepting connections, lets every response in progress finish (for up to ``--shutdown-timeout``
-seconds; then the rest are aborted, their clients told so), stops the engine once every request is
-answered, and exits 0.
+Two processes: the engine (core/llm/engine_process.py: the scheduler's loop and nothing else, with its
+tensor-parallel ranks under it) and this one, the API process: uvicorn's asyncio loop on the main thread does
+HTTP, tokenizing, incremental text, stop strings and SSE; a receiver thread takes the engine's one message a
+step (core/llm/remote.py); with ``--trace``, Rich's live display. They talk over ZMQ on local sockets.
+
+SIGTERM or Ctrl-C stops accepting connections and says on stderr how many responses it is finishing; they run
+to their end for up to ``--shutdown-timeout`` seconds, then the rest are aborted (each stream still ends with a
+last chunk and ``data: [DONE]``); the engine stops once every request is answered, and the server exits 0. A
+second Ctrl-C stops at once (exit 130). If the engine process dies, every open stream ends with an error event,
+new requests get a 503, /health fails, and the server exits 1 with one line naming the engine.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
-from minisgl_cli.jobs import load_llm
+from core.errors import InvalidParamsError
+from minisgl_cli.exits import INTERRUPTED
+from minisgl_cli.jobs import quiet_transformers
 from render.activity import Activity
+
+if TYPE_CHECKING:
+    from core.llm.remote import RemoteEngine
 
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 Port = Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")]
@@ -49,37 +61,118 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     from minisgl_cli.trace_file import TraceFile
 
     err = Console(stderr=True)
+    activity = Activity(err)
+    engine.check()
+    listener = bind_listener(host, port)  # a port in use fails now, before the model loads
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
-    llm = load_llm(engine, Activity(err))
+    remote = start_engine(engine, activity, trace=trace or trace_out is not None)
     if trace_file is not None:
-        trace_file.decode = llm.tokenizer.decode
+        trace_file.decode = remote.tokenizer.decode
     name = served_model_name or default_model_name(engine.model)
-    bridge = EngineBridge(llm, name, max_queue)
-    live = start_trace(llm, err) if trace else None
+    bridge = EngineBridge(remote, name, max_queue)
+    live = start_trace(remote, engine.cache, err) if trace else None
     if trace_file is not None:
-        llm.add_step_callback(trace_file.write)
-    loop = threading.Thread(target=llm.serve_forever, name="minisgl-engine", daemon=True)
-    loop.start()
-    config = uvicorn.Config(create_app(bridge), host=host, port=port, log_level="warning",
-                            timeout_graceful_shutdown=shutdown_timeout, access_log=False)
-    server = uvicorn.Server(config)
+        remote.add_step_callback(trace_file.write)
+    config = uvicorn.Config(create_app(bridge), log_level="warning", timeout_graceful_shutdown=None,
+                            access_log=False)
+    server = DrainingServer(config, bridge, shutdown_timeout, err)
+    remote.on_death = server.engine_died
     signals = _keep_signals()  # uvicorn re-raises the signal it stopped on: it must not kill us then
     err.print(f"minisgl serving [bold]{name}[/] on http://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
-        llm.stop()  # every request still in the engine is answered before the loop returns
-        loop.join()
+        remote.stop()  # every request still in the engine is answered before it exits
         if live is not None:
             live.stop()
         if trace_file is not None:
             trace_file.close()
-        llm.close()
         signals.restore()
+    if server.engine_death is not None:
+        err.print(f"minisgl: {server.engine_death}", highlight=False, markup=False)
+        raise typer.Exit(1)
     if not server.started:
         raise typer.Exit(1)
     err.print(f"minisgl stopped: {sum(bridge.metrics.requests.values())} requests answered", highlight=False)
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything slow: a port in use or a bad host is a usage error."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as exc:
+        raise InvalidParamsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def start_engine(engine: EngineOptions, activity: Activity, trace: bool) -> RemoteEngine:
+    """The tokenizer here, the engine in its own process; its load is shown as every command shows one."""
+    name = engine.model or "the embedded SmolLM2-135M-Instruct"
+    with activity.phase(f"loading {name}"):
+        from core.config import EngineConfig
+        from core.llm.llm import load_tokenizer
+        from core.llm.remote import RemoteEngine
+        from core.models.weights import resolve_model_dir
+
+        quiet_transformers()
+        model_dir = resolve_model_dir(engine.model, activity.note)
+        tokenizer = load_tokenizer(model_dir)
+        remote = RemoteEngine(EngineConfig.from_options(**engine.values), model_dir, tokenizer, trace=trace)
+        remote.start(log=activity.note)
+    return remote
+
+
+class DrainingServer:
+    """uvicorn's server with the shutdown a streaming API needs: finish what is open, for a while, then abort
+    it so that every stream still ends properly; a second signal leaves at once."""
+
+    def __init__(self, config: Any, bridge: Any, timeout_s: float, err: Console) -> None:
+        import uvicorn
+
+        outer = self
+
+        class _Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                outer._on_signal(sig)
+
+        self._server = _Server(config)
+        self._bridge = bridge
+        self._timeout_s = timeout_s
+        self._err = err
+        self._signals = 0
+        self.engine_death: str | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._server.started
+
+    def run(self, sockets: list[socket.socket]) -> None:
+        self._server.run(sockets=sockets)
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        if self._signals > 1:  # the second Ctrl-C: no more waiting
+            self._err.print("minisgl: stopped at once", highlight=False)
+            self._bridge.llm.close()
+            os._exit(INTERRUPTED)
+        open_responses = self._bridge.in_flight
+        self._err.print(f"minisgl: shutting down; finishing {open_responses} response"
+                        f"{'' if open_responses == 1 else 's'} (up to {self._timeout_s:g} s; Ctrl-C again to stop "
+                        f"at once)", highlight=False)
+        self._server.should_exit = True
+        timer = threading.Timer(self._timeout_s, self._bridge.abort_all)
+        timer.daemon = True
+        timer.start()
+
+    def engine_died(self, why: str) -> None:
+        """On the receiver's thread: streams have their error event; leave once they are written."""
+        self.engine_death = why
+        self._server.should_exit = True
 
 
 def default_model_name(model: str | None) -> str:
@@ -105,13 +198,13 @@ class _keep_signals:
             signal.signal(sig, handler)
 
 
-def start_trace(llm, err: Console):
+def start_trace(llm, cache: str, err: Console):
     """The live step table of ``minisgl trace``, fed by the engine's step events as real requests arrive."""
     from rich.live import Live
 
     from render.steps import LiveSteps
 
-    steps = LiveSteps(show_cached=llm.config.cache == "radix")
+    steps = LiveSteps(show_cached=cache == "radix")
     live = Live(steps, console=err, refresh_per_second=8, transient=False)
     live.start()
 

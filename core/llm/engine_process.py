@@ -1,0 +1,131 @@
+"""The engine in a process of its own: what ``minisgl serve`` runs beside its API process.
+
+The process builds an ``EngineCore`` (with its tensor-parallel ranks under it) and runs its loop on the main
+thread, doing nothing else. A receiver thread takes the clients' messages off a ZMQ socket and posts them to
+the engine's inbox; each step's replies leave as one message (core/llm/wire.py) on the socket of the client
+that sent each request (uid modulo the number of clients), sent without waiting: the loop never blocks on a
+client. While it loads, its log lines go to the first client; once built it tells every client its limits.
+
+It ignores Ctrl-C (the API process decides when to stop, and says so with a Stop message: every request taken
+in is answered first), exits when its parent disappears, and on an error it cannot go on from (a model that
+does not load, a tensor-parallel rank that died) tells the clients in one fatal message and exits 1.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from core.config import EngineConfig
+from core.llm.wire import EngineInfo, Stop, StepOutput, pack_output, unpack_message
+from core.scheduler.reply import Reply
+
+PARENT_POLL_S = 0.5
+
+
+class Outbox:
+    """One PUSH socket per client; replies go to the client whose uid space they are in."""
+
+    def __init__(self, context: zmq.Context, addresses: list[str]) -> None:
+        self.sockets = []
+        for address in addresses:
+            socket = context.socket(zmq.PUSH)
+            socket.setsockopt(zmq.SNDHWM, 0)  # never block the loop: a slow client's messages queue up
+            socket.setsockopt(zmq.LINGER, 2000)
+            socket.connect(address)
+            self.sockets.append(socket)
+        self.stats: Any = None  # a callable for the engine's numbers, once it is built
+        self._lock = threading.Lock()  # the loop and the receiver thread (its error replies) both send
+
+    def replies(self, replies: list[Reply]) -> None:
+        n = len(self.sockets)
+        stats = self.stats() if self.stats is not None else None
+        if n == 1:
+            self._send(0, StepOutput(replies, stats))
+            return
+        for client in range(n):
+            mine = [r for r in replies if r.uid % n == client]
+            if mine:
+                self._send(client, StepOutput(mine, stats))
+
+    def to_all(self, out: StepOutput) -> None:
+        for client in range(len(self.sockets)):
+            self._send(client, out)
+
+    def _send(self, client: int, out: StepOutput) -> None:
+        data = pack_output(out)
+        with self._lock:
+            self.sockets[client].send(data, copy=False)
+
+
+def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addresses: list[str], trace: bool,
+                parent_pid: int) -> None:
+    """The engine process's whole life: build, announce, serve until told to stop, exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent(parent_pid)
+    context = zmq.Context()
+    outbox = Outbox(context, out_addresses)
+    try:
+        from core.llm.engine_core import EngineCore
+
+        def log(text: str) -> None:
+            outbox._send(0, StepOutput([], log=text))
+
+        core = EngineCore(config, model_dir, log, outbox.replies)
+    except BaseException as exc:  # noqa: BLE001 - the client turns it into its own error type
+        _fatal(outbox, exc)
+        return
+    scheduler = core.scheduler
+    outbox.stats = scheduler.stats
+    if trace:
+        scheduler.add_step_callback(lambda event: outbox.to_all(StepOutput([], event=event)))
+    inbox = context.socket(zmq.PULL)
+    inbox.bind(in_address)
+    threading.Thread(target=_receive, args=(inbox, core), name="minisgl-engine-in", daemon=True).start()
+    engine = scheduler.engine
+    info = EngineInfo(scheduler.vocab_size, scheduler.max_seq_len, scheduler.page_size,
+                      scheduler.cache_manager.num_pages, tuple(sorted(scheduler.eos_token_ids)), engine.describe(),
+                      engine.precision_note, os.getpid(), tuple(core.pids))
+    outbox.to_all(StepOutput([], stats=scheduler.stats(), info=info))
+    try:
+        core.serve_forever()
+    except BaseException as exc:  # noqa: BLE001
+        _fatal(outbox, exc)
+        return
+    outbox.to_all(StepOutput([], stats=scheduler.stats()))
+    core.close()
+    context.destroy(linger=2000)
+    os._exit(0)  # nothing left to tear down: skip the slow interpreter shutdown
+
+
+def _receive(inbox: zmq.Socket, core: Any) -> None:
+    while True:
+        message = unpack_message(inbox.recv())
+        if isinstance(message, Stop):
+            core.stop()
+        else:
+            core.post(message)
+
+
+def _fatal(outbox: Outbox, exc: BaseException) -> None:
+    text = str(exc).strip().splitlines()
+    outbox.to_all(StepOutput([], fatal=(type(exc).__name__, text[0] if text else type(exc).__name__)))
+    time.sleep(0.2)  # let the I/O thread hand it over
+    os._exit(1)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """If the API process disappears without stopping us (SIGKILL), leave instead of lingering."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)  # tensor-parallel ranks under it notice their own parent gone the same way
+
+    threading.Thread(target=watch, name="minisgl-parent-watch", daemon=True).start()

@@ -1,0 +1,223 @@
+"""The engine in another process, as a client sees it: ``minisgl serve``'s API process holds one.
+
+``RemoteEngine.start`` spawns the engine process (core/llm/engine_process.py), waits for it to be built (its
+log lines go to ``log`` meanwhile) and then offers what the server needs of an engine: ``submit`` and
+``abort`` (through the same Routes as the offline LLM, so tokenizing, incremental text and stop strings happen
+here, off the engine's path), ``rejection`` (the engine's limits come with its ready message), ``stats`` (the
+engine's numbers from its newest message) and step events for a trace.
+
+Replies arrive on a receiver thread, one message a step; ``on_batch`` is called after each message's replies
+have been delivered, so a server hands them to its event loop once a step, not once a token. A watchdog waits on
+the engine process: if it dies, every open request is answered with an error, ``on_death`` is called and
+every later submit raises EngineDeadError. ``close`` stops it on every way out.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import tempfile
+import threading
+from multiprocessing.connection import wait as wait_for_sentinels
+from pathlib import Path
+from typing import Any, Callable
+
+import zmq
+
+from core import errors
+from core.config import EngineConfig
+from core.errors import EngineDeadError
+from core.events import StepEvent
+from core.llm.engine_process import engine_main
+from core.llm.routes import ReplyCallback, Routes, tokenize
+from core.llm.wire import EngineInfo, Stop, StepOutput, pack_message, unpack_output
+from core.request import SamplingParams
+from core.scheduler.admission import Limits, rejection
+from core.scheduler.inbox import Message
+
+STOP_JOIN_S = 30.0  # after Stop, how long the engine gets to answer what it holds and exit
+
+
+class RemoteEngine:
+    def __init__(self, config: EngineConfig, model_dir: Path, tokenizer: Any, *, trace: bool = False) -> None:
+        self.config = config
+        self.model_dir = model_dir
+        self.tokenizer = tokenizer
+        self._trace = trace
+        self._dir = tempfile.mkdtemp(prefix="minisgl-")
+        self._in_address = f"ipc://{self._dir}/in"
+        self._out_address = f"ipc://{self._dir}/out0"
+        self._context = zmq.Context()
+        self._pull = self._context.socket(zmq.PULL)
+        self._pull.bind(self._out_address)
+        self._push = self._context.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, 0)
+        self._push.setsockopt(zmq.LINGER, 0)
+        self._push_lock = threading.Lock()
+        self.info: EngineInfo | None = None
+        self._limits: Limits | None = None
+        self._eos: frozenset[int] = frozenset()
+        self._stats: dict[str, Any] = {}
+        self.routes = Routes(tokenizer, self._post, lambda: self._eos)
+        self.step_callbacks: list[Callable[[StepEvent], None]] = []
+        self.on_batch: Callable[[], None] | None = None
+        self.on_death: Callable[[str], None] | None = None
+        self.dead: str | None = None  # why the engine cannot answer any more
+        self._stopping = False
+        self._die_lock = threading.Lock()
+        self._receiving = False
+        self._process: mp.Process | None = None
+
+    # ---- start and stop ------------------------------------------------------------------------------------
+    def start(self, log: Callable[[str], None] | None = None) -> None:
+        """Spawn the engine process and wait until it is built; its load errors are raised here, typed."""
+        self._process = mp.get_context("spawn").Process(
+            target=engine_main, name="minisgl-engine",
+            args=(self.config, self.model_dir, self._in_address, [self._out_address], self._trace, os.getpid()))
+        self._process.start()
+        self._push.connect(self._in_address)
+        poller = zmq.Poller()
+        poller.register(self._pull, zmq.POLLIN)
+        while self.info is None:
+            if not poller.poll(200):
+                if not self._process.is_alive():
+                    raise EngineDeadError(f"the engine process exited with code {self._process.exitcode} "
+                                          f"while loading")
+                continue
+            out = unpack_output(self._pull.recv())
+            if out.fatal is not None:
+                self._process.join(5)
+                kind, message = out.fatal
+                error_type = getattr(errors, kind, None)
+                if isinstance(error_type, type) and issubclass(error_type, errors.MinisglError):
+                    raise error_type(message)
+                raise EngineDeadError(f"the engine failed to start: {kind}: {message}")
+            if out.log is not None and log is not None:
+                log(out.log)
+            if out.info is not None:
+                self._ready(out)
+        self._receiving = True
+        threading.Thread(target=self._receive, name="minisgl-replies", daemon=True).start()
+        threading.Thread(target=self._watch, name="minisgl-engine-watch", daemon=True).start()
+
+    def _ready(self, out: StepOutput) -> None:
+        info = out.info
+        self.info = info
+        self._limits = Limits(info.vocab_size, info.max_seq_len, info.page_size, info.num_pages)
+        self._eos = frozenset(info.eos_token_ids)
+        self._stats = out.stats or {}
+
+    def stop(self, timeout_s: float = STOP_JOIN_S) -> None:
+        """Have the engine answer every request it holds, then exit; wait for it (then make sure it is gone)."""
+        if self._process is None:
+            return
+        self._stopping = True
+        if self.dead is None:
+            self._post(Stop())
+            self._process.join(timeout_s)
+        self.close()
+
+    def close(self) -> None:
+        """The engine process is gone after this, whatever it was doing."""
+        self._stopping = True
+        process = self._process
+        if process is not None and process.is_alive():
+            process.kill()
+            process.join(5)
+        if self._context.closed:
+            return
+        with self._push_lock:
+            self._push.close(linger=0)
+        if not self._receiving:  # else the receiver closes its socket when term() interrupts its recv
+            self._pull.close(linger=0)
+        self._context.term()
+
+    # ---- what the server asks --------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        return self._eos
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.info.max_seq_len
+
+    @property
+    def capacity_tokens(self) -> int:
+        return min(self.info.max_seq_len, self.info.num_pages * self.info.page_size + 1)
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._stats)
+
+    def rejection(self, input_ids: list[int], params: SamplingParams) -> errors.RequestRejected | None:
+        return rejection(input_ids, params, self._limits)
+
+    def submit(self, input_ids: list[int], params: SamplingParams, *, on_reply: ReplyCallback | None = None,
+               text: bool = False) -> int:
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
+        return self.routes.add(list(input_ids), params, on_reply, text)
+
+    def abort(self, uid: int) -> bool:
+        return self.routes.abort(uid)
+
+    def tokenize(self, prompt: Any) -> list[int]:
+        return tokenize(self.tokenizer, prompt)
+
+    def abort_all(self) -> int:
+        """Abort every open request (a drain that ran out of time); returns how many."""
+        uids = self.routes.open_uids()
+        return sum(self.routes.abort(uid) for uid in uids)
+
+    @property
+    def unanswered(self) -> int:
+        return self.routes.unanswered
+
+    def add_step_callback(self, fn: Callable[[StepEvent], None]) -> None:
+        self.step_callbacks.append(fn)
+
+    # ---- the threads ---------------------------------------------------------------------------------------
+    def _post(self, message: Message | Stop) -> None:
+        data = pack_message(message)
+        with self._push_lock:
+            if not self._push.closed:
+                self._push.send(data)
+
+    def _receive(self) -> None:
+        try:
+            while True:
+                out = unpack_output(self._pull.recv())
+                if out.stats is not None:
+                    self._stats = out.stats
+                if out.fatal is not None:
+                    self._die(f"the engine process failed: {out.fatal[1]}")
+                    return
+                if out.replies:
+                    self.routes.deliver(out.replies)
+                if out.event is not None:
+                    for fn in self.step_callbacks:
+                        fn(out.event)
+                if self.on_batch is not None and out.replies:
+                    self.on_batch()
+        except zmq.ContextTerminated:
+            self._pull.close(linger=0)
+
+    def _watch(self) -> None:
+        process = self._process
+        wait_for_sentinels([process.sentinel])
+        if not self._stopping:
+            self._die(f"the engine process (pid {process.pid}) died with exit code {process.exitcode}")
+
+    def _die(self, why: str) -> None:
+        with self._die_lock:  # the receiver (a fatal message) and the watchdog (the exit) may both see it
+            if self.dead is not None:
+                return
+            self.dead = why
+        self.routes.fail_all(why)
+        if self.on_batch is not None:
+            self.on_batch()
+        if self.on_death is not None:
+            self.on_death(why)
