@@ -100,17 +100,22 @@ def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addr
         return
     outbox.to_all(StepOutput([], stats=scheduler.stats()))
     core.close()
-    context.destroy(linger=2000)
+    for socket in outbox.sockets:
+        socket.close(linger=2000)  # what is still queued goes out first
+    context.term()
     os._exit(0)  # nothing left to tear down: skip the slow interpreter shutdown
 
 
 def _receive(inbox: zmq.Socket, core: Any) -> None:
-    while True:
-        message = unpack_message(inbox.recv())
-        if isinstance(message, Stop):
-            core.stop()
-        else:
-            core.post(message)
+    try:
+        while True:
+            message = unpack_message(inbox.recv())
+            if isinstance(message, Stop):
+                core.stop()
+            else:
+                core.post(message)
+    except zmq.ContextTerminated:  # the process is leaving
+        inbox.close(linger=0)
 
 
 def _fatal(outbox: Outbox, exc: BaseException) -> None:

@@ -78,7 +78,7 @@ def create_app(bridge: EngineBridge) -> FastAPI:
     async def health() -> Any:
         if bridge.llm.dead is not None:
             return JSONResponse({"status": "engine dead", "error": bridge.llm.dead}, status_code=503)
-        return {"status": "ok"}
+        return {"status": "ok", "engine_pid": bridge.llm.pid}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -34,6 +34,8 @@ from render.activity import Activity
 if TYPE_CHECKING:
     from core.llm.remote import RemoteEngine
 
+ENGINE_DEATH_GRACE_S = 2.0  # how long a server whose engine died answers 503 before it exits
+
 Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
 Port = Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")]
 MaxQueue = Annotated[Optional[int], typer.Option(
@@ -170,9 +172,12 @@ class DrainingServer:
         timer.start()
 
     def engine_died(self, why: str) -> None:
-        """On the receiver's thread: streams have their error event; leave once they are written."""
+        """On the receiver's thread: open streams have their error event. For a moment the server goes on
+        answering 503 (and /health fails), so clients and load balancers learn why; then it leaves."""
         self.engine_death = why
-        self._server.should_exit = True
+        timer = threading.Timer(ENGINE_DEATH_GRACE_S, lambda: setattr(self._server, "should_exit", True))
+        timer.daemon = True
+        timer.start()
 
 
 def default_model_name(model: str | None) -> str:
