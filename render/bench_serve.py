@@ -12,7 +12,13 @@ from core.bench.serve_report import ServeReport, rate_name
 
 def _pair(p: Percentiles, first: str = "p50") -> str:
     """Two figures of one measure in ms, 'a / b': p50 (or the mean) and p99."""
-    return f"{getattr(p, first) * 1e3:.1f}/{p.p99 * 1e3:.1f}"
+    return f"{_ms(getattr(p, first))}/{_ms(p.p99)}"
+
+
+def _ms(seconds: float) -> str:
+    """Tenths of a millisecond below 100 ms, whole ones above: a narrow terminal keeps every column."""
+    ms = seconds * 1e3
+    return f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
 
 
 def serve_view(report: ServeReport) -> Group:
@@ -21,7 +27,7 @@ def serve_view(report: ServeReport) -> Group:
     table = Table(title=title, title_justify="left", caption="rate in requests/s (inf: all at once); latencies in ms",
                   caption_justify="left")
     for column in ("rate", "tok/s", "x\noffline", "TTFT\np50/p99", "TPOT\nmean/p99", "ITL\np50/p99", "ok/\nfailed"):
-        table.add_column(column, justify="left" if column == "rate" else "right", no_wrap=True)
+        table.add_column(column, justify="left" if column == "rate" else "right")
     if report.offline is not None:
         table.add_row("offline", f"{report.offline.output_tokens_per_s:.1f}", "1.00x", "-", "-", "-",
                       f"{report.offline.requests}/0")
