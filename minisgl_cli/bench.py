@@ -1,4 +1,5 @@
-"""``minisgl bench``: the engine and transformers side by side on the same requests."""
+"""``minisgl bench``: the engine and transformers side by side on the same requests; with ``--serve``, the engine
+behind its HTTP server at several request rates (minisgl_cli/bench_serve.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,21 @@ from minisgl_cli.jobs import quiet_transformers
 from minisgl_cli.engine_options import engine_option
 from minisgl_cli.options import FLAG
 from render.activity import Activity
+
+SERVING = "Serving (--serve)"
+
+
+def _check_rates(value: Optional[str]) -> Optional[str]:
+    """A bad --rate is a usage error before anything loads."""
+    from core.bench.serve_client import parse_rates
+    from core.errors import InvalidParamsError
+
+    if value is not None:
+        try:
+            parse_rates(value)
+        except InvalidParamsError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
 
 
 def bench(
@@ -44,15 +60,50 @@ def bench(
         None, "--baseline-seconds", min=1.0, help="Stop each baseline after this long and measure it on the "
                                                    "tokens it made; default 45 on CUDA, no limit on a CPU."),
     as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print one JSON object instead of the table."),
+    serve: bool = typer.Option(
+        False, "--serve", metavar=FLAG, rich_help_panel=SERVING,
+        help="Measure the engine behind 'minisgl serve' instead: the requests as streaming completions at each "
+             "--rate (throughput, TTFT, TPOT, ITL), beside LLM.generate on the same requests."),
+    rate: Optional[str] = typer.Option(
+        None, "--rate", callback=_check_rates, rich_help_panel=SERVING, show_default=False,
+        help="Requests per second, Poisson arrivals (seeded); a comma-separated list runs each in turn; 'inf' "
+             "sends every request at once. Default: inf."),
+    url: Optional[str] = typer.Option(
+        None, "--url", rich_help_panel=SERVING,
+        help="Drive the server already running at this address (e.g. http://127.0.0.1:8000) instead of starting "
+             "one; --model then names its model (its config gives the vocabulary the prompts are drawn from)."),
+    skip_offline: bool = typer.Option(False, "--skip-offline", metavar=FLAG, rich_help_panel=SERVING,
+                                      help="Leave out the offline pass (LLM.generate in this process)."),
+    max_running: Optional[int] = typer.Option(
+        None, "--max-running", min=1, rich_help_panel=SERVING,
+        help="Most requests in one batch, for the server started here and the offline engine alike; default "
+             "every request, at most 256."),
 ) -> None:
     """Measure throughput against transformers (one at a time, static batch, continuous batching).
 
     With --precision fast (or int8) the exact engine runs first in the same run, as 'minisgl exact'.
 
     Every phase (loading, warm-up, each engine and baseline) is reported on stderr as it starts; stdout gets
-    only the table (or the JSON)."""
+    only the table (or the JSON).
+
+    With --serve: 'minisgl serve' started on a free port (or the server at --url), warmed up, then driven at each
+    --rate; Ctrl-C prints the rates measured so far."""
+    from minisgl_cli import bench_serve
+
+    bench_serve.check_combination(
+        serve, {"--rate": rate, "--url": url, "--skip-offline": skip_offline, "--max-running": max_running},
+        {"--hf-requests": hf_requests, "--skip-baselines": skip_baselines, "--baselines": baselines,
+         "--baseline-seconds": baseline_seconds})
     if workload is not None:  # what can be checked without torch is checked before it loads
         workload_spec(workload)
+    if serve:
+        from core.bench.serve_client import parse_rates
+
+        bench_serve.run(bench_serve.ServeBench(
+            rates=parse_rates(rate or "inf"), url=bench_serve.check_url(url), skip_offline=skip_offline,
+            workload=workload, model=model, requests=requests, seed=seed, threads=threads, device=device, tp=tp,
+            kv_dtype=kv_dtype, precision=precision, page_size=page_size, max_running=max_running), as_json)
+        return
     parse_baselines(baselines)
     activity = Activity(Console(stderr=True))
     with activity.phase("loading torch and the engine"):

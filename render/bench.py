@@ -20,8 +20,9 @@ class BenchProgress:
 
     Without a terminal there are no bars: a line when each stage starts and one when it ends."""
 
-    def __init__(self, activity: Activity) -> None:
+    def __init__(self, activity: Activity, units: dict[str, str] | None = None) -> None:
         self.activity = activity
+        self.units = {**STAGE_UNITS, **(units or {})}  # a stage's unit; other commands name their own stages
         self.progress = Progress(TextColumn("{task.description:<14}"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[unit]}"), TimeElapsedColumn(), console=activity.console,
                                  transient=True, disable=not activity.live)
@@ -39,7 +40,7 @@ class BenchProgress:
         self.activity.note(message)
 
     def __call__(self, stage: str, done: int, total: int) -> None:
-        unit = STAGE_UNITS.get(stage, "")
+        unit = self.units.get(stage, "")
         if stage not in self.tasks:
             self.tasks[stage] = self.progress.add_task(stage, total=total, unit=unit)
             self._started[stage] = time.perf_counter()

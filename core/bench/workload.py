@@ -81,3 +81,16 @@ def make_workload(spec: WorkloadSpec, vocab_size: int, seed: int = 0, num_reques
             max_tokens = max(1, min(max_tokens, max_seq_len - len(prompt)))
         requests.append(BenchRequest(prompt, max_tokens))
     return Workload(spec, requests, seed)
+
+
+def redraw_ids(workload: Workload, vocab_size: int, salt: int) -> Workload:
+    """The same requests (every prompt length and max_tokens kept) with fresh prompt ids drawn from ``salt``.
+
+    A server's prefix cache would find a prompt it has seen before and skip its prefill; a benchmark that sends
+    the same shapes several times (a warm-up, then once per rate) sends each time new ids, so every run does the
+    same work from a cold cache.
+    """
+    rng = random.Random(workload.seed * 1_000_003 + salt)
+    high = min(workload.spec.token_id_limit, vocab_size - 1)
+    requests = [BenchRequest([rng.randint(0, high) for _ in r.prompt_ids], r.max_tokens) for r in workload.requests]
+    return Workload(workload.spec, requests, workload.seed)
