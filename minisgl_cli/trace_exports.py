@@ -16,7 +16,7 @@ import typer
 from rich.console import Console, RenderableType
 from rich.live import Live
 
-from minisgl_cli.engine_options import EngineOptions
+from minisgl_cli.engine_options import EngineOptions, flag
 from minisgl_cli.options import SamplingOptions
 from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
 from minisgl_cli.paths import check_output_file
@@ -87,7 +87,8 @@ class ReplayView:
 def run_header(labels: list[str], engine: EngineOptions, sampling: SamplingOptions,
                arrival_every: int | None = None, arrival_rate: float | None = None) -> TraceHeader:
     """The trace's first line: which model, the options that shape the schedule, and each prompt's label."""
-    options = {key: value for key, value in engine.values.items() if key != "model"}
+    # keyed as the command line names them (max_running, not max_running_req): the trace format's names
+    options = {flag(key)[2:].replace("-", "_"): value for key, value in engine.values.items() if key != "model"}
     options.update(sampling.explicit())
     if arrival_every is not None:
         options["arrival_every"] = arrival_every
