@@ -32,6 +32,7 @@ from core.kernels.bf16_weights import bf16_linears
 from core.kernels.cpu_attention import CDecodeAttention
 from core.kernels.cpu_features import cpu_features
 from core.kernels.cpu_gemm import four_bit_panels, panel_linears
+from core.kernels.derived import DerivedCache, source_key
 from core.kernels.four_bit import linear_codes
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
@@ -43,6 +44,7 @@ from core.layers.linear import local_kv_heads
 from core.model_config import ModelConfig
 from core.models.loader import load_model, read_model_config
 from core.models.random_spec import RandomSpec
+from core.models.weights import derived_cache_path
 from core.request import Batch
 
 DEFAULT_CPU_KV_GB = 1.0
@@ -116,7 +118,12 @@ class Engine:
         # float32 linears that are 4-bit codes (core/kernels/four_bit.py), found once for both C kernels reading them
         precision = self.plan.precision
         reads_codes = kernels.c_gemm or (precision.c_decode and not precision.c_int8)
-        codes = linear_codes(self.model) if kernels.four_bit_weights and reads_codes else {}
+        # what the kernels derive from the weights (codes, int8 copies, magnitudes), read back from the last start's
+        # file where it has them (core/kernels/derived.py)
+        derived = DerivedCache(derived_cache_path(model_dir, f"{str(self.dtype).removeprefix('torch.')}-rank"
+                                                  f"{self.tp_info.rank}of{self.tp_info.size}", source_key())
+                               if isinstance(model_dir, Path) else None)
+        codes = linear_codes(self.model, derived) if kernels.four_bit_weights and reads_codes else {}
         # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
         # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
         self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), codes) if kernels.c_gemm else
@@ -126,15 +133,16 @@ class Engine:
         self.screened_head = (kernels.screened_head or kernels.gpu_screened_head) and self.tp_info.size == 1
         if self.screened_head:
             head = self.model.lm_head
-            head.screen = (ScreenedHead.of(head.weight, head.packed) if kernels.screened_head else
+            head.screen = (ScreenedHead.of(head.weight, head.packed, derived) if kernels.screened_head else
                            GpuScreenedHead.of(head.weight))
         # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
         # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
                                             int8=self.plan.precision.c_int8,
                                             int8_dots=self.plan.precision.int8_dots,
-                                            four_bit=codes)
+                                            four_bit=codes, cache=derived)
                            if self.plan.precision.c_decode else None)
+        derived.save()
         self.sampler = Sampler(self.device, triton_race=kernels.triton_sampler)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)

@@ -28,7 +28,7 @@ from core.llm.arrivals import Arrival, ArrivalFeeder
 from core.llm.collect import Collected
 from core.llm.tp_group import start_group
 from core.models.random_spec import ByteTokenizer, RandomSpec
-from core.models.weights import resolve_model_dir
+from core.models.weights import declared_tokenizer, resolve_model_dir
 from core.request import Prompt, Result, SamplingParams
 from core.scheduler.inbox import AbortRequest, AddRequest, Message, ResetPrefixCache
 from core.llm.text import TextStream
@@ -52,7 +52,7 @@ def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(model_dir)
+        return declared_tokenizer(model_dir) or AutoTokenizer.from_pretrained(model_dir)
     except Exception as exc:
         raise ModelLoadError(f"cannot load the tokenizer from {model_dir}: {one_line(exc)}") from exc
 
