@@ -8,6 +8,7 @@ import time
 import typer
 from rich.console import Console
 
+from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import engine_inputs, exit_for, load_job, load_llm, run_prompts
@@ -29,7 +30,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
 
     Exit code 0 when every prompt finished, 1 when some results are errors (they are still printed), 130 on
     Ctrl-C (the finished results are printed, the others marked interrupted)."""
-    out, activity = Console(), Activity(Console(stderr=True))
+    out, activity = stdout_console(), Activity(Console(stderr=True))
     if stream and json_out:
         raise typer.BadParameter("--stream writes text; use one or the other", param_hint="'--json'")
     job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,

@@ -22,6 +22,7 @@ import sample_prompts
 from core.events import StepEvent
 from core.llm.arrivals import Arrival, every_n_steps, poisson
 from core.prompts import Prompt
+from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, exit_for, load_job, load_llm,
@@ -80,7 +81,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     Each row shows the phase, batch size, tokens, every request's extend length, the KV pages in use and who
     waits; under the table, why each queued request waits and the KV pool. Without PROMPTS it runs the
     tutorial's five prompts (max_tokens 6, 2, 5, 1, 4, EOS ignored)."""
-    out, err = Console(), Console(stderr=True)
+    out, err = stdout_console(), Console(stderr=True)
     exports = x.Exports(html, perfetto)
     if replay:
         if prompts is not None:

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 import sample_prompts
+from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.exits import SOME_FAILED
 from minisgl_cli.jobs import (check_against_reference, engine_inputs, generate_with_progress, load_job,
@@ -52,7 +53,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
             print(json.dumps({"index": i, "prompt": spec.prompt, "token_ids": result["token_ids"],
                               "text": result["text"], **verdict.to_dict()}, ensure_ascii=False), flush=True)
     else:
-        out = Console()
+        out = stdout_console()
         out.print(verify_table(job.labels, results, verdicts, lambda t: _token_text(llm, t)))
         out.print(summary_line(verdicts))
     if not all(v.exact for v in verdicts):

@@ -69,17 +69,18 @@ def step_table(events: Sequence[StepEvent], show_cached: bool = False, caption: 
                title: str = "scheduled batches", with_arrivals: bool | None = None) -> Table:
     table = titled_table(title, caption)
     arrivals = has_late_arrivals(events) if with_arrivals is None else with_arrivals
-    table.add_column("step", justify="right")
-    table.add_column("phase")
-    table.add_column("bs", justify="right")
-    table.add_column("tokens", justify="right")
-    table.add_column("uid:extend_len" + (" (+cached)" if show_cached else ""), overflow="fold", min_width=16)
+    # numbers keep every digit (no_wrap: a narrow screen squeezes the request lists instead)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("phase", no_wrap=True)
+    table.add_column("bs", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("uid:extend_len" + (" (+cached)" if show_cached else ""), overflow="fold")
     if arrivals:
         table.add_column("new", overflow="fold", max_width=4)
-    table.add_column("KV pages", justify="right")
+    table.add_column("KV pages", justify="right", no_wrap=True)
     table.add_column("wait", justify="right", no_wrap=True)
     table.add_column("done", overflow="fold")
-    table.add_column("ms", justify="right")
+    table.add_column("ms", justify="right", no_wrap=True)
     with_notes = any(e.note for e in events)
     if with_notes:
         table.add_column("note", overflow="fold")
