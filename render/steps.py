@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core.events import StepEvent
-from render.step_detail import SHORT_REASON, detail_height, legend, step_detail
+from render.step_detail import WAIT_WORDS, detail_height, legend, step_detail
 from render.style import PHASE_STYLE, titled_table
 
 _CHROME_ROWS = 7  # title, header, borders and caption around the rows
@@ -36,10 +36,10 @@ def requests_cell(event: StepEvent, show_cached: bool) -> Text:
 
 
 def wait_cell(event: StepEvent) -> Text:
-    """How many wait, and in a word why the first of them does."""
+    """How many wait, and in two words why the first of them does: ``3 · no row``, ``1 · no KV``."""
     out = Text(str(event.waiting))
     if event.waits:
-        out.append(f" {SHORT_REASON.get(event.waits[0].kind, event.waits[0].kind)}", style="yellow")
+        out.append(f" · {WAIT_WORDS.get(event.waits[0].kind, event.waits[0].kind)}", style="yellow")
     return out
 
 
