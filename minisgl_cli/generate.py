@@ -23,7 +23,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
              max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None, chat: o.Chat = False,
              attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None, tp: o.Tp = 1,
              dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto', precision: o.Precision = 'exact',
-             stream: o.Stream = None,
+             verbose: o.Verbose = False, stream: o.Stream = None,
              stop: o.Stop = None, logprobs: o.Logprobs = None,
              json_out: o.Json = False) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
@@ -36,7 +36,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
     job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
                                               tuple(stop) if stop else None, logprobs))
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                   cuda_graph_max_bs, tp, dtype, kv_dtype, precision), activity)
+                                   cuda_graph_max_bs, tp, dtype, kv_dtype, precision, verbose), activity)
     inputs = engine_inputs(llm, job, chat)
     separator = "\n" if chat else ""
     if stream is None:

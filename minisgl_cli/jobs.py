@@ -86,17 +86,21 @@ def check_engine_options(opts: EngineOptions) -> None:
 
 def load_llm(opts: EngineOptions, activity: Activity) -> LLM:
     """Build the engine under a spinner that turns from the first moment (importing torch is part of the
-    wait); the slow first conversion of a GGUF and the engine's summary are printed as notes."""
+    wait); the slow first conversion of a GGUF and the engine's one-line summary are printed as notes, and with
+    ``--verbose`` the engine's plan in detail."""
     check_engine_options(opts)
     name = opts.model or "the embedded SmolLM2-135M-Instruct"
     with activity.phase(f"loading {name}"):
         from core.llm import LLM
 
         quiet_transformers()
-        return LLM(opts.model, cache=opts.cache, page_size=opts.page_size, max_running_req=opts.max_running,
-                   num_pages=opts.num_pages, attention=opts.attention, cuda_graph_max_bs=opts.cuda_graph_max_bs,
-                   tp=opts.tp, dtype=opts.dtype, kv_dtype=opts.kv_dtype, precision=opts.precision,
-                   log=activity.note)
+        llm = LLM(opts.model, cache=opts.cache, page_size=opts.page_size, max_running_req=opts.max_running,
+                  num_pages=opts.num_pages, attention=opts.attention, cuda_graph_max_bs=opts.cuda_graph_max_bs,
+                  tp=opts.tp, dtype=opts.dtype, kv_dtype=opts.kv_dtype, precision=opts.precision,
+                  log=activity.note)
+        if opts.verbose:
+            activity.note(llm.engine.describe())
+        return llm
 
 
 def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:

@@ -58,6 +58,9 @@ Precision = Annotated[Literal[PRECISIONS], typer.Option(
          "request's decode steps run as one C call); 'fast' picks reduced-precision weights this CPU runs faster "
          "(int8 weights for that C call; with AMX, bf16 linears for prefill and batches) or says why it "
          "keeps float32; 'int8' forces int8 weights on a CPU.")]
+Verbose = Annotated[bool, typer.Option(
+    "--verbose", metavar=FLAG, rich_help_panel=_ENGINE,
+    help="Describe the engine's plan on stderr once it is ready: attention, kernels, weight formats, graphs.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 
@@ -110,6 +113,7 @@ class EngineOptions:
     dtype: str | None = None
     kv_dtype: str = "auto"
     precision: str = "exact"
+    verbose: bool = False
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
           max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
           chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
           tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto', precision: o.Precision = 'exact',
-          arrival_every: ArrivalEvery = None,
+          verbose: o.Verbose = False, arrival_every: ArrivalEvery = None,
           arrival_rate: ArrivalRate = None, step_delay: StepDelay = 0.0, step: StepByKey = False,
           show_radix: ShowRadix = False, no_legend: NoLegend = False, replay: x.Replay = None, html: x.Html = None,
           perfetto: x.Perfetto = None) -> None:
@@ -90,7 +90,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
         return
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
     engine = o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention, cuda_graph_max_bs,
-                             tp, dtype, kv_dtype, precision)
+                             tp, dtype, kv_dtype, precision, verbose)
     job = load_job(prompts or sample_prompts.path(), sampling)
     if verify:
         require_greedy(job)

@@ -33,7 +33,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
            max_running: o.MaxRunning = o.DEFAULT_MAX_RUNNING, num_pages: o.NumPages = None,
            chat: o.Chat = False, attention: o.Attention = None, cuda_graph_max_bs: o.CudaGraphMaxBs = None,
            tp: o.Tp = 1, dtype: o.Dtype = None, kv_dtype: o.KvDtype = 'auto',
-           precision: o.Precision = 'exact') -> None:
+           precision: o.Precision = 'exact', verbose: o.Verbose = False) -> None:
     """Check the engine's greedy output for PROMPTS against transformers, token for token.
 
     Exit code 0 when every prompt matches exactly, 1 otherwise (a difference, or a prompt the engine
@@ -44,7 +44,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
                                                                          ignore_eos))
     require_greedy(job)
     llm = load_llm(o.EngineOptions(model, cache, page_size, max_running, num_pages, chat, attention,
-                                         cuda_graph_max_bs, tp, dtype, kv_dtype, precision), activity)
+                                         cuda_graph_max_bs, tp, dtype, kv_dtype, precision, verbose), activity)
     inputs = engine_inputs(llm, job, chat)
     results = generate_with_progress(llm, inputs, job, activity)
     verdicts = check_against_reference(llm, inputs, job, results, activity)

@@ -151,7 +151,7 @@ class Engine:
         # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if log:
-            log(self.describe())
+            log(self.summary())
             if self.precision_note:
                 log(self.precision_note)
 
@@ -161,9 +161,17 @@ class Engine:
         instructions the CPU lacks, when it kept float32)."""
         return self.plan.precision.note
 
+    def summary(self) -> str:
+        """The one line a user needs when the engine is ready: where it runs, in which dtype, and how many tokens
+        the KV cache holds (``describe`` has the plan's details)."""
+        tokens = self.num_pages * self.page_size
+        size = _size(tokens * self.kv_bytes_per_token) + (", fp8" if self.plan.kv_fp8 else "")
+        return (f"engine ready on {self.device}, {str(self.dtype).removeprefix('torch.')}: room for {tokens:,} "
+                f"tokens in the KV cache ({size})")
+
     def describe(self) -> str:
-        """The engine in words for someone new to it: where it runs, how much the KV cache holds and why, and
-        what its plan chose."""
+        """The engine in detail, for ``--verbose`` and ``minisgl bench``: where it runs, how much the KV cache
+        holds and why, and what its plan chose (attention, kernels, weight formats, graphs)."""
         tokens = self.num_pages * self.page_size
         per_token = self.kv_bytes_per_token
         rows = self.config.max_running_req
@@ -189,7 +197,7 @@ class Engine:
         if plan.precision.words:
             packed += f", {plan.precision.words}"
         layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
-        return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
+        return (f"engine on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
                 f"{tokens:,} tokens{' in fp8' if plan.kv_fp8 else ''}{layout} ({_size(tokens * per_token)}; {why}), "
                 f"{plan.attention} attention with {_kernel_words(plan)}{packed}, {graphs}")
 
@@ -349,7 +357,8 @@ def _split_k_words(slices: int) -> str:
 
 
 def _size(num_bytes: int) -> str:
+    """In the largest unit that reads as at least 1.0 (a pool a hair under 1 GiB is '1.0 GiB', not '1024.0 MiB')."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if num_bytes >= scale:
+        if num_bytes >= 0.95 * scale:
             return f"{num_bytes / scale:.1f} {unit}"
     return f"{num_bytes} bytes"

@@ -78,15 +78,22 @@ def test_engine_options_are_named_as_typed(model_dirs, tmp_path):
     assert "max_running_req" not in result.stderr
 
 
-def test_the_engine_is_described_in_words(model_dirs, tmp_path):
+def test_the_engine_is_described_in_one_plain_line_and_in_detail_with_verbose(model_dirs, tmp_path):
     prompts = write(tmp_path / "p.txt", "hello\n")
     wide = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1")
     narrow = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1", "--max-running", "2")
-    assert "engine ready on cpu in float32: KV cache for 16,384 tokens (8.0 MiB; room for all 32 running " \
-           "requests at the full 512-token context" in wide.stderr
-    assert "KV cache for 1,024 tokens" in narrow.stderr  # why it shrank is in the same words
+    ready = [line for line in wide.stderr.splitlines() if line.startswith("engine")]
+    assert ready == ["engine ready on cpu, float32: room for 16,384 tokens in the KV cache (8.0 MiB)"]
+    assert "room for 1,024 tokens in the KV cache" in narrow.stderr
+    for jargon in ("panels", "VNNI", "AVX", "budget", "attention", "CUDA graphs", "MiB;"):
+        assert jargon not in wide.stderr
+    verbose = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1", "--verbose")
+    assert verbose.exit_code == 0, verbose.stderr
+    assert "engine ready on cpu, float32: room for 16,384 tokens" in verbose.stderr
+    assert "KV cache for 16,384 tokens (8.0 MiB; room for all 32 running requests at the full 512-token " \
+           "context" in verbose.stderr and "attention with" in verbose.stderr
     for internal in ("TorchAttentionBackend", "KV pages of", "max_running_req"):
-        assert internal not in wide.stderr
+        assert internal not in verbose.stderr
 
 
 def test_help_shows_flags_as_flags_and_every_baseline():
