@@ -8,6 +8,7 @@ import time
 import typer
 from rich.console import Console
 
+from core.words import plural
 from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.exits import INTERRUPTED
@@ -60,7 +61,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
         out.print(summary_table(RunSummary.of(results, wall)))
     if interrupted:
         finished = sum(r["finish_reason"] != "interrupted" for r in results)
-        activity.line(f"interrupted: {finished} of {len(results)} prompts had finished; the others are marked "
+        activity.line(f"interrupted: {finished} of {plural(len(results), 'prompt')} had finished; the others are marked "
                       f"interrupted (exit code 130)")
         raise typer.Exit(INTERRUPTED)
     exit_for(results, activity)

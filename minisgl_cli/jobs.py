@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from core.words import plural
 from core.choices import check_dtype_name
 from core.errors import InvalidParamsError
 from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
@@ -148,7 +149,7 @@ def check_against_reference(llm: LLM, inputs: list[Prompt], job: Job, results: l
     with activity.phase("loading the transformers reference"):
         reference = HFReference(llm.model_dir)
     verdicts = []
-    with activity.phase(f"transformers greedy reference, one prompt at a time ({len(inputs)} prompts)"):
+    with activity.phase(f"transformers greedy reference, one prompt at a time ({plural(len(inputs), 'prompt')})"):
         for i, (prompt, params, result) in enumerate(zip(inputs, job.params, results)):
             activity.update(f"transformers greedy reference: prompt {i + 1}/{len(inputs)}")
             if result["finish_reason"] == "error":
@@ -163,5 +164,6 @@ def exit_for(results: list[Result], activity: Activity) -> None:
     """Exit code 1 when some results are errors (they have been printed), with a line on stderr that says so."""
     failed = sum(r["finish_reason"] == "error" for r in results)
     if failed:
-        activity.line(f"{failed} of {len(results)} prompts failed; their errors are in the results (exit code 1)")
+        activity.line(f"{failed} of {plural(len(results), 'prompt')} failed; their errors are in the results "
+                      f"(exit code 1)")
         raise typer.Exit(SOME_FAILED)

@@ -79,7 +79,7 @@ IgnoreEos = Annotated[Optional[bool], typer.Option(
     "--ignore-eos/--stop-at-eos", metavar=FLAG, rich_help_panel=_SAMPLING, show_default=False,
     help="Keep generating after an end-of-sequence token (default: the file's value, else stop).")]
 Stop = Annotated[Optional[list[str]], typer.Option(
-    "--stop", rich_help_panel=_SAMPLING, show_default=False,
+    "--stop", metavar="TEXT", rich_help_panel=_SAMPLING, show_default=False,
     help="End a prompt's text at this string (cut before it); repeat for several.")]
 Logprobs = Annotated[Optional[int], typer.Option(
     "--logprobs", min=0, max=20, rich_help_panel=_SAMPLING,

@@ -19,6 +19,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 import sample_prompts
+from core.words import plural
 from core.events import StepEvent
 from core.llm.arrivals import Arrival, every_n_steps, poisson
 from core.prompts import Prompt
@@ -178,7 +179,7 @@ def _run_live(llm: LLM, inputs: list[Prompt], job: Job, arrivals: list[Arrival |
 def _report_interrupt(view: LiveSteps, trace_file: TraceFile | None, out: Console, err: Console,
                       how: str = "interrupted") -> None:
     if view.events:
-        out.print(step_table(view.events, view.show_cached, caption=f"{how} after {len(view.events)} steps"))
+        out.print(step_table(view.events, view.show_cached, caption=f"{how} after {plural(len(view.events), 'step')}"))
     where = f"; {trace_file.lines} complete step events are in {trace_file.path}" if trace_file else ""
     err.print(f"{how}; unfinished requests were aborted{where}")
 

@@ -14,6 +14,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from core.words import plural
 from core.events import StepEvent
 from render.step_detail import WAIT_WORDS, detail_height, legend, step_detail
 from render.style import PHASE_STYLE, titled_table
@@ -118,9 +119,9 @@ class LiveSteps:
         self.finished += len(event.finished)
 
     def caption(self, hidden: int = 0) -> str:
-        parts = [f"{len(self.events)} steps", f"{self.finished}/{self.total_requests} requests finished"]
+        parts = [plural(len(self.events), "step"), f"{self.finished}/{plural(self.total_requests, 'request')} finished"]
         if hidden:
-            parts.append(f"{hidden} earlier steps scrolled off")
+            parts.append(f"{plural(hidden, 'earlier step')} scrolled off")
         return " · ".join(parts + ([self.hint] if self.hint else [])) + " · running…"
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from core.words import plural
 from render.prompt_echo import PromptCell
 from render.style import one_line, titled_table
 
@@ -66,7 +67,8 @@ def _detail(verdict: Verdict) -> str:
 def summary_line(verdicts: Sequence[Verdict]) -> Text:
     exact = sum(v.exact for v in verdicts)
     style = "bold green" if exact == len(verdicts) else "bold red"
-    text = Text(f"{exact}/{len(verdicts)} prompts match transformers token for token", style=style)
+    text = Text(f"{exact}/{plural(len(verdicts), 'prompt')} {'matches' if len(verdicts) == 1 else 'match'} "
+                "transformers token for token", style=style)
     ties = sum(v.status == "near-tie" for v in verdicts)
     if ties:
         text.append(f"; {ties} differ only at a near-tie", style="yellow")

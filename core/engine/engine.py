@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from core.words import plural
 from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.config import EngineConfig, parse_dtype
@@ -166,8 +167,8 @@ class Engine:
         the KV cache holds (``describe`` has the plan's details)."""
         tokens = self.num_pages * self.page_size
         size = _size(tokens * self.kv_bytes_per_token) + (", fp8" if self.plan.kv_fp8 else "")
-        return (f"engine ready on {self.device}, {str(self.dtype).removeprefix('torch.')}: room for {tokens:,} "
-                f"tokens in the KV cache ({size})")
+        return (f"engine ready on {self.device}, {str(self.dtype).removeprefix('torch.')}: room for "
+                f"{plural(tokens, 'token')} in the KV cache ({size})")
 
     def describe(self) -> str:
         """The engine in detail, for ``--verbose`` and ``minisgl bench``: where it runs, how much the KV cache
@@ -176,16 +177,17 @@ class Engine:
         per_token = self.kv_bytes_per_token
         rows = self.config.max_running_req
         if self.config.num_pages is not None:
-            why = f"{self.num_pages:,} page{'s' if self.num_pages != 1 else ''} as asked"
+            why = f"{plural(self.num_pages, 'page')} as asked"
         elif self.num_pages * self.page_size >= rows * self.max_seq_len:
-            why = (f"room for all {rows} running requests at the full {self.max_seq_len:,}-token context, so it "
+            running = "the one running request" if rows == 1 else f"all {rows} running requests"
+            why = (f"room for {running} at the full {self.max_seq_len:,}-token context, so it "
                    f"grows with the number of requests run at once")
         else:
             why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         if self.prefill_graph is not None:
-            graphs += f" and for full prefill chunks of {self.prefill_graph.tokens:,} tokens"
+            graphs += f" and for full prefill chunks of {plural(self.prefill_graph.tokens, 'token')}"
         four_bit = four_bit_panels(self.model)
         packed = ((", linears in C on weights packed into panels (AVX-512" +
                    (f"; {four_bit} of them as the 4-bit codes they are made of)" if four_bit else ")"))
@@ -198,7 +200,7 @@ class Engine:
             packed += f", {plan.precision.words}"
         layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
         return (f"engine on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
-                f"{tokens:,} tokens{' in fp8' if plan.kv_fp8 else ''}{layout} ({_size(tokens * per_token)}; {why}), "
+                f"{plural(tokens, 'token')}{' in fp8' if plan.kv_fp8 else ''}{layout} ({_size(tokens * per_token)}; {why}), "
                 f"{plan.attention} attention with {_kernel_words(plan)}{packed}, {graphs}")
 
     def _pool_pages(self) -> int:
@@ -212,7 +214,7 @@ class Engine:
         needed = config.max_running_req * pages_for(self.max_seq_len, self.page_size)
         pages = min_over_ranks(min(pages, needed), self.tp_info.size, self.device)  # free memory differs per GPU
         if pages < config.max_running_req:
-            raise InvalidParamsError(f"a KV budget of {budget_gb} GiB gives only {pages} pages; it needs at least "
+            raise InvalidParamsError(f"a KV budget of {budget_gb} GiB gives only {plural(pages, 'page')}; it needs at least "
                                      f"{config.max_running_req} (one per request row)")
         return pages
 
