@@ -19,6 +19,12 @@ def home_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "minisgl"
 
 
+def derived_cache_disabled() -> bool:
+    """MINISGL_DISABLE_DERIVED_CACHE=1 derives the kernels' tensors from the weights on every start instead of
+    reading them back from MINISGL_HOME (core/kernels/derived.py; for comparisons)."""
+    return _flag("MINISGL_DISABLE_DERIVED_CACHE")
+
+
 def overlap_scheduling_disabled() -> bool:
     """MINISGL_DISABLE_OVERLAP_SCHEDULING=1 forces the plain receive/forward/handle loop."""
     return _flag("MINISGL_DISABLE_OVERLAP_SCHEDULING")

@@ -34,13 +34,21 @@ def _fail(message: str, code: int = USAGE) -> NoReturn:
 
 
 class _PlainHelpFlag:
-    """``--help`` listed as the flag it is, without Typer's ``<bool>`` type column."""
+    """``--help`` and every other on/off flag listed as the flag it is, without Typer's ``<bool>`` type column
+    (a command's own flags say so with ``metavar=FLAG``; this catches any that do not)."""
 
     def get_help_option(self, ctx: Any) -> Any:
         option = super().get_help_option(ctx)  # type: ignore[misc]
         if option is not None:
             option.metavar = FLAG
         return option
+
+    def get_params(self, ctx: Any) -> Any:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and getattr(param, "metavar", FLAG) is None:
+                param.metavar = FLAG
+        return params
 
 
 class _Command(_PlainHelpFlag, TyperCommand):
@@ -99,7 +107,7 @@ def root(ctx: typer.Context,
             typer.echo(text)
 
 
-app.command("serve")(serve)
+app.command("serve", cls=_Command)(serve)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.workload import WORKLOADS, workload_spec
+from minisgl_cli.console import stdout_console
 from minisgl_cli.jobs import quiet_transformers
 from minisgl_cli.engine_options import engine_option
 from minisgl_cli.options import FLAG
@@ -121,4 +122,4 @@ def bench(
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
     else:
-        Console().print(bench_view(report))
+        stdout_console().print(bench_view(report))

@@ -8,6 +8,8 @@ import time
 import typer
 from rich.console import Console
 
+from core.words import plural
+from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED
@@ -20,19 +22,19 @@ from render.results import RunSummary, summary_table
 @with_engine_options
 def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.Temperature = None,
              top_k: o.TopK = None, top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None,
-             chat: o.Chat = False, stream: o.Stream = None,
+             chat: o.Chat = False, verbose: o.Verbose = False, stream: o.Stream = None,
              stop: o.Stop = None, logprobs: o.Logprobs = None,
              json_out: o.Json = False, engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
 
     Exit code 0 when every prompt finished, 1 when some results are errors (they are still printed), 130 on
     Ctrl-C (the finished results are printed, the others marked interrupted)."""
-    out, activity = Console(), Activity(Console(stderr=True))
+    out, activity = stdout_console(), Activity(Console(stderr=True))
     if stream and json_out:
         raise typer.BadParameter("--stream writes text; use one or the other", param_hint="'--json'")
     job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
                                               tuple(stop) if stop else None, logprobs))
-    llm = load_llm(engine, activity)
+    llm = load_llm(engine, activity, verbose)
     inputs = engine_inputs(llm, job, chat)
     separator = "\n" if chat else ""
     if stream is None:
@@ -56,7 +58,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
         out.print(summary_table(RunSummary.of(results, wall)))
     if interrupted:
         finished = sum(r["finish_reason"] != "interrupted" for r in results)
-        activity.line(f"interrupted: {finished} of {len(results)} prompts had finished; the others are marked "
+        activity.line(f"interrupted: {finished} of {plural(len(results), 'prompt')} had finished; the others are marked "
                       f"interrupted (exit code 130)")
         raise typer.Exit(INTERRUPTED)
     exit_for(results, activity)

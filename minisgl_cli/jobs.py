@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from core.errors import InvalidParamsError
+from core.words import plural
 from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
 from core.request import Result, SamplingParams
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
@@ -75,7 +76,7 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def load_llm(opts: EngineOptions, activity: Activity) -> LLM:
+def load_llm(opts: EngineOptions, activity: Activity, verbose: bool = False) -> LLM:
     """Build the engine under a spinner that turns from the first moment (importing torch is part of the
     wait); the slow first conversion of a GGUF and the engine's summary are printed as notes."""
     opts.check()  # what the engine would refuse only after loading the model, said in the options typed
@@ -84,7 +85,10 @@ def load_llm(opts: EngineOptions, activity: Activity) -> LLM:
         from core.llm import LLM
 
         quiet_transformers()
-        return LLM(opts.model, log=activity.note, **opts.given())
+        llm = LLM(opts.model, log=activity.note, **opts.given())
+        if verbose:
+            activity.note(llm.engine.describe())
+        return llm
 
 
 def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:
@@ -132,7 +136,7 @@ def check_against_reference(llm: LLM, inputs: list[Prompt], job: Job, results: l
     with activity.phase("loading the transformers reference"):
         reference = HFReference(llm.model_dir)
     verdicts = []
-    with activity.phase(f"transformers greedy reference, one prompt at a time ({len(inputs)} prompts)"):
+    with activity.phase(f"transformers greedy reference, one prompt at a time ({plural(len(inputs), 'prompt')})"):
         for i, (prompt, params, result) in enumerate(zip(inputs, job.params, results)):
             activity.update(f"transformers greedy reference: prompt {i + 1}/{len(inputs)}")
             if result["finish_reason"] == "error":
@@ -147,5 +151,6 @@ def exit_for(results: list[Result], activity: Activity) -> None:
     """Exit code 1 when some results are errors (they have been printed), with a line on stderr that says so."""
     failed = sum(r["finish_reason"] == "error" for r in results)
     if failed:
-        activity.line(f"{failed} of {len(results)} prompts failed; their errors are in the results (exit code 1)")
+        activity.line(f"{failed} of {plural(len(results), 'prompt')} failed; their errors are in the results "
+                      f"(exit code 1)")
         raise typer.Exit(SOME_FAILED)

@@ -21,6 +21,9 @@ FLAG = ""
 _ENGINE = "Engine"
 _SAMPLING = "Sampling"
 
+Verbose = Annotated[bool, typer.Option(
+    "--verbose", metavar=FLAG, rich_help_panel="Engine",
+    help="Describe the engine's plan on stderr once it is ready: attention, kernels, weight formats, graphs.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 
@@ -39,7 +42,7 @@ IgnoreEos = Annotated[Optional[bool], typer.Option(
     "--ignore-eos/--stop-at-eos", metavar=FLAG, rich_help_panel=_SAMPLING, show_default=False,
     help="Keep generating after an end-of-sequence token (default: the file's value, else stop).")]
 Stop = Annotated[Optional[list[str]], typer.Option(
-    "--stop", rich_help_panel=_SAMPLING, show_default=False,
+    "--stop", metavar="TEXT", rich_help_panel=_SAMPLING, show_default=False,
     help="End a prompt's text at this string (cut before it); repeat for several.")]
 Logprobs = Annotated[Optional[int], typer.Option(
     "--logprobs", min=0, max=20, rich_help_panel=_SAMPLING,

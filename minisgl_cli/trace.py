@@ -19,9 +19,11 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 import sample_prompts
+from core.words import plural
 from core.events import StepEvent
 from core.llm.arrivals import Arrival, every_n_steps, poisson
 from core.prompts import Prompt
+from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
@@ -69,7 +71,7 @@ NoLegend = Annotated[bool, typer.Option("--no-legend", metavar=o.FLAG, rich_help
 def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Svg = None, verify: Verify = False,
           max_tokens: o.MaxTokens = None, temperature: o.Temperature = None, top_k: o.TopK = None,
           top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None, chat: o.Chat = False,
-          arrival_every: ArrivalEvery = None,
+          verbose: o.Verbose = False, arrival_every: ArrivalEvery = None,
           arrival_rate: ArrivalRate = None, step_delay: StepDelay = 0.0, step: StepByKey = False,
           show_radix: ShowRadix = False, no_legend: NoLegend = False, replay: x.Replay = None, html: x.Html = None,
           perfetto: x.Perfetto = None, engine: EngineOptions = EngineOptions.defaults()) -> None:
@@ -78,7 +80,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     Each row shows the phase, batch size, tokens, every request's extend length, the KV pages in use and who
     waits; under the table, why each queued request waits and the KV pool. Without PROMPTS it runs the
     tutorial's five prompts (max_tokens 6, 2, 5, 1, 4, EOS ignored)."""
-    out, err = Console(), Console(stderr=True)
+    out, err = stdout_console(), Console(stderr=True)
     exports = x.Exports(html, perfetto)
     if replay:
         if prompts is not None:
@@ -99,7 +101,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     header = x.run_header(job.labels, engine, sampling, arrival_every, arrival_rate)
     trace_file = TraceFile(trace_out, header) if trace_out else None
     try:
-        llm = load_llm(engine, Activity(err))
+        llm = load_llm(engine, Activity(err), verbose)
         if trace_file:
             trace_file.decode = llm.tokenizer.decode
         llm.report_radix = show_radix
@@ -173,7 +175,7 @@ def _run_live(llm: LLM, inputs: list[Prompt], job: Job, arrivals: list[Arrival |
 def _report_interrupt(view: LiveSteps, trace_file: TraceFile | None, out: Console, err: Console,
                       how: str = "interrupted") -> None:
     if view.events:
-        out.print(step_table(view.events, view.show_cached, caption=f"{how} after {len(view.events)} steps"))
+        out.print(step_table(view.events, view.show_cached, caption=f"{how} after {plural(len(view.events), 'step')}"))
     where = f"; {trace_file.lines} complete step events are in {trace_file.path}" if trace_file else ""
     err.print(f"{how}; unfinished requests were aborted{where}")
 

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console, RenderableType
 from rich.live import Live
 
+from core.words import plural
 from minisgl_cli.engine_options import EngineOptions, flag
 from minisgl_cli.options import SamplingOptions
 from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
@@ -159,13 +160,13 @@ def replay(path: Path, options: ReplayView, exports: Exports, svg: Path | None, 
                 live.refresh()
                 pacer.after_step()
     except StopRequested:
-        out.print(step_table(view.events, view.show_cached, caption=f"stopped with q after {len(view.events)} steps"))
+        out.print(step_table(view.events, view.show_cached, caption=f"stopped with q after {plural(len(view.events), 'step')}"))
         raise typer.Exit(0) from None
     screen = final_screen(trace, options.show_radix, options.show_legend)
     for renderable in screen:
         out.print(renderable)
     if not trace.finished:
-        err.print(f"[yellow]the run in {path} was interrupted after {len(trace.events)} steps: no results[/]")
+        err.print(f"[yellow]the run in {path} was interrupted after {plural(len(trace.events), 'step')}: no results[/]")
     if svg:
         from render.export import save_svg
 

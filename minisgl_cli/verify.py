@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 import sample_prompts
+from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import SOME_FAILED
@@ -30,6 +31,7 @@ Ref = Annotated[Literal[REFERENCES], typer.Option("--ref",
 def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json = False,
            max_tokens: o.MaxTokens = None, temperature: o.Temperature = None, top_k: o.TopK = None,
            top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None, chat: o.Chat = False,
+           verbose: o.Verbose = False,
            engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Check the engine's greedy output for PROMPTS against transformers, token for token.
 
@@ -40,7 +42,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
     job = load_job(prompts or sample_prompts.path(), o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed,
                                                                          ignore_eos))
     require_greedy(job)
-    llm = load_llm(engine, activity)
+    llm = load_llm(engine, activity, verbose)
     inputs = engine_inputs(llm, job, chat)
     results = generate_with_progress(llm, inputs, job, activity)
     verdicts = check_against_reference(llm, inputs, job, results, activity)
@@ -49,7 +51,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
             print(json.dumps({"index": i, "prompt": spec.prompt, "token_ids": result["token_ids"],
                               "text": result["text"], **verdict.to_dict()}, ensure_ascii=False), flush=True)
     else:
-        out = Console()
+        out = stdout_console()
         out.print(verify_table(job.labels, results, verdicts, lambda t: _token_text(llm, t)))
         out.print(summary_line(verdicts))
     if not all(v.exact for v in verdicts):

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from core.words import plural
 from core.bench.names import STAGE_UNITS
 from core.bench.report import BenchReport, Percentiles
 from render.activity import Activity
@@ -58,8 +59,9 @@ def _ms(p: Percentiles) -> tuple[str, str, str]:
 
 def bench_view(report: BenchReport) -> Group:
     engine = report.result("minisgl")
-    title = (f"{report.workload} workload: {report.requests} requests, {report.prompt_tokens} prompt tokens, "
-             f"{report.model} on {report.device}, KV cache in pages of {report.page_size} tokens")
+    title = (f"{report.workload} workload: {plural(report.requests, 'request')}, "
+             f"{plural(report.prompt_tokens, 'prompt token')}, {report.model} on {report.device}, "
+             f"KV cache in pages of {plural(report.page_size, 'token')}")
     table = Table(title=title, title_justify="left")
     table.add_column("engine")
     table.add_column("requests", justify="right")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from core.words import plural
 from render.activity import Activity
 
 
@@ -28,7 +29,7 @@ class GenerationProgress:
         self._started = 0.0
         self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                   MofNCompleteColumn(), TextColumn("tokens · {task.fields[finished]}/"
-                                                                   f"{self.requests} requests"),
+                                                                   + plural(self.requests, "request")),
                                   TimeElapsedColumn(), console=activity.console, transient=True,
                                   disable=not activity.live)
         self._task = self._progress.add_task(description, total=sum(budgets), finished=0)
@@ -44,12 +45,12 @@ class GenerationProgress:
         if self._activity.live:
             self._progress.start()
         else:
-            self._activity.line(f"{self._description}: {self.requests} requests…")
+            self._activity.line(f"{self._description}: {plural(self.requests, 'request')}…")
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._activity.live:
             self._progress.stop()
             return
-        self._activity.line(f"{self._description}: {self.finished}/{self.requests} requests finished, "
-                            f"{self.tokens} tokens in {time.perf_counter() - self._started:.1f} s")
+        self._activity.line(f"{self._description}: {self.finished}/{plural(self.requests, 'request')} finished, "
+                            f"{plural(self.tokens, 'token')} in {time.perf_counter() - self._started:.1f} s")

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from rich.text import Text
 from rich.tree import Tree
 
+from core.words import plural
 from core.events import RadixNodeView
 from render.kv_bar import request_style
 from render.style import one_line
@@ -36,9 +37,9 @@ def node_label(node: RadixNodeView, decode: Callable[[list[int]], str] | None) -
 def radix_tree(nodes: Sequence[RadixNodeView], decode: Callable[[list[int]], str] | None = None,
                evicted_pages: int = 0, title: str = "radix cache") -> Tree:
     header = Text(title, style="bold")
-    header.append(f" · {len(nodes)} nodes · {sum(n.pages for n in nodes)} pages", style="dim")
+    header.append(f" · {plural(len(nodes), 'node')} · {plural(sum(n.pages for n in nodes), 'page')}", style="dim")
     if evicted_pages:
-        header.append(f" · evicted {evicted_pages} pages this step", style="red")
+        header.append(f" · evicted {plural(evicted_pages, 'page')} this step", style="red")
     root = Tree(header)
     branches: dict[int | None, Tree] = {None: root}
     for node in nodes:  # parents come before their children

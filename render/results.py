@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from core.request import Result
-from render.prompt_echo import echo_prompt
+from render.prompt_echo import PromptCell, echo_prompt
 from render.style import FINISH_STYLE, one_line, show_edges, titled_table
 from render.verify import verdict_mark
 
@@ -32,18 +32,18 @@ def generations_table(labels: Sequence[str], results: Sequence[Result],
                       visible_whitespace: bool = False) -> Table:
     """``visible_whitespace`` shows trailing spaces as ␣, so a completion of one space is not a blank."""
     table = titled_table(title)
-    table.add_column("uid", justify="right")
-    table.add_column("prompt", max_width=32, no_wrap=True, overflow="ellipsis")
+    table.add_column("uid", justify="right", no_wrap=True)
+    table.add_column("prompt", max_width=32)
     table.add_column("completion", overflow="fold")
-    table.add_column("finish")
-    table.add_column("tokens", justify="right")
+    table.add_column("finish", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
     if verdicts is not None:
         table.add_column("vs HF")
     for i, (label, result) in enumerate(zip(labels, results)):
         completion = (Text(result["error"] or "", style="red") if result["finish_reason"] == "error"
                       else one_line(show_edges(result["text"]) if visible_whitespace else result["text"],
                                     style="green"))
-        row: list[RenderableType] = [str(result.get("uid", i)), one_line(label), completion, finish_text(result),
+        row: list[RenderableType] = [str(result.get("uid", i)), PromptCell(label), completion, finish_text(result),
                                      str(len(result["token_ids"]))]
         if verdicts is not None:
             row.append(verdict_mark(verdicts[i]))

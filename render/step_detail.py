@@ -19,6 +19,9 @@ WAITS_SHOWN = 4
 
 SHORT_REASON = {"rows": "row", "kv_pages": "KV", "token_budget": "budget", "forced_decode": "decode",
                 "fcfs": "FCFS", "shared_prefix": "prefix"}
+# the step table's wait column: why the first queued request waits, in two words
+WAIT_WORDS = {"rows": "no row", "kv_pages": "no KV", "token_budget": "budget", "forced_decode": "decode",
+              "fcfs": "FCFS", "shared_prefix": "prefix"}
 
 LEGEND = (
     ("step", "the forward pass's number: one batch, one phase"),
@@ -28,7 +31,7 @@ LEGEND = (
     ("uid:extend_len", "tokens each request computed (+N: reused from the prefix cache)"),
     ("new", "requests that arrived just before this step"),
     ("KV pages", "KV cache pages in use / pages in the pool"),
-    ("wait", "requests still queued (why the first one waits)"),
+    ("wait", "requests still queued · why the first waits: no row, no KV (pages), budget, decode, FCFS, prefix"),
     ("done", "requests that finished in this step"),
     ("ms", "how long the step took"),
 )

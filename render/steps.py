@@ -14,8 +14,9 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
+from core.words import plural
 from core.events import StepEvent
-from render.step_detail import SHORT_REASON, detail_height, legend, step_detail
+from render.step_detail import WAIT_WORDS, detail_height, legend, step_detail
 from render.style import PHASE_STYLE, titled_table
 
 _CHROME_ROWS = 7  # title, header, borders and caption around the rows
@@ -36,10 +37,10 @@ def requests_cell(event: StepEvent, show_cached: bool) -> Text:
 
 
 def wait_cell(event: StepEvent) -> Text:
-    """How many wait, and in a word why the first of them does."""
+    """How many wait, and in two words why the first of them does: ``3 · no row``, ``1 · no KV``."""
     out = Text(str(event.waiting))
     if event.waits:
-        out.append(f" {SHORT_REASON.get(event.waits[0].kind, event.waits[0].kind)}", style="yellow")
+        out.append(f" · {WAIT_WORDS.get(event.waits[0].kind, event.waits[0].kind)}", style="yellow")
     return out
 
 
@@ -69,17 +70,18 @@ def step_table(events: Sequence[StepEvent], show_cached: bool = False, caption: 
                title: str = "scheduled batches", with_arrivals: bool | None = None) -> Table:
     table = titled_table(title, caption)
     arrivals = has_late_arrivals(events) if with_arrivals is None else with_arrivals
-    table.add_column("step", justify="right")
-    table.add_column("phase")
-    table.add_column("bs", justify="right")
-    table.add_column("tokens", justify="right")
-    table.add_column("uid:extend_len" + (" (+cached)" if show_cached else ""), overflow="fold", min_width=16)
+    # numbers keep every digit (no_wrap: a narrow screen squeezes the request lists instead)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("phase", no_wrap=True)
+    table.add_column("bs", justify="right", no_wrap=True)
+    table.add_column("tokens", justify="right", no_wrap=True)
+    table.add_column("uid:extend_len" + (" (+cached)" if show_cached else ""), overflow="fold")
     if arrivals:
         table.add_column("new", overflow="fold", max_width=4)
-    table.add_column("KV pages", justify="right")
+    table.add_column("KV pages", justify="right", no_wrap=True)
     table.add_column("wait", justify="right", no_wrap=True)
     table.add_column("done", overflow="fold")
-    table.add_column("ms", justify="right")
+    table.add_column("ms", justify="right", no_wrap=True)
     with_notes = any(e.note for e in events)
     if with_notes:
         table.add_column("note", overflow="fold")
@@ -117,9 +119,9 @@ class LiveSteps:
         self.finished += len(event.finished)
 
     def caption(self, hidden: int = 0) -> str:
-        parts = [f"{len(self.events)} steps", f"{self.finished}/{self.total_requests} requests finished"]
+        parts = [plural(len(self.events), "step"), f"{self.finished}/{plural(self.total_requests, 'request')} finished"]
         if hidden:
-            parts.append(f"{hidden} earlier steps scrolled off")
+            parts.append(f"{plural(hidden, 'earlier step')} scrolled off")
         return " · ".join(parts + ([self.hint] if self.hint else [])) + " · running…"
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:

@@ -14,7 +14,8 @@ from rich.text import Text
 
 from core.events import StepEvent
 from render.step_detail import SHORT_REASON
-from render.style import PHASE_STYLE, one_line, titled_table
+from render.prompt_echo import PromptCell
+from render.style import PHASE_STYLE, titled_table
 
 PREFILL, DECODE, WAITING, ARRIVED, GONE = "P", "D", "·", "▸", " "
 _CELL_STYLE = {PREFILL: PHASE_STYLE["prefill"], DECODE: PHASE_STYLE["decode"], WAITING: "dim", ARRIVED: "blue"}
@@ -75,15 +76,15 @@ def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Seq
     uids = list(range(len(labels))) if uids is None else list(uids)
     states = request_states(events, uids)
     table = titled_table(title, LEGEND)
-    table.add_column("uid", justify="right")
-    table.add_column("prompt", max_width=20, no_wrap=True, overflow="ellipsis")
-    table.add_column(Text(ruler(len(events)) or "step", style="dim"), overflow="fold")
+    table.add_column("uid", justify="right", no_wrap=True)
+    table.add_column("prompt", max_width=32)  # the column that shrinks on a narrow screen (PromptCell)
+    table.add_column(Text(ruler(len(events)) or "step", style="dim"), no_wrap=True)
     arrived_at = arrival_steps(events)
     late = any(step > events[0].step for step in arrived_at.values()) if events else False
     if late:
-        table.add_column("arrived", justify="right")
-    table.add_column("steps in", justify="right")
-    table.add_column("waited", justify="right")
+        table.add_column("arrived", justify="right", no_wrap=True)
+    table.add_column("steps in", justify="right", no_wrap=True)
+    table.add_column("waited", justify="right", no_wrap=True)
     reasons = wait_summary(events)
     if reasons:
         table.add_column("why it waited", style="yellow", overflow="fold")
@@ -99,5 +100,5 @@ def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Seq
         waited = sum(c in (WAITING, ARRIVED) for c in row) if ran else 0
         arrival = [f"step {arrived_at[uid]}" if uid in arrived_at else ""] if late else []
         why = [reasons.get(uid, "")] if reasons else []
-        table.add_row(str(uid), one_line(label), cells, *arrival, str(ran), str(waited), *why)
+        table.add_row(str(uid), PromptCell(label), cells, *arrival, str(ran), str(waited), *why)
     return table

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any
 from rich.table import Table
 from rich.text import Text
 
+from core.words import plural
+from render.prompt_echo import PromptCell
 from render.style import one_line, titled_table
 
 if TYPE_CHECKING:  # the reference itself (torch, transformers) is loaded only by the commands that run it
@@ -29,13 +31,13 @@ def verify_table(labels: Sequence[str], results: Sequence[dict[str, Any]], verdi
                  token_text: Callable[[int | None], str]) -> Table:
     """One row per prompt; where it differs, both tokens (as text and id) and the near-tie evidence."""
     table = titled_table("engine (batched) vs transformers (one prompt at a time, greedy, float32)")
-    table.add_column("#", justify="right")
-    table.add_column("prompt", max_width=28, no_wrap=True, overflow="ellipsis")
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("prompt", max_width=28)
     table.add_column("result", no_wrap=True)
-    table.add_column("tokens", justify="right")
+    table.add_column("tokens", justify="right", no_wrap=True)
     table.add_column("first difference", overflow="fold", ratio=1)
     for i, (label, result, verdict) in enumerate(zip(labels, results, verdicts)):
-        table.add_row(str(i), one_line(label), verdict_mark(verdict), str(len(result["token_ids"])),
+        table.add_row(str(i), PromptCell(label), verdict_mark(verdict), str(len(result["token_ids"])),
                       difference(verdict, token_text))
     return table
 
@@ -65,7 +67,8 @@ def _detail(verdict: Verdict) -> str:
 def summary_line(verdicts: Sequence[Verdict]) -> Text:
     exact = sum(v.exact for v in verdicts)
     style = "bold green" if exact == len(verdicts) else "bold red"
-    text = Text(f"{exact}/{len(verdicts)} prompts match transformers token for token", style=style)
+    text = Text(f"{exact}/{plural(len(verdicts), 'prompt')} {'matches' if len(verdicts) == 1 else 'match'} "
+                "transformers token for token", style=style)
     ties = sum(v.status == "near-tie" for v in verdicts)
     if ties:
         text.append(f"; {ties} differ only at a near-tie", style="yellow")

@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 
     if torch.cuda.is_available():
         return
-    skip = pytest.mark.skip(reason="needs CUDA")
+    skip = pytest.mark.skip(reason="a GPU test: needs CUDA, which this machine lacks")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

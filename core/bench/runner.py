@@ -99,9 +99,11 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
 
     def engine(precision: str) -> LLM:
         say(f"loading {model_name} into the engine (precision {precision})")
-        return LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
-                   max_seq_len=longest, tp=options.tp, kv_dtype=options.kv_dtype or "auto", precision=precision,
-                   page_size=options.engine_page_size(), log=log)
+        llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
+                  max_seq_len=longest, tp=options.tp, kv_dtype=options.kv_dtype or "auto", precision=precision,
+                  page_size=options.engine_page_size(), log=log)
+        say(llm.engine.describe())  # what the engine chose, in detail: what the figures are of
+        return llm
 
     exact_result, exact_batch1_ms = None, None
     if options.precision != "exact":

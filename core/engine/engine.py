@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from core.words import plural
 from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.config import EngineConfig, parse_dtype
@@ -32,6 +33,7 @@ from core.kernels.bf16_weights import bf16_linears
 from core.kernels.cpu_attention import CDecodeAttention
 from core.kernels.cpu_features import cpu_features
 from core.kernels.cpu_gemm import four_bit_panels, panel_linears
+from core.kernels.derived import DerivedCache, source_key
 from core.kernels.four_bit import linear_codes
 from core.kernels.int8_weights import quantize_linears
 from core.kernels.onednn_packed import pack_linears
@@ -43,6 +45,7 @@ from core.layers.linear import local_kv_heads
 from core.model_config import ModelConfig
 from core.models.loader import load_model, read_model_config
 from core.models.random_spec import RandomSpec
+from core.models.weights import derived_cache_path
 from core.request import Batch
 
 DEFAULT_CPU_KV_GB = 1.0
@@ -116,7 +119,12 @@ class Engine:
         # float32 linears that are 4-bit codes (core/kernels/four_bit.py), found once for both C kernels reading them
         precision = self.plan.precision
         reads_codes = kernels.c_gemm or (precision.c_decode and not precision.c_int8)
-        codes = linear_codes(self.model) if kernels.four_bit_weights and reads_codes else {}
+        # what the kernels derive from the weights (codes, int8 copies, magnitudes), read back from the last start's
+        # file where it has them (core/kernels/derived.py)
+        derived = DerivedCache(derived_cache_path(model_dir, f"{str(self.dtype).removeprefix('torch.')}-rank"
+                                                  f"{self.tp_info.rank}of{self.tp_info.size}", source_key())
+                               if isinstance(model_dir, Path) else None)
+        codes = linear_codes(self.model, derived) if kernels.four_bit_weights and reads_codes else {}
         # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
         # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
         self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), codes) if kernels.c_gemm else
@@ -126,15 +134,16 @@ class Engine:
         self.screened_head = (kernels.screened_head or kernels.gpu_screened_head) and self.tp_info.size == 1
         if self.screened_head:
             head = self.model.lm_head
-            head.screen = (ScreenedHead.of(head.weight, head.packed) if kernels.screened_head else
+            head.screen = (ScreenedHead.of(head.weight, head.packed, derived) if kernels.screened_head else
                            GpuScreenedHead.of(head.weight))
         # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
         # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
                                             int8=self.plan.precision.c_int8,
                                             int8_dots=self.plan.precision.int8_dots,
-                                            four_bit=codes)
+                                            four_bit=codes, cache=derived)
                            if self.plan.precision.c_decode else None)
+        derived.save()
         self.sampler = Sampler(self.device, triton_race=kernels.triton_sampler)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
@@ -143,7 +152,7 @@ class Engine:
         # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if log:
-            log(self.describe())
+            log(self.summary())
             if self.precision_note:
                 log(self.precision_note)
 
@@ -153,23 +162,32 @@ class Engine:
         instructions the CPU lacks, when it kept float32)."""
         return self.plan.precision.note
 
+    def summary(self) -> str:
+        """The one line a user needs when the engine is ready: where it runs, in which dtype, and how many tokens
+        the KV cache holds (``describe`` has the plan's details)."""
+        tokens = self.num_pages * self.page_size
+        size = _size(tokens * self.kv_bytes_per_token) + (", fp8" if self.plan.kv_fp8 else "")
+        return (f"engine ready on {self.device}, {str(self.dtype).removeprefix('torch.')}: room for "
+                f"{plural(tokens, 'token')} in the KV cache ({size})")
+
     def describe(self) -> str:
-        """The engine in words for someone new to it: where it runs, how much the KV cache holds and why, and
-        what its plan chose."""
+        """The engine in detail, for ``--verbose`` and ``minisgl bench``: where it runs, how much the KV cache
+        holds and why, and what its plan chose (attention, kernels, weight formats, graphs)."""
         tokens = self.num_pages * self.page_size
         per_token = self.kv_bytes_per_token
         rows = self.config.max_running_req
         if self.config.num_pages is not None:
-            why = f"{self.num_pages:,} page{'s' if self.num_pages != 1 else ''} as asked"
+            why = f"{plural(self.num_pages, 'page')} as asked"
         elif self.num_pages * self.page_size >= rows * self.max_seq_len:
-            why = (f"room for all {rows} running requests at the full {self.max_seq_len:,}-token context, so it "
+            running = "the one running request" if rows == 1 else f"all {rows} running requests"
+            why = (f"room for {running} at the full {self.max_seq_len:,}-token context, so it "
                    f"grows with the number of requests run at once")
         else:
             why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         if self.prefill_graph is not None:
-            graphs += f" and for full prefill chunks of {self.prefill_graph.tokens:,} tokens"
+            graphs += f" and for full prefill chunks of {plural(self.prefill_graph.tokens, 'token')}"
         four_bit = four_bit_panels(self.model)
         packed = ((", linears in C on weights packed into panels (AVX-512" +
                    (f"; {four_bit} of them as the 4-bit codes they are made of)" if four_bit else ")"))
@@ -181,8 +199,8 @@ class Engine:
         if plan.precision.words:
             packed += f", {plan.precision.words}"
         layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
-        return (f"engine ready on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
-                f"{tokens:,} tokens{' in fp8' if plan.kv_fp8 else ''}{layout} ({_size(tokens * per_token)}; {why}), "
+        return (f"engine on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
+                f"{plural(tokens, 'token')}{' in fp8' if plan.kv_fp8 else ''}{layout} ({_size(tokens * per_token)}; {why}), "
                 f"{plan.attention} attention with {_kernel_words(plan)}{packed}, {graphs}")
 
     def _pool_pages(self) -> int:
@@ -196,7 +214,7 @@ class Engine:
         needed = config.max_running_req * pages_for(self.max_seq_len, self.page_size)
         pages = min_over_ranks(min(pages, needed), self.tp_info.size, self.device)  # free memory differs per GPU
         if pages < config.max_running_req:
-            raise InvalidParamsError(f"a KV budget of {budget_gb} GiB gives only {pages} pages; it needs at least "
+            raise InvalidParamsError(f"a KV budget of {budget_gb} GiB gives only {plural(pages, 'page')}; it needs at least "
                                      f"{config.max_running_req} (one per request row)")
         return pages
 
@@ -341,7 +359,8 @@ def _split_k_words(slices: int) -> str:
 
 
 def _size(num_bytes: int) -> str:
+    """In the largest unit that reads as at least 1.0 (a pool a hair under 1 GiB is '1.0 GiB', not '1024.0 MiB')."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if num_bytes >= scale:
+        if num_bytes >= 0.95 * scale:
             return f"{num_bytes / scale:.1f} {unit}"
     return f"{num_bytes} bytes"

@@ -30,13 +30,14 @@ This module knows the kernel's records and how to call it; the engine maps its m
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass, replace
+from dataclasses import astuple, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import torch
 
 from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
+from core.kernels.derived import DerivedCache
 from core.kernels.four_bit import Q4Codes, q4_rows
 from core.kernels.int8_weights import Int8Weight
 
@@ -175,6 +176,16 @@ def block_magnitudes(weight: torch.Tensor) -> torch.Tensor:
     return torch.nextafter(w.float(), torch.tensor(float("inf"))).contiguous()
 
 
+def head_int8(weight: torch.Tensor, cache: DerivedCache) -> Int8Weight:
+    """The LM head's int8 copy (what both screens estimate on), read back from ``cache`` or quantised now."""
+    return Int8Weight(*cache.get("lm_head.int8", lambda: astuple(Int8Weight.quantize(weight))))
+
+
+def head_block_magnitudes(weight: torch.Tensor, cache: DerivedCache) -> torch.Tensor:
+    """``block_magnitudes`` of the LM head, read back from ``cache`` or computed now."""
+    return cache.get("lm_head.block_l1", lambda: (block_magnitudes(weight),))[0]
+
+
 def _layer(w: LayerWeights) -> _Layer:
     return _Layer(**{name: (_weight(getattr(w, name)) if name in LINEARS else address(getattr(w, name)))
                      for name, _ in _Layer._fields_})
@@ -185,9 +196,9 @@ class CpuDecodeStep:
 
     def __init__(self, shape: DecodeShape, layers: list[LayerWeights], embedding: torch.Tensor,
                  final_norm: torch.Tensor, lm_head: torch.Tensor | Int8Weight, rope_cos_sin: torch.Tensor,
-                 max_len: int, threads: int, int_dots: bool = False) -> None:
+                 max_len: int, threads: int, int_dots: bool = False, cache: DerivedCache | None = None) -> None:
         """A float32 ``lm_head`` also gets an int8 copy and its rows' sums of magnitudes, for greedy steps
-        (``screen``: cpu_decode.c's screened_logits)."""
+        (``screen``: cpu_decode.c's screened_logits), read back from ``cache`` where it has them."""
         lib = load_library().library
         if lib is None:
             raise RuntimeError("the C decode step is not built")
@@ -211,7 +222,8 @@ class CpuDecodeStep:
         self._screen: tuple[Int8Weight, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._screen_fields: dict[str, object] = {}
         if not isinstance(lm_head, Int8Weight):
-            head8, l1 = tiled(lib, Int8Weight.quantize(lm_head)), block_magnitudes(lm_head)
+            cache = cache or DerivedCache()
+            head8, l1 = tiled(lib, head_int8(lm_head, cache)), head_block_magnitudes(lm_head, cache)
             bounds, tops = torch.empty(shape.vocab, dtype=torch.float32), torch.empty(threads, dtype=torch.float32)
             self._screen = (head8, l1, bounds, tops)
             self._screen_fields = dict(screen=_weight(head8), screen_l1=address(l1), screen_bounds=address(bounds),

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from core.kernels.derived import DerivedCache
+
 Q4_BLOCK = 32  # inputs per block of codes, as in a Q4_1 GGUF and in both C files
 # what the C kernels read per weight in that form: half a byte of code, and d and m (float32) per 32
 BYTES_PER_WEIGHT = 0.5 + 8 / Q4_BLOCK
@@ -47,13 +49,16 @@ def _codes_of(weight: torch.Tensor) -> Q4Codes | None:
     return codes.to(torch.uint8).reshape(n, k), d.contiguous(), low.contiguous()
 
 
-def linear_codes(model: nn.Module) -> dict[nn.Module, Q4Codes]:
+def linear_codes(model: nn.Module, cache: DerivedCache | None = None) -> dict[nn.Module, Q4Codes]:
     """Every linear (a layer with a ``packed`` slot) whose weight is made of codes, with its codes: found once for
-    both C kernels that read them, when the engine is built."""
+    both C kernels that read them, when the engine is built (or read back from ``cache``, by the layer's name)."""
+    cache = cache or DerivedCache()
     found = {}
-    for module in model.modules():
-        if getattr(module, "packed", True) is None and (codes := q4_codes(module.weight)) is not None:
-            found[module] = codes
+    for name, module in model.named_modules():
+        if getattr(module, "packed", True) is None:
+            codes = cache.get(f"q4_codes:{name}", lambda: q4_codes(module.weight))
+            if codes is not None:
+                found[module] = codes
     return found
 
 

@@ -17,9 +17,9 @@ import torch
 
 from core.arith import ceil_div
 from core.kernels.c_build import address
-from core.kernels.cpu_decode import block_magnitudes
+from core.kernels.cpu_decode import head_block_magnitudes, head_int8
 from core.kernels.cpu_gemm import PanelWeight, _library
-from core.kernels.int8_weights import Int8Weight
+from core.kernels.derived import DerivedCache
 
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
 SCREEN = 16  # weight rows per group of the int8 copy, and the lanes of a row's best lower ends (cpu_gemm.c's SCREEN)
@@ -51,18 +51,22 @@ class ScreenedHead:
     row_l1: torch.Tensor
 
     @classmethod
-    def of(cls, weight: torch.Tensor, panels: PanelWeight) -> "ScreenedHead":
+    def of(cls, weight: torch.Tensor, panels: PanelWeight, cache: DerivedCache | None = None) -> "ScreenedHead":
+        """``cache``: where the int8 copy and the magnitudes are read back from (derived from ``weight`` when it
+        has none; the head's entries, shared with the C decode step's screen)."""
         lib = _library()
-        q8 = Int8Weight.quantize(weight)
+        cache = cache or DerivedCache()
+        q8 = head_int8(weight, cache)
         rows, cols = q8.values.shape
         groups, blocks = ceil_div(rows, SCREEN), lib.screen_blocks(cols)
         packed = torch.empty(lib.screen_bytes(rows, cols), dtype=torch.int8)
         qsums = torch.empty(groups, blocks, SCREEN, dtype=torch.int32)
         l1 = torch.empty(groups, blocks, SCREEN, dtype=torch.float32)
-        magnitudes = block_magnitudes(weight)  # held here: the C call reads it
+        magnitudes = head_block_magnitudes(weight, cache)  # held here: the C call reads it
         lib.screen_pack(q8.values.data_ptr(), address(magnitudes), rows, cols, packed.data_ptr(), qsums.data_ptr(),
                         l1.data_ptr())
-        return cls(panels, packed, q8.scales, qsums, l1, row_magnitudes(weight))
+        row_l1 = cache.get("lm_head.row_l1", lambda: (row_magnitudes(weight),))[0]
+        return cls(panels, packed, q8.scales, qsums, l1, row_l1)
 
     @staticmethod
     def takes(hidden: torch.Tensor) -> bool:

@@ -22,10 +22,29 @@ reads against bf16 (plus 4 bytes of scale per 128 values at head dim 128). Reade
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
+
+
+CPU_ALIGN = 64  # bytes: a cache line, the widest vector the C kernels load
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeros. On a CPU from calloc (numpy's zeros), whose large blocks the kernel maps as zero pages on first write:
+    a pool sized for the longest contexts costs, at start and in resident memory, only the pages requests fill,
+    where torch.zeros writes every byte of it first."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    import numpy as np
+
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = torch.from_numpy(np.zeros(nbytes + CPU_ALIGN, dtype=np.uint8))
+    start = -raw.data_ptr() % CPU_ALIGN
+    return raw[start:start + nbytes].view(dtype).view(shape)
 
 
 class KVPool:
@@ -43,8 +62,8 @@ class KVPool:
         shape = ((num_layers, num_pages, num_kv_heads, page_size, head_dim) if head_major
                  else (num_layers, self.num_slots, num_kv_heads, head_dim))
         store = FP8_DTYPE if fp8 else dtype
-        self.k = torch.zeros(shape, dtype=store, device=device)
-        self.v = torch.zeros(shape, dtype=store, device=device)
+        self.k = lazy_zeros(shape, store, device)
+        self.v = lazy_zeros(shape, store, device)
         # each layer's buffer in the pool's layout, made once: indexing ``self.k[layer]`` is a kernel call
         self.k_layers, self.v_layers = self.k.unbind(0), self.v.unbind(0)
         # fp8: per (layer, slot, KV head) scales; ones, so an unwritten slot reads as zeros like a bf16 pool

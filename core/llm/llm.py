@@ -24,7 +24,7 @@ from core.llm.arrivals import Arrival, ArrivalFeeder
 from core.llm.collect import Collected
 from core.llm.engine_core import EngineCore
 from core.models.random_spec import ByteTokenizer, RandomSpec
-from core.models.weights import resolve_model_dir
+from core.models.weights import declared_tokenizer, resolve_model_dir
 from core.request import Prompt, Result, SamplingParams
 from core.llm.routes import ReplyCallback, Routes, tokenize
 from core.scheduler.reply import Reply
@@ -36,7 +36,7 @@ def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(model_dir)
+        return declared_tokenizer(model_dir) or AutoTokenizer.from_pretrained(model_dir)
     except Exception as exc:
         raise ModelLoadError(f"cannot load the tokenizer from {model_dir}: {one_line(exc)}") from exc
 

@@ -8,7 +8,10 @@ naming it, never silently random weights.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -17,9 +20,11 @@ import torch
 from safetensors import safe_open
 
 from core.errors import ModelLoadError, one_line
-from core.model_config import ModelConfig
+from core import model_config
+from core.model_config import ModelConfig, RopeScaling
 from core.models.decoder import CausalLM
 from core.models.random_spec import RandomSpec, fill_random
+from core.models.weights import model_config_cache_path
 
 # checkpoint module name -> (decoder module name, shard)
 _FUSED = {
@@ -32,8 +37,50 @@ _FUSED = {
 
 
 def read_model_config(model_dir: Path | RandomSpec) -> ModelConfig:
+    """The model's shape, read through transformers' AutoConfig (which fills in each family's defaults) once, and
+    kept as JSON beside the converted models: AutoConfig imports the family's modules and much of
+    torch.distributed, a good part of a start, to read a few numbers."""
     if isinstance(model_dir, RandomSpec):
         return model_dir.config
+    cache = model_config_cache_path(model_dir, (Path(model_config.__file__), Path(__file__)))
+    if cache is not None and (cfg := _cached_config(cache)) is not None:
+        return cfg
+    cfg = _read_config(model_dir)
+    if cache is not None:
+        _store_config(cache, cfg)
+    return cfg
+
+
+def _cached_config(path: Path) -> ModelConfig | None:
+    """The config kept at ``path``, or None when there is none or it cannot be read (it is then read afresh)."""
+    try:
+        fields = json.loads(path.read_text())
+        fields["rope_scaling"] = RopeScaling(**fields["rope_scaling"])
+        fields["eos_token_ids"] = tuple(fields["eos_token_ids"])
+        return ModelConfig(**fields)
+    except Exception:
+        return None
+
+
+def _store_config(path: Path, cfg: ModelConfig) -> None:
+    """Written to a temporary file renamed into place; a failure to write only costs the next start the read."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".writing-", suffix=".json", dir=path.parent)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(dataclasses.asdict(cfg), f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _read_config(model_dir: Path) -> ModelConfig:
     from transformers import AutoConfig
 
     try:

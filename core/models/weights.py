@@ -14,9 +14,9 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from core.env import home_dir
+from core.env import derived_cache_disabled, home_dir
 from core.errors import ModelLoadError, one_line
 from core.models.random_spec import RandomSpec, is_random_spec, parse_random_spec
 
@@ -65,6 +65,55 @@ def resolve_model_dir(model: str | None, progress: Callable[[str], None] | None 
     if not list(path.glob("*.safetensors")):
         raise ModelLoadError(f"{path} has no .safetensors weights")
     return path
+
+
+def derived_cache_path(model_dir: Path, variant: str, source_key: str) -> Path | None:
+    """Where the kernels keep what they derive from the weights in ``model_dir`` (core/kernels/derived.py):
+    MINISGL_HOME/derived/<the weight files' names, sizes and modification times, and ``variant``: dtype and
+    rank>/<``source_key``: the kernels' sources>.safetensors. None with MINISGL_DISABLE_DERIVED_CACHE=1."""
+    if derived_cache_disabled():
+        return None
+    files = sorted(model_dir.glob("*.safetensors"))
+    ident = "\n".join([str(model_dir.resolve()), variant] +
+                      [f"{f.name}:{(s := f.stat()).st_size}:{s.st_mtime_ns}" for f in files])
+    fingerprint = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    return home_dir() / "derived" / f"{model_dir.name}-{fingerprint}" / f"{source_key}.safetensors"
+
+
+def model_config_cache_path(model_dir: Path, reader_sources: tuple[Path, ...]) -> Path | None:
+    """Where the engine keeps the model shape it read from ``model_dir``'s config files through transformers:
+    MINISGL_HOME/derived/configs/<a hash of the directory, its config files' sizes and modification times,
+    transformers' version and the ``reader_sources``' text>.json. None with MINISGL_DISABLE_DERIVED_CACHE=1."""
+    if derived_cache_disabled():
+        return None
+    import transformers
+
+    parts = [str(model_dir.resolve()), transformers.__version__]
+    for name in ("config.json", "generation_config.json"):
+        path = model_dir / name
+        parts.append(f"{name}:{(s := path.stat()).st_size}:{s.st_mtime_ns}" if path.is_file() else f"{name}:-")
+    digest = hashlib.sha256("\n".join(parts).encode())
+    for source in reader_sources:
+        digest.update(source.read_bytes())
+    return home_dir() / "derived" / "configs" / f"{model_dir.name}-{digest.hexdigest()[:16]}.json"
+
+
+def declared_tokenizer(model_dir: Path) -> Any | None:
+    """The tokenizer of a directory whose tokenizer_config.json names transformers' ``TokenizersBackend`` (what a
+    converted GGUF holds), loaded through that class directly; None for any other directory (AutoTokenizer then
+    picks the class). Why: AutoTokenizer first builds the model's config, which imports the family's modules and
+    much of torch.distributed, several times the tokenizer's own load, to pick the class the file already names."""
+    try:
+        declared = json.loads((model_dir / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return None
+    if declared != "TokenizersBackend" or not (model_dir / "tokenizer.json").is_file():
+        return None
+    try:
+        from transformers import TokenizersBackend
+    except ImportError:  # an older transformers: AutoTokenizer knows its classes
+        return None
+    return TokenizersBackend.from_pretrained(model_dir)
 
 
 def _cache_key(gguf: Path) -> str:

@@ -78,21 +78,31 @@ def test_engine_options_are_named_as_typed(model_dirs, tmp_path):
     assert "max_running_req" not in result.stderr
 
 
-def test_the_engine_is_described_in_words(model_dirs, tmp_path):
+def test_the_engine_is_described_in_one_plain_line_and_in_detail_with_verbose(model_dirs, tmp_path):
     prompts = write(tmp_path / "p.txt", "hello\n")
     wide = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1")
     narrow = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1", "--max-running", "2")
-    assert "engine ready on cpu in float32: KV cache for 16,384 tokens (8.0 MiB; room for all 32 running " \
-           "requests at the full 512-token context" in wide.stderr
-    assert "KV cache for 1,024 tokens" in narrow.stderr  # why it shrank is in the same words
+    ready = [line for line in wide.stderr.splitlines() if line.startswith("engine")]
+    assert ready == ["engine ready on cpu, float32: room for 16,384 tokens in the KV cache (8.0 MiB)"]
+    assert "room for 1,024 tokens in the KV cache" in narrow.stderr
+    for jargon in ("panels", "VNNI", "AVX", "budget", "attention", "CUDA graphs", "MiB;"):
+        assert jargon not in wide.stderr
+    verbose = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1", "--verbose")
+    assert verbose.exit_code == 0, verbose.stderr
+    assert "engine ready on cpu, float32: room for 16,384 tokens" in verbose.stderr
+    assert "KV cache for 16,384 tokens (8.0 MiB; room for all 32 running requests at the full 512-token " \
+           "context" in verbose.stderr and "attention with" in verbose.stderr
     for internal in ("TorchAttentionBackend", "KV pages of", "max_running_req"):
-        assert internal not in wide.stderr
+        assert internal not in verbose.stderr
 
 
 def test_help_shows_flags_as_flags_and_every_baseline():
-    for args in (["--help"], ["generate", "--help"], ["bench", "--help"]):
+    for args in (["--help"], ["generate", "--help"], ["trace", "--help"], ["verify", "--help"], ["bench", "--help"],
+                 ["serve", "--help"]):
         result = run(*args)
-        assert result.exit_code == 0 and "<bool>" not in result.stdout
+        assert result.exit_code == 0 and "<bool>" not in result.stdout and "list[" not in result.stdout, args
+    stop = next(line for line in run("generate", "--help").stdout.splitlines() if "--stop " in line)
+    assert stop.split()[1:3] == ["--stop", "TEXT"]
     narrow = subprocess.run([sys.executable, "-m", "minisgl_cli", "bench", "--help"], capture_output=True, text=True,
                             env={**os.environ, "COLUMNS": "80"})
     assert "hf-continuous" in narrow.stdout and "…" not in narrow.stdout
@@ -108,3 +118,17 @@ def test_a_piped_stream_is_the_exact_text(model_dirs, tmp_path):
         assert row["prompt"] + row["text"] + "\n" in streamed.stdout
     assert "length · 30 generated" in streamed.stdout
     assert_user_error(run(*args, "--stream", "--json"), "--stream writes text")
+
+
+def test_counts_of_one_are_singular(model_dirs, tmp_path):
+    prompts = write(tmp_path / "p.txt", "hello\n")
+    result = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1", "--max-running", "1", "--verbose",
+                 "--num-pages", "1")  # too small for the prompt: an error result, exit code 1
+    assert "room for 1 token in the KV cache" in result.stderr and "1 of 1 prompt failed" in result.stderr
+    assert "generating: 1 request…" in result.stderr and "1/1 request finished, 0 tokens in" in result.stderr
+    assert "1 page as asked" in result.stderr
+    alone = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1", "--max-running", "1", "--verbose")
+    assert "room for the one running request at the full" in alone.stderr
+    assert "1/1 request finished, 1 token in" in alone.stderr
+    for wrong in ("1 requests", "1 tokens", "1 pages", "all 1 running"):
+        assert wrong not in result.stderr + alone.stderr

@@ -365,6 +365,6 @@ def test_trace_out_keeps_the_step_events(model_dir, tmp_path):
     events = [line for line in lines if line["type"] == "step"]
     assert [e["phase"] for e in events] == ["prefill", "decode", "decode", "decode"]
     assert events[0]["arrived"] == [0] and events[-1]["finished"] == [0]
-    assert "1/1 requests finished" in server.log()
+    assert "1/1 request finished" in server.log()
     replayed = read_trace(trace)  # the server's trace replays like a command's, each client request by uid
     assert replayed.header.prompts == ("request uid0",) and len(replayed.events) == 4

@@ -81,7 +81,7 @@ def test_kv_pool_radix_tree_and_legend_on_a_shared_prefix_run(model_dirs, tmp_pa
     result, events = trace_events(tmp_path, prompts, "--model", model_dirs["llama"], "--cache", "radix",
                                   "--max-running", "1", "--show-radix")
     assert events[0]["waits"][0]["kind"] == "rows"
-    assert "1 row" in result.stdout.split("waiting")[0]  # the table's wait column: one waits, for a row
+    assert "1 · no row" in result.stdout.split("waiting")[0]  # the table's wait column: one waits, for a row
     assert "nobody: every request has been admitted" in result.stdout  # the queue under it, after the last step
     assert "KV pages [" in result.stdout and "cached" in result.stdout
     # after the run both requests hang off their shared 40-token prefix (page 1: each keeps its last prompt

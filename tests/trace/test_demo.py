@@ -1,0 +1,37 @@
+"""The demo (scripts/demo.sh) shows memory pressure: run its exact command, less the step delay, and check that
+requests wait for a row and for KV pages, and that the pool fills."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import trace_steps
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def demo_arguments() -> list[str]:
+    """The arguments scripts/demo.sh gives ``minisgl``, without ``--step-delay`` and its value."""
+    line = next(ln for ln in (ROOT / "scripts" / "demo.sh").read_text().splitlines() if "bin/minisgl" in ln)
+    words = shlex.split(line.split("bin/minisgl", 1)[1].replace('"$@"', ""))
+    at = words.index("--step-delay")
+    return words[:at] + words[at + 2:]
+
+
+@pytest.mark.slow
+def test_the_demo_waits_for_rows_and_for_kv_pages(smollm2_dir, tmp_path):
+    out = tmp_path / "demo.jsonl"
+    done = subprocess.run([sys.executable, "-m", "minisgl_cli", *demo_arguments(), "--trace-out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr
+    events = trace_steps(out)
+    first_reasons = [e["waits"][0]["kind"] for e in events if e["waits"]]
+    assert "rows" in first_reasons[:3] and "kv_pages" in first_reasons[:6]  # within a few steps
+    assert {"rows", "kv_pages", "fcfs"} <= {w["kind"] for e in events for w in e["waits"]}
+    assert max(e["kv_pages_used"] for e in events) == events[0]["kv_pages_total"]  # the pool fills up
+    assert "1 · no row" in done.stdout and "· no KV" in done.stdout  # the wait column says it in words
