@@ -65,10 +65,14 @@ class Outbox:
 
 
 def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addresses: list[str], trace: bool,
-                parent_pid: int) -> None:
+                parent_pid: int, threads: int | None = None) -> None:
     """The engine process's whole life: build, announce, serve until told to stop, exit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent(parent_pid)
+    if threads is not None:  # engines side by side on one CPU share its cores
+        import torch
+
+        torch.set_num_threads(threads)
     context = zmq.Context()
     outbox = Outbox(context, out_addresses)
     try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 import tempfile
 import threading
 from multiprocessing.connection import wait as wait_for_sentinels
@@ -39,8 +40,12 @@ STOP_JOIN_S = 30.0  # after Stop, how long the engine gets to answer what it hol
 
 
 class RemoteEngine:
-    def __init__(self, config: EngineConfig, model_dir: Path, tokenizer: Any, *, trace: bool = False) -> None:
+    def __init__(self, config: EngineConfig, model_dir: Path, tokenizer: Any, *, trace: bool = False,
+                 first_uid: int = 0, uid_step: int = 1, threads: int | None = None) -> None:
+        """``first_uid``/``uid_step``: this engine's uids, disjoint from other engines' under data parallelism;
+        ``threads``: torch's threads in the engine process (default torch's own)."""
         self.config = config
+        self._threads = threads
         self.model_dir = model_dir
         self.tokenizer = tokenizer
         self._trace = trace
@@ -58,7 +63,7 @@ class RemoteEngine:
         self._limits: Limits | None = None
         self._eos: frozenset[int] = frozenset()
         self._stats: dict[str, Any] = {}
-        self.routes = Routes(tokenizer, self._post, lambda: self._eos)
+        self.routes = Routes(tokenizer, self._post, lambda: self._eos, first_uid, uid_step)
         self.step_callbacks: list[Callable[[StepEvent], None]] = []
         self.on_batch: Callable[[], None] | None = None
         self.on_death: Callable[[str], None] | None = None
@@ -73,7 +78,8 @@ class RemoteEngine:
         """Spawn the engine process and wait until it is built; its load errors are raised here, typed."""
         self._process = mp.get_context("spawn").Process(
             target=engine_main, name="minisgl-engine",
-            args=(self.config, self.model_dir, self._in_address, [self._out_address], self._trace, os.getpid()))
+            args=(self.config, self.model_dir, self._in_address, [self._out_address], self._trace, os.getpid(),
+                  self._threads))
         self._process.start()
         self._push.connect(self._in_address)
         poller = zmq.Poller()
@@ -131,6 +137,7 @@ class RemoteEngine:
         if not self._receiving:  # else the receiver closes its socket when term() interrupts its recv
             self._pull.close(linger=0)
         self._context.term()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     # ---- what the server asks --------------------------------------------------------------------------------
     @property

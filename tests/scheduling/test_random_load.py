@@ -63,7 +63,7 @@ def test_random_waves_finish_correctly_in_order_without_leaks(model_dirs, page_s
                 seen.setdefault(reply.uid, step[0])
 
         llm.scheduler.step_callbacks[:] = [on_step]
-        llm._reply_callbacks[:] = [on_reply]
+        llm._routes.callbacks[:] = [on_reply]
         prompts = [p for p, _, _ in wave]
         params = [SamplingParams(max_tokens=n, ignore_eos=ignore) for _, n, ignore in wave]
         out = llm.generate(prompts, params)
