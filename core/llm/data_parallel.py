@@ -53,9 +53,9 @@ def prefix_keys(input_ids: Sequence[int]) -> list[int]:
     return [hash(tuple(input_ids[:end])) for end in range(BLOCK, len(input_ids) + 1, BLOCK)]
 
 
-def pick_engine(keys: Sequence[int], memories: Sequence[PrefixMemory], loads: Sequence[int]) -> int:
+def pick_engine(keys: Sequence[int], memories: Sequence[PrefixMemory], loads: Sequence[tuple[int, int]]) -> int:
     """The engine with the longest remembered prefix; among equals (no match at all included), the least
-    loaded, then the lowest index."""
+    loaded (requests open, then requests sent so far), then the lowest index."""
     matched = [memory.matched(keys) for memory in memories]
     return min(range(len(memories)), key=lambda i: (-matched[i], loads[i], i))
 
@@ -130,7 +130,7 @@ class DataParallelEngines:
     def submit(self, input_ids: list[int], params: SamplingParams, *, on_reply: ReplyCallback | None = None,
                text: bool = False) -> int:
         keys = prefix_keys(input_ids)
-        i = pick_engine(keys, self._memories, [engine.unanswered for engine in self.engines])
+        i = pick_engine(keys, self._memories, [(e.unanswered, n) for e, n in zip(self.engines, self.placed)])
         self._memories[i].remember(keys)
         self.placed[i] += 1
         return self.engines[i].submit(input_ids, params, on_reply=on_reply, text=text)

@@ -65,10 +65,15 @@ class Outbox:
 
 
 def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addresses: list[str], trace: bool,
-                parent_pid: int, threads: int | None = None) -> None:
-    """The engine process's whole life: build, announce, serve until told to stop, exit."""
+                parent_pid: int, threads: int | None = None, gpu: int | None = None) -> None:
+    """The engine process's whole life: build, announce, serve until told to stop, exit. ``gpu``: under data
+    parallelism, the one GPU (of those visible) this engine uses, set before torch is imported."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _exit_with_parent(parent_pid)
+    if gpu is not None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        choices = visible.split(",") if visible else None
+        os.environ["CUDA_VISIBLE_DEVICES"] = choices[gpu] if choices and gpu < len(choices) else str(gpu)
     if threads is not None:  # engines side by side on one CPU share its cores
         import torch
 

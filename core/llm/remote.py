@@ -41,11 +41,12 @@ STOP_JOIN_S = 30.0  # after Stop, how long the engine gets to answer what it hol
 
 class RemoteEngine:
     def __init__(self, config: EngineConfig, model_dir: Path, tokenizer: Any, *, trace: bool = False,
-                 first_uid: int = 0, uid_step: int = 1, threads: int | None = None) -> None:
+                 first_uid: int = 0, uid_step: int = 1, threads: int | None = None, gpu: int | None = None) -> None:
         """``first_uid``/``uid_step``: this engine's uids, disjoint from other engines' under data parallelism;
         ``threads``: torch's threads in the engine process (default torch's own)."""
         self.config = config
         self._threads = threads
+        self._gpu = gpu
         self.model_dir = model_dir
         self.tokenizer = tokenizer
         self._trace = trace
@@ -71,6 +72,7 @@ class RemoteEngine:
         self._stopping = False
         self._die_lock = threading.Lock()
         self._receiving = False
+        self._submitted = 0
         self._process: mp.Process | None = None
 
     # ---- start and stop ------------------------------------------------------------------------------------
@@ -79,7 +81,7 @@ class RemoteEngine:
         self._process = mp.get_context("spawn").Process(
             target=engine_main, name="minisgl-engine",
             args=(self.config, self.model_dir, self._in_address, [self._out_address], self._trace, os.getpid(),
-                  self._threads))
+                  self._threads, self._gpu))
         self._process.start()
         self._push.connect(self._in_address)
         poller = zmq.Poller()
@@ -145,6 +147,15 @@ class RemoteEngine:
         return self._process.pid if self._process is not None else None
 
     @property
+    def pids(self) -> list[int | None]:
+        return [self.pid]
+
+    @property
+    def placed(self) -> list[int]:
+        """Requests submitted so far (one engine: all of them)."""
+        return [self._submitted]
+
+    @property
     def eos_token_ids(self) -> frozenset[int]:
         return self._eos
 
@@ -166,6 +177,7 @@ class RemoteEngine:
                text: bool = False) -> int:
         if self.dead is not None:
             raise EngineDeadError(self.dead)
+        self._submitted += 1
         return self.routes.add(list(input_ids), params, on_reply, text)
 
     def abort(self, uid: int) -> bool:

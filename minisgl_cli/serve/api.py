@@ -78,7 +78,12 @@ def create_app(bridge: EngineBridge) -> FastAPI:
     async def health() -> Any:
         if bridge.llm.dead is not None:
             return JSONResponse({"status": "engine dead", "error": bridge.llm.dead}, status_code=503)
-        return {"status": "ok", "engine_pid": bridge.llm.pid}
+        return {"status": "ok"}
+
+    @app.get("/engines")
+    async def engines() -> dict[str, Any]:
+        """The engine processes behind this server: their pids and the requests each was sent."""
+        return {"engines": [{"pid": pid, "requests": n} for pid, n in zip(bridge.llm.pids, bridge.llm.placed)]}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -42,6 +42,9 @@ MaxQueue = Annotated[Optional[int], typer.Option(
     "--max-queue", min=1, help="Most requests waiting for their first token; beyond it, 503 with Retry-After.")]
 ModelName = Annotated[Optional[str], typer.Option(
     "--served-model-name", help="The model's name in the API (default: the model's directory or file name).")]
+DataParallel = Annotated[int, typer.Option(
+    "--dp", min=1, help="Engine processes behind this one server, each a whole model (on CUDA, one GPU each); a "
+                        "request goes to the engine most likely to hold its prompt's prefix, else the least loaded.")]
 ShutdownTimeout = Annotated[float, typer.Option(
     "--shutdown-timeout", min=0.0, help="On SIGTERM/Ctrl-C, seconds to let responses in progress finish.")]
 Trace = Annotated[bool, typer.Option("--trace", help="Show the live batch table as requests arrive.")]
@@ -52,7 +55,8 @@ TraceOut = Annotated[Optional[Path], typer.Option(
 @with_engine_options
 def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = None,
           served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
-          trace_out: TraceOut = None, engine: EngineOptions = EngineOptions.defaults()) -> None:
+          trace_out: TraceOut = None, dp: DataParallel = 1,
+          engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics."""
     import uvicorn  # the server's libraries load only for this command
@@ -68,7 +72,9 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     listener = bind_listener(host, port)  # a port in use fails now, before the model loads
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
-    remote = start_engine(engine, activity, trace=trace or trace_out is not None)
+    if dp > 1 and engine.values["tp"] > 1:
+        raise InvalidParamsError("--dp with --tp is not supported: give one of them")
+    remote = start_engine(engine, activity, trace=trace or trace_out is not None, dp=dp)
     if trace_file is not None:
         trace_file.decode = remote.tokenizer.decode
     name = served_model_name or default_model_name(engine.model)
@@ -112,8 +118,9 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def start_engine(engine: EngineOptions, activity: Activity, trace: bool) -> RemoteEngine:
-    """The tokenizer here, the engine in its own process; its load is shown as every command shows one."""
+def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int = 1) -> Any:
+    """The tokenizer here, the engine in its own process (or ``dp`` of them); the load is shown as every command
+    shows one."""
     name = engine.model or "the embedded SmolLM2-135M-Instruct"
     with activity.phase(f"loading {name}"):
         from core.config import EngineConfig
@@ -124,8 +131,20 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool) -> Remo
         quiet_transformers()
         model_dir = resolve_model_dir(engine.model, activity.note)
         tokenizer = load_tokenizer(model_dir)
-        remote = RemoteEngine(EngineConfig.from_options(**engine.values), model_dir, tokenizer, trace=trace)
-        remote.start(log=activity.note)
+        config = EngineConfig.from_options(**engine.values)
+        if dp == 1:
+            remote = RemoteEngine(config, model_dir, tokenizer, trace=trace)
+        else:
+            from core.llm.data_parallel import DataParallelEngines
+
+            threads = max(1, (os.cpu_count() or 1) // dp)  # on a CPU the engines share its cores
+            remote = DataParallelEngines([RemoteEngine(config, model_dir, tokenizer, trace=trace, first_uid=i,
+                                                       uid_step=dp, threads=threads, gpu=i) for i in range(dp)])
+        try:
+            remote.start(log=activity.note)
+        except BaseException:
+            remote.close()
+            raise
     return remote
 
 

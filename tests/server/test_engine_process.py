@@ -30,8 +30,7 @@ def model_dir(model_dirs):
 
 
 def engine_pid(server: Server) -> int:
-    with urllib.request.urlopen(server.base + "/health", timeout=10) as reply:
-        return json.loads(reply.read())["engine_pid"]
+    return _engines(server)[0]["pid"]
 
 
 def gone(pid: int, timeout_s: float = 15.0) -> bool:
@@ -162,3 +161,35 @@ def test_a_port_in_use_is_a_usage_error_before_the_model_loads(model_dir):
     assert len(lines) == 1 and lines[0].startswith("error: cannot listen on 127.0.0.1:") and "minisgl serving" \
         not in result.stderr
     assert time.monotonic() - started < WAIT_S
+
+
+def test_two_engines_answer_token_exact_and_shared_prefixes_land_together(model_dir, tmp_path):
+    from core import LLM, SamplingParams
+
+    groups = [[list(range(1, 40)) + [50 + i] for i in range(3)],  # three prompts sharing 39 tokens
+              [list(range(100, 140)) + [60 + i] for i in range(3)]]  # three sharing another 40
+    expected = LLM(str(model_dir)).generate([p for g in groups for p in g],
+                                            SamplingParams(max_tokens=6, ignore_eos=True))
+    server = Server(model_dir, "--dp", "2", log=tmp_path / "server.log")
+    try:
+        import openai
+
+        client = openai.OpenAI(base_url=server.base + "/v1", api_key="none")
+        placed_in = []
+        for n, prompt in enumerate(p for g in groups for p in g):
+            before = [e["requests"] for e in _engines(server)]
+            reply = client.completions.create(model="llama", prompt=prompt, max_tokens=6, temperature=0,
+                                              extra_body={"ignore_eos": True})
+            after = [e["requests"] for e in _engines(server)]
+            placed_in.append([b != a for b, a in zip(before, after)].index(True))
+            assert reply.choices[0].text == expected[n]["text"]
+        assert len({e["pid"] for e in _engines(server)}) == 2
+        assert len(set(placed_in[:3])) == 1 and len(set(placed_in[3:])) == 1  # each group on one engine
+        assert placed_in[0] != placed_in[3]  # the second group, matching nothing, went to the idle one
+    finally:
+        server.stop()
+
+
+def _engines(server: Server) -> list[dict]:
+    with urllib.request.urlopen(server.base + "/engines", timeout=10) as reply:
+        return json.loads(reply.read())["engines"]
