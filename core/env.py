@@ -73,7 +73,7 @@ def triton_sampler_disabled() -> bool:
 def whole_request_decode_disabled() -> bool:
     """MINISGL_DISABLE_WHOLE_REQUEST_DECODE=1 keeps flashinfer's split of the tensor-core decode under CUDA
     graphs even where its plan gives every request one chunk (float32 partials and a merge kernel a layer; see
-    core/attention/flashinfer_backend.py, ``whole_request_rows``; for comparisons)."""
+    core/attention/flashinfer_paged_backend.py, ``whole_request_rows``; for comparisons)."""
     return _flag("MINISGL_DISABLE_WHOLE_REQUEST_DECODE")
 
 

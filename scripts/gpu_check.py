@@ -120,7 +120,7 @@ def env_info(check: Check) -> str:
 def warm_kernels(check: Check) -> str:
     """Build every flashinfer module the engine uses at once (each build is a separate ninja run, so in
     parallel they share the cores) and compile the sampler, instead of paying for them one after another."""
-    from core.attention.flashinfer_backend import FlashInferBackend
+    from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
     from core.kernels.dispatch import FlashInferKernels
     from core.layers.rope import RotaryEmbedding
     from core.model_config import RopeScaling
@@ -135,7 +135,7 @@ def warm_kernels(check: Check) -> str:
 
         pool = KVPool(1, 8, 16, 8, 128, torch.bfloat16, dev)
         table = torch.arange(64, device=dev).repeat(2, 1)
-        backend = FlashInferBackend(pool, table, 16, 8, 128)
+        backend = FlashInferPagedBackend(pool, table, 16, 8, 128)
         req = Req(uid=0, input_ids=[0] * 5, prompt_len=5, table_idx=0, cached_len=0 if phase == "prefill" else 4,
                   device_len=5, max_device_len=9, params=SamplingParams(), sample_seed=0)
         n = req.extend_len

@@ -119,12 +119,13 @@ class TorchAttentionBackend(AttentionBackend):
         row_seq = torch.repeat_interleave(torch.arange(len(reqs)), torch.tensor([r.extend_len for r in reqs]))
         return AttentionRows(slots, max_len, lens, row_seq)
 
-    def attend_from_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int,
-                        batch: Batch) -> torch.Tensor | None:
+    def attend_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int, batch: Batch,
+                   fused: bool) -> torch.Tensor | None:
         """Attention in C from the QKV output (``CDecodeAttention.from_qkv``) where it runs at all, on the float32
-        pool it reads: every decode step, and prefills of short sequences."""
-        if self.c_attention is None or self.pool.fp8 or qkv.dtype != torch.float32:
-            return None  # before reading the metadata: a subclass's (the paged backend's) has no C rows
+        pool it reads: every decode step, and prefills of short sequences (the plan fuses no QKV path here)."""
+        if fused or self.c_attention is None or self.pool.fp8 or qkv.dtype != torch.float32:
+            # before reading the metadata: a subclass's (the paged backend's) has no C rows
+            return super().attend_qkv(qkv, positions, spec, layer, batch, fused)
         rows = batch.attn_metadata.c_rows
         if rows is None:
             return None

@@ -22,7 +22,7 @@ from core.attention.context import forward_context
 from core.engine.cpu_decode_model import build_cpu_decode
 from core.engine.graph import CudaGraphRunner
 from core.engine.prefill_graph import PrefillGraphRunner
-from core.engine.plan import EnginePlan, plan_engine
+from core.engine.plan import AttentionShape, EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
@@ -84,11 +84,12 @@ class Engine:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = parse_dtype(config.dtype) or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.tp_info = get_tp_info()  # fixed for this engine's life; the layers were sliced for it
-        # every switch, decided here once (fails before the model loads when an ask cannot be met)
-        self.plan: EnginePlan = plan_engine(config, self.device, self.dtype)
-        self.dtype = self.plan.precision.dtype
         self.model_config: ModelConfig = read_model_config(model_dir)
         cfg = self.model_config
+        # every switch, decided here once (fails before the model loads when an ask cannot be met)
+        heads = AttentionShape(cfg.num_heads // self.tp_info.size, local_kv_heads(cfg.num_kv_heads)[0], cfg.head_dim)
+        self.plan: EnginePlan = plan_engine(config, self.device, self.dtype, heads)
+        self.dtype = self.plan.precision.dtype
         self.max_seq_len = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         self.model = load_model(model_dir, cfg, self.device, self.dtype, self.max_seq_len)
         self.page_size = config.page_size
@@ -231,14 +232,18 @@ class Engine:
     def _make_backend(self) -> AttentionBackend:
         cfg = self.model_config
         args = (self.kv_pool, self.page_table, cfg.num_heads // self.tp_info.size, self.num_kv_heads, cfg.head_dim)
-        if self.plan.attention == "flashinfer":
-            from core.attention.flashinfer_backend import FlashInferBackend
+        kernels = self.plan.kernels
+        if self.plan.attention == "flashinfer" and self.plan.kv_fp8:
+            from core.attention.flashinfer_fp8_backend import FlashInferFp8Backend
 
-            kernels = self.plan.kernels
-            return FlashInferBackend(*args, small_decode=kernels.small_decode, pdl=kernels.pdl and kernels.small_decode,
-                                     fp8_cuda=self.plan.fp8_cuda_decode, fp8_gather=kernels.fp8_gather,
-                                     tensor_core_rows=self.plan.tensor_core_decode_rows,
-                                     whole_request_decode=self.plan.whole_request_decode)
+            return FlashInferFp8Backend(*args, cuda_decode=self.plan.fp8_cuda_decode, fast_gather=kernels.fp8_gather)
+        if self.plan.attention == "flashinfer":
+            from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
+
+            return FlashInferPagedBackend(*args, small_decode=kernels.small_decode,
+                                          pdl=kernels.pdl and kernels.small_decode,
+                                          tensor_core_rows=self.plan.tensor_core_decode_rows,
+                                          whole_request_decode=self.plan.whole_request_decode)
         if self.plan.fp8_paged_decode:
             from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
 
@@ -345,7 +350,7 @@ def _kernel_words(plan: EnginePlan) -> str:
                                    (plan.c_attention, "decode attention in C"),
                                    (plan.fp8_cuda_decode, "CUDA fp8 decode"),
                                    (kernels.split_k, _split_k_words(kernels.split_k)),
-                                   (plan.tensor_core_decode_rows and not plan.kv_fp8,
+                                   (plan.tensor_core_decode_rows,
                                     "tensor-core decode" + (f" from {plan.tensor_core_decode_rows} rows"
                                                             if plan.tensor_core_decode_rows > 1 else "")))
              if on]

@@ -92,7 +92,7 @@ class CudaGraphRunner:
         for bs, greedy in reversed(keys):  # largest first: smaller graphs reuse its memory
             batch = self._static_batch(bs, [])
             self._pad(0, bs)  # the warm-up runs write KV: padding rows, into the dummy page
-            self.backend.plan_cuda_graph(batch, bs)
+            self.backend.begin_forward(batch, graph=True)
             pick = greedy_pick if greedy else None
             with forward_context(batch, self.backend, greedy_logits=greedy):
                 for _ in range(2):  # warm-up outside capture (lazy init, autotuning)
@@ -125,7 +125,7 @@ class CudaGraphRunner:
         if bs > rows:  # stale values from a larger batch must not write into a live request's KV slot
             self._pad(rows, bs)
         batch.padded_size = bs
-        self.backend.plan_cuda_graph(batch, bs)
+        self.backend.begin_forward(batch, graph=True)
         greedy = bs in self.greedy_sizes and get_context().greedy_logits
         self.graphs[bs, greedy].replay()
         tokens = self.tokens.get(bs) if greedy else None

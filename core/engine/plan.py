@@ -10,22 +10,34 @@ plan and the layers' path read the same record, they cannot disagree, and no for
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from core import env
-from core.attention.flashinfer_backend import HALF_DTYPES, flashinfer_available
+from core.attention.flashinfer_common import HALF_DTYPES, flashinfer_available
+from core.attention.flashinfer_paged_backend import use_tensor_core_decode
 from core.config import EngineConfig
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
 from core.kernels.cpu_features import CpuFeatures, cpu_features
 from core.kernels import cpu_decode, cpu_gemm
 from core.kernels.screened_head import unsupported_reason as screen_unsupported
+from core.kernels.fp8_decode_cuda import shape_unsupported_reason as fp8_cuda_shape_unsupported
 from core.kernels.fp8_decode_cuda import unavailable_reason as fp8_cuda_unavailable
 from core.kernels.onednn_packed import packing_available
 from core.kernels.triton_available import triton_runs_on
 
 DEFAULT_GRAPH_MAX_BS = 256
+
+
+class AttentionShape(NamedTuple):
+    """One rank's attention heads, which some kernels take only some of (the engine reads them from the model's
+    config before planning; a plan made without them assumes every kernel takes them)."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
 
 
 @dataclass(frozen=True)
@@ -43,13 +55,14 @@ class EnginePlan:
     # (core/kernels/cpu_attention.py) instead of a gather and a masked SDPA
     c_attention: bool = False
     # an fp8 pool's decode steps under flashinfer attention on the CUDA kernel (core/kernels/fp8_decode_cuda.py)
-    # instead of the Triton paged kernel, where nvcc builds it for this GPU
+    # instead of the Triton paged kernel, where nvcc builds it for this GPU and it takes the model's heads
     fp8_cuda_decode: bool = False
     # bf16 decode batches of at least this many rows on flashinfer's tensor-core decode (0: the plain one; a model
-    # with 4+ query heads per KV head takes tensor cores at every size); only under flashinfer attention
+    # with 4+ query heads per KV head takes tensor cores at every size, 1); only under flashinfer attention on a
+    # bf16 pool
     tensor_core_decode_rows: int = 0
     # from the batch size where flashinfer's tensor-core decode plan gives each request one KV chunk, plan it
-    # unsplit (no float32 partials, no merge kernel); only under flashinfer attention
+    # unsplit (no float32 partials, no merge kernel); only under flashinfer attention on a bf16 pool
     whole_request_decode: bool = False
     # a prefill chunk of exactly max_extend_tokens tokens replays a captured graph (core/engine/prefill_graph.py)
     prefill_graph: bool = False
@@ -220,12 +233,26 @@ def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtyp
     return "torch"
 
 
-def fp8_cuda_decode_runs(device: torch.device, attention: str, kv_fp8: bool) -> bool:
-    """The CUDA fp8 decode for an fp8 pool under flashinfer attention, where the GPU has fp8 conversions and nvcc
-    builds the kernel (once, to know); MINISGL_DISABLE_CUDA_FP8_DECODE=1 keeps the Triton paged kernel."""
+def fp8_cuda_decode_runs(device: torch.device, attention: str, kv_fp8: bool, dtype: torch.dtype,
+                         heads: AttentionShape | None = None) -> bool:
+    """The CUDA fp8 decode for an fp8 pool under flashinfer attention, where the kernel takes the model's heads,
+    the GPU has fp8 conversions and nvcc builds the kernel (once, to know); MINISGL_DISABLE_CUDA_FP8_DECODE=1 keeps
+    the Triton paged kernel."""
     if not kv_fp8 or attention != "flashinfer" or env.cuda_fp8_decode_disabled():
         return False
+    if heads is not None and fp8_cuda_shape_unsupported(*heads, dtype):
+        return False
     return not fp8_cuda_unavailable(device)
+
+
+def tensor_core_decode_rows(attention: str, kv_fp8: bool, heads: AttentionShape | None = None) -> int:
+    """The decode batch size from which flashinfer's tensor-core decode runs on a bf16 pool: every size (1) for a
+    model of 4+ query heads per KV head (flashinfer's advice, ``use_tensor_core_decode``), else
+    MINISGL_TENSOR_CORE_DECODE_ROWS (default 1; 0: the plain kernel throughout); 0 for other backends."""
+    if attention != "flashinfer" or kv_fp8:
+        return 0
+    asked = env.tensor_core_decode_rows()
+    return 1 if heads is not None and use_tensor_core_decode(heads.num_heads, heads.num_kv_heads) else asked
 
 
 def dependent_launch_runs_on(device: torch.device) -> bool:
@@ -291,9 +318,11 @@ def head_major_kv_runs(attention: str, kv_fp8: bool, c_decode: bool) -> bool:
     return attention == "flashinfer" and not kv_fp8 and not c_decode and not env.head_major_kv_disabled()
 
 
-def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> EnginePlan:
+def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype,
+                heads: AttentionShape | None = None) -> EnginePlan:
     """``dtype`` is the one asked for (or the device's default); the engine runs in ``plan.precision.dtype``
-    (the same: the precisions change the weights' form, not the activations')."""
+    (the same: the precisions change the weights' form, not the activations'). ``heads``: one rank's attention
+    heads (the engine gives them), for the kernels that take only some."""
     precision = precision_choice(config, device, dtype)
     dtype = precision.dtype
     attention = attention_name(config, device, dtype)
@@ -306,8 +335,8 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype) 
         cuda_graph_max_bs=graph_bs,
         overlap=overlap_enabled(config, device), precision=precision,
         c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
-        fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8),
-        tensor_core_decode_rows=env.tensor_core_decode_rows() if attention == "flashinfer" else 0,
-        whole_request_decode=attention == "flashinfer" and not env.whole_request_decode_disabled(),
+        fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8, dtype, heads),
+        tensor_core_decode_rows=tensor_core_decode_rows(attention, kv_fp8, heads),
+        whole_request_decode=attention == "flashinfer" and not kv_fp8 and not env.whole_request_decode_disabled(),
         prefill_graph=prefill_graph_runs(config, attention, graph_bs, kv_fp8),
         head_major_kv=head_major_kv_runs(attention, kv_fp8, precision.c_decode))

@@ -59,7 +59,7 @@ class PrefillGraphRunner:
     def _capture(self, device: torch.device) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         batch = Batch(reqs=[], phase="prefill", positions=self.positions, input_ids=self.input_ids,
                       out_loc=self.out_loc, padded_size=self.max_reqs)
-        self.backend.plan_prefill_graph(batch)
+        self.backend.begin_forward(batch, graph=True)
         with forward_context(batch, self.backend):
             for _ in range(2):  # warm-up outside capture (lazy init, autotuning)
                 self._forward()
@@ -85,6 +85,6 @@ class PrefillGraphRunner:
         self.out_loc.copy_(batch.out_loc)
         rows = len(logits_rows)
         self.logits_rows[:rows].copy_(logits_rows)
-        self.backend.plan_prefill_graph(batch)
+        self.backend.begin_forward(batch, graph=True)
         self.graph.replay()
         return self.logits[:rows]

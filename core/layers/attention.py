@@ -45,11 +45,9 @@ class SelfAttention(nn.Module):
     def forward_qkv(self, positions: torch.Tensor, qkv: torch.Tensor) -> torch.Tensor:
         """Everything after the QKV projection: QK-norm, RoPE, the KV write, attention and the output projection."""
         ctx = get_context()
-        if self.kernels.fuses_qkv:
-            out = ctx.backend.attend_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch)
-            return self.o_proj(out.reshape(-1, self.q_size))
-        out = ctx.backend.attend_from_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch)
-        if out is not None:
+        out = ctx.backend.attend_qkv(qkv, positions, self._qkv_spec(), self.layer_id, ctx.batch,
+                                     fused=self.kernels.fuses_qkv)
+        if out is not None:  # fused, or the backend took the batch itself
             return self.o_proj(out.reshape(-1, self.q_size))
         qk, v = qkv.split([self.q_size + self.kv_size, self.kv_size], dim=-1)
         qk = qk.view(-1, self.num_heads + self.num_kv_heads, self.head_dim)

@@ -169,6 +169,24 @@ def test_an_fp8_cache_under_flashinfer_decodes_on_the_cuda_kernel_where_it_build
     assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode
 
 
+def test_the_plan_decides_from_the_models_heads(triton_everywhere, monkeypatch):
+    """Given one rank's heads, the plan takes the CUDA fp8 decode only where that kernel takes them (the backend
+    never checks again, so the description names what runs), and tensor cores at every decode size for 4+ query
+    heads per KV head, whatever MINISGL_TENSOR_CORE_DECODE_ROWS asks."""
+    from core.engine.plan import AttentionShape
+
+    monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
+    monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "")
+    fp8 = EngineConfig(kv_dtype="fp8")
+    assert plan_engine(fp8, CUDA, torch.bfloat16, AttentionShape(16, 8, 128)).fp8_cuda_decode
+    for heads in (AttentionShape(16, 8, 96), AttentionShape(64, 4, 128)):  # a head dim, a group it does not take
+        assert not plan_engine(fp8, CUDA, torch.bfloat16, heads).fp8_cuda_decode, heads
+    monkeypatch.setenv("MINISGL_TENSOR_CORE_DECODE_ROWS", "0")
+    assert plan_engine(EngineConfig(), CUDA, torch.bfloat16, AttentionShape(16, 8, 128)).tensor_core_decode_rows == 0
+    assert plan_engine(EngineConfig(), CUDA, torch.bfloat16, AttentionShape(32, 8, 128)).tensor_core_decode_rows == 1
+    assert plan_engine(fp8, CUDA, torch.bfloat16, AttentionShape(32, 8, 128)).tensor_core_decode_rows == 0
+
+
 def test_full_prefill_chunks_run_under_a_graph_only_beside_decode_graphs_on_one_rank(triton_everywhere, monkeypatch):
     """A bf16 pool under flashinfer attention with decode graphs, on one rank: not with graphs off, an fp8 pool
     (its prefill is a ragged plan), tensor parallelism, the torch backend, a CPU, or the switch."""

@@ -123,7 +123,7 @@ def test_fp8_engine_on_the_cuda_decode_stays_near_the_triton_kernels_tokens(monk
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
     kw = dict(max_running_req=8, max_seq_len=2048, kv_cache_gb=1.0, page_size=16, kv_dtype="fp8")
     cuda = LLM("random:small-qwen3", **kw)
-    assert cuda.engine.plan.fp8_cuda_decode and cuda.engine.attn_backend.fp8_cuda
+    assert cuda.engine.plan.fp8_cuda_decode and cuda.engine.attn_backend.cuda_decode
     assert cuda.engine.graph_runner is not None and "CUDA fp8 decode" in cuda.engine.describe()
     got = [o["token_ids"] for o in cuda.generate(prompts, params)]
     monkeypatch.setenv("MINISGL_DISABLE_CUDA_FP8_DECODE", "1")

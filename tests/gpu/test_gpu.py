@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core import LLM, SamplingParams
-from core.attention.flashinfer_backend import flashinfer_available
+from core.attention.flashinfer_common import flashinfer_available
 from core.attention.torch_backend import TorchAttentionBackend
 from core.kvcache.pool import KVPool
 from core.request import Batch, Req
@@ -64,7 +64,7 @@ def _batch(cache: CacheManager, page_table: torch.Tensor, reqs: list[Req], phase
 @needs_flashinfer
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_size):
-    from core.attention.flashinfer_backend import FlashInferBackend
+    from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
 
     torch.manual_seed(0)
     heads, kv_heads, dim = 8, 4, 128
@@ -76,7 +76,7 @@ def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_s
     cache = CacheManager(num_pages, page_size, table, "naive")
     cache._free_pages.reverse()  # pages out of order, so a wrong page list cannot pass by accident
     backends = [TorchAttentionBackend(pool, table, heads, kv_heads, dim),
-                FlashInferBackend(pool, table, heads, kv_heads, dim)]
+                FlashInferPagedBackend(pool, table, heads, kv_heads, dim)]
     lengths = [(0, 37), (20, 33), (100, 101), (0, 1), (64, 200)]  # (cached, total): prefix reuse and fresh
     reqs = [Req(uid=i, input_ids=[0] * n, prompt_len=n, table_idx=i, cached_len=c, device_len=n,
                 max_device_len=n + 4, params=SamplingParams(), sample_seed=0) for i, (c, n) in enumerate(lengths)]
@@ -146,7 +146,7 @@ def test_flashinfer_and_torch_backends_agree_in_bf16(hd128_dir, page_size):
                   cache="radix", **SMALL)
     ref = LLM(hd128_dir, attention="torch", **common)
     fi = LLM(hd128_dir, attention="flashinfer", **common)
-    assert type(fi.engine.attn_backend).__name__ == "FlashInferBackend"
+    assert type(fi.engine.attn_backend).__name__ == "FlashInferPagedBackend"
     # the same prompts twice: the second pass reuses cached prefixes
     outs_ref = generate(ref, prompts + prompts, lengths + lengths)
     outs_fi = generate(fi, prompts + prompts, lengths + lengths)

@@ -73,7 +73,7 @@ def test_fp8_engine_greedy_tokens_stay_near_the_bf16_engines():
     kw = dict(max_running_req=8, max_seq_len=512, kv_cache_gb=1.0, page_size=16)
     ref = LLM("random:small-qwen3", **kw)
     bf16 = [o["token_ids"] for o in ref.generate(prompts, params)]
-    for attention, backend in ((None, "FlashInferBackend"), ("torch", "PagedTorchBackend")):
+    for attention, backend in ((None, "FlashInferFp8Backend"), ("torch", "PagedTorchBackend")):
         llm = LLM("random:small-qwen3", kv_dtype="fp8", attention=attention, **kw)
         assert type(llm.engine.attn_backend).__name__ == backend
         assert (llm.engine.graph_runner is not None) == (attention is None)

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from core import LLM, SamplingParams
-from core.attention.flashinfer_backend import FlashInferBackend
+from core.attention.flashinfer_common import FlashInferBase
+from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
 from core.kernels.dispatch import TorchKernels
 from tests.support.prompts import varied_prompts
 
@@ -71,7 +72,7 @@ class _WrapperPerSize(dict):
     """A graph wrapper for any batch size, made on first use (the CPU captures none), on the backend's shared page
     list buffers as init_cuda_graph makes them."""
 
-    def __init__(self, backend: FlashInferBackend, max_rows: int = 8) -> None:
+    def __init__(self, backend: FlashInferPagedBackend, max_rows: int = 8) -> None:
         super().__init__()
         self.backend = backend
         backend._graph_indptr = torch.zeros(max_rows + 1, dtype=torch.int32)
@@ -119,7 +120,7 @@ def fake_flashinfer(monkeypatch):
     for name, module in {"flashinfer": fi, "flashinfer.norm": fi.norm, "flashinfer.activation": fi.activation,
                          "flashinfer.rope": fi.rope}.items():
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.setattr(FlashInferBackend, "check_supported", staticmethod(lambda pool: None))
+    monkeypatch.setattr(FlashInferBase, "check_supported", staticmethod(lambda pool: None))
 
 
 @pytest.mark.parametrize("page_size, cache, head_major", [(1, "naive", True), (4, "radix", True),
@@ -139,7 +140,7 @@ def test_flashinfer_metadata_gives_the_torch_backends_tokens(model_dirs, fake_fl
     kwargs = dict(max_running_req=3, page_size=page_size, cache=cache, device="cpu")  # on CUDA too: the stand-in
     ref = LLM(path, attention="torch", **kwargs).generate(prompts, params)
     fi_llm = LLM(path, attention="flashinfer", **kwargs)
-    assert type(fi_llm.engine.attn_backend).__name__ == "FlashInferBackend"
+    assert type(fi_llm.engine.attn_backend).__name__ == "FlashInferPagedBackend"
     assert fi_llm.engine.kv_pool.layout == ("HND" if head_major else "NHD")
     assert fi_llm.engine.model.model.norm.kernels.name == "flashinfer"
     got = fi_llm.generate(prompts, params)
@@ -174,7 +175,7 @@ def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fa
     """flashinfer's tensor-core plan gives each request one KV chunk from ``whole_request_rows`` rows: batches
     that large are planned with ``disable_split_kv``, once a size (later steps only copy their page lists into
     the graph's buffers), smaller ones as flashinfer chooses at every step; tokens unchanged."""
-    from core.attention.flashinfer_backend import whole_request_rows
+    from core.attention.flashinfer_paged_backend import whole_request_rows
 
     assert whole_request_rows(132, 8) == 34 and whole_request_rows(132, 2) == 133
     prompts, params, ref, fi_llm = _shrinking_batches(model_dirs, seed=6)
@@ -184,8 +185,8 @@ def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fa
     planned = []
     real_plan = _Paged.plan
     # the CPU runs no CUDA graphs: every decode step plans as a graph's replay would, to see what it passes
-    monkeypatch.setattr(backend, "begin_forward", lambda batch: backend.plan_cuda_graph(batch, batch.size)
-                        if batch.is_decode else FlashInferBackend.begin_forward(backend, batch))
+    monkeypatch.setattr(backend, "begin_forward", lambda batch, graph=False:
+                        FlashInferPagedBackend.begin_forward(backend, batch, graph=batch.is_decode))
     monkeypatch.setattr(backend, "_graph_wrappers", _WrapperPerSize(backend))
 
     def plan(self, *args, **kw):
@@ -209,7 +210,7 @@ def test_whole_request_decode_can_be_turned_off(monkeypatch, model_dirs, fake_fl
 
 
 def test_tensor_core_decode_by_heads_and_rows():
-    from core.attention.flashinfer_backend import use_tensor_core_decode
+    from core.attention.flashinfer_paged_backend import use_tensor_core_decode
 
     assert use_tensor_core_decode(32, 8) and use_tensor_core_decode(32, 8, rows=1, min_rows=160)
     assert not use_tensor_core_decode(16, 8, rows=256)  # no threshold: the plain kernel
@@ -229,7 +230,7 @@ def test_a_bad_tensor_core_threshold_is_refused(monkeypatch, raw):
 def test_fp8_decode_splits_count_programs_per_request_for_the_all_heads_variant():
     """The per-head kernel runs a program per (request, KV head, split), the all-heads one per (request,
     split): at 64 rows and 8 KV heads that is 512 programs unsplit against 64, which 4 splits bring to 256."""
-    from core.attention.flashinfer_backend import paged_splits
+    from core.attention.flashinfer_fp8_backend import paged_splits
 
     assert [paged_splits(rows, 8) for rows in (1, 16, 64, 256)] == [4, 4, 1, 1]
     assert [paged_splits(rows, 8, all_heads=True) for rows in (1, 64, 128, 256)] == [4, 4, 2, 1]
@@ -280,10 +281,10 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     backend = fi_llm.engine.attn_backend
     real_begin = backend.begin_forward
 
-    def begin_forward(batch) -> None:
-        if batch.is_prefill:
+    def begin_forward(batch, graph=False) -> None:
+        if batch.is_prefill and not graph:
             eager.append(batch.size)
-        real_begin(batch)
+        real_begin(batch, graph)
 
     monkeypatch.setattr(backend, "begin_forward", begin_forward)
     got = fi_llm.generate(prompts, params)
