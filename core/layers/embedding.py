@@ -13,6 +13,7 @@ from core.distributed.info import get_tp_info
 from core.kernels.dispatch import TorchKernels
 from core.kernels.gpu_screened_head import GpuScreenedHead
 from core.kernels.screened_head import ScreenedHead
+from core.layers.fill import fill
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -27,7 +28,7 @@ class VocabParallelEmbedding(nn.Module):
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         rows = tensor[self.start:self.start + self.part]
-        self.weight.data[: rows.shape[0]].copy_(rows)
+        fill(self.weight, rows)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self.tp_size == 1:

@@ -14,6 +14,7 @@ from torch import nn
 from core.distributed.comm import all_reduce
 from core.distributed.info import get_tp_info
 from core.kernels.dispatch import TorchKernels
+from core.layers.fill import fill
 from core.layers.norm import RMSNorm
 
 
@@ -50,7 +51,7 @@ class ColumnParallelLinear(nn.Module):
         if target is None:
             raise KeyError(f"layer has no {kind}")
         offset = self.offsets[shard]
-        target.data[offset:offset + rows].copy_(tensor[start:start + rows])
+        fill(target, tensor[start:start + rows], offset)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.kernels.linear(x, self.weight, self.bias, self.packed)
@@ -118,7 +119,7 @@ class RowParallelLinear(nn.Module):
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
         if kind != "weight":
             raise KeyError(f"row-parallel layer has no {kind}")
-        self.weight.data.copy_(tensor[:, self.start:self.start + self.part])
+        fill(self.weight, tensor[:, self.start:self.start + self.part])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """On one rank the output goes into the add+RMSNorm after this layer, which may sum a split-K linear's

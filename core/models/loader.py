@@ -22,6 +22,7 @@ from safetensors import safe_open
 from core.errors import ModelLoadError, one_line
 from core import model_config
 from core.model_config import ModelConfig, RopeScaling
+from core.layers.fill import fill
 from core.models.decoder import CausalLM
 from core.models.random_spec import RandomSpec, fill_random
 from core.models.weights import model_config_cache_path
@@ -165,7 +166,7 @@ def _load_one(model: CausalLM, params: dict[str, torch.nn.Parameter], name: str,
         if hasattr(module, "load"):
             module.load(tensor, shard, kind)
         else:
-            getattr(module, kind).data.copy_(tensor)
+            fill(getattr(module, kind), tensor)
     if target_path == "lm_head":
         return {"lm_head.inner.weight"} & set(params)
     return {f"{target_path}.{kind}"}

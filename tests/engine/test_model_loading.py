@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from core import LLM, ModelLoadError, UnsupportedModelError
 from core.models.weights import default_gguf_path
@@ -87,3 +88,18 @@ def test_truncated_gguf_leaves_no_cache_behind(tmp_path, monkeypatch):
     # and the next start converts cleanly instead of tripping over a half-written directory
     with pytest.raises(ModelLoadError, match="could not read GGUF file"):
         LLM(str(truncated))
+
+
+def test_a_whole_checkpoint_tensor_is_adopted_and_a_part_copied():
+    from core.layers.fill import fill
+
+    param = torch.nn.Parameter(torch.empty(4, 3), requires_grad=False)
+    whole = torch.arange(12.0).view(4, 3)
+    fill(param, whole)
+    assert param.data.data_ptr() == whole.data_ptr()  # no copy
+    fused = torch.nn.Parameter(torch.zeros(6, 3), requires_grad=False)
+    fill(fused, whole[:2], offset=4)  # one block of a fused weight: copied into place
+    assert torch.equal(fused.data[4:], whole[:2]) and fused.data[4:].data_ptr() != whole.data_ptr()
+    cast = torch.nn.Parameter(torch.empty(4, 3, dtype=torch.float64), requires_grad=False)
+    fill(cast, whole)
+    assert cast.dtype == torch.float64 and torch.equal(cast.data, whole.double())
