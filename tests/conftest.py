@@ -7,6 +7,9 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# the suite's many throwaway checkpoints would each leave what is derived from them in MINISGL_HOME; the start-up
+# cache has tests of its own (tests/cli/test_derived_cache.py), which turn it back on in a home of their own
+os.environ.setdefault("MINISGL_DISABLE_DERIVED_CACHE", "1")
 
 import pytest  # noqa: E402
 

@@ -91,7 +91,12 @@ class Engine:
         self.plan: EnginePlan = plan_engine(config, self.device, self.dtype, heads)
         self.dtype = self.plan.precision.dtype
         self.max_seq_len = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        self.model = load_model(model_dir, cfg, self.device, self.dtype, self.max_seq_len)
+        # what is derived from the weights (fused weights, codes, int8 copies, magnitudes), read back from the last
+        # start's file where it has them (core/kernels/derived.py)
+        derived = DerivedCache(derived_cache_path(model_dir, f"{str(self.dtype).removeprefix('torch.')}-rank"
+                                                  f"{self.tp_info.rank}of{self.tp_info.size}", source_key())
+                               if isinstance(model_dir, Path) else None)
+        self.model = load_model(model_dir, cfg, self.device, self.dtype, self.max_seq_len, derived)
         self.page_size = config.page_size
         self.num_kv_heads = local_kv_heads(cfg.num_kv_heads)[0]
         self.kv_fp8 = self.plan.kv_fp8
@@ -120,11 +125,6 @@ class Engine:
         # float32 linears that are 4-bit codes (core/kernels/four_bit.py), found once for both C kernels reading them
         precision = self.plan.precision
         reads_codes = kernels.c_gemm or (precision.c_decode and not precision.c_int8)
-        # what the kernels derive from the weights (codes, int8 copies, magnitudes), read back from the last start's
-        # file where it has them (core/kernels/derived.py)
-        derived = DerivedCache(derived_cache_path(model_dir, f"{str(self.dtype).removeprefix('torch.')}-rank"
-                                                  f"{self.tp_info.rank}of{self.tp_info.size}", source_key())
-                               if isinstance(model_dir, Path) else None)
         codes = linear_codes(self.model, derived) if kernels.four_bit_weights and reads_codes else {}
         # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
         # or for oneDNN's GEMM (core/kernels/onednn_packed.py)

@@ -27,13 +27,17 @@ Derived = tuple[torch.Tensor, ...] | None  # what one entry holds: some tensors,
 ENTRIES_KEY = "minisgl.derived"  # the file's metadata: entry name -> its tensors' count, or null
 
 
+CORE = Path(__file__).resolve().parents[1]
+# what derives the entries: the kernels, the layers (a fused weight's layout) and the loader that fills them
+SOURCES = ("kernels/*.py", "kernels/*.c", "kernels/*.cu", "layers/*.py", "models/loader.py")
+
+
 @lru_cache(maxsize=1)
 def source_key() -> str:
-    """A hash of the kernels' sources (every .py and .c here) and torch's version: any edit keys a new file."""
+    """A hash of the sources that derive the entries (``SOURCES``) and torch's version: any edit keys a new file."""
     digest = hashlib.sha256(torch.__version__.encode())
-    for path in sorted(Path(__file__).parent.iterdir()):
-        if path.suffix in (".py", ".c", ".cu"):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in sorted(p for pattern in SOURCES for p in CORE.glob(pattern)):
+        digest.update(str(path.relative_to(CORE)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -59,6 +63,10 @@ class DerivedCache:
                         for name, count in counts.items()}
         except Exception:  # unreadable in any way: derived again, and the file rewritten by save
             return {}
+
+    def peek(self, name: str) -> Derived:
+        """The entry ``name`` when it is held (read back or derived), else None; derives nothing."""
+        return self._entries.get(name)
 
     def get(self, name: str, derive: Callable[[], Derived]) -> Derived:
         """The entry ``name``: read back, or derived now (and kept)."""

@@ -22,6 +22,7 @@ from safetensors import safe_open
 from core.errors import ModelLoadError, one_line
 from core import model_config
 from core.model_config import ModelConfig, RopeScaling
+from core.kernels.derived import DerivedCache
 from core.layers.fill import fill
 from core.models.decoder import CausalLM
 from core.models.random_spec import RandomSpec, fill_random
@@ -116,16 +117,24 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 def load_model(model_dir: Path | RandomSpec, cfg: ModelConfig, device: torch.device, dtype: torch.dtype,
-               max_positions: int) -> CausalLM:
+               max_positions: int, derived: DerivedCache | None = None) -> CausalLM:
+    """The decoder filled from ``model_dir``. On a CPU the fused weights (q/k/v into qkv_proj, gate/up into
+    gate_up_proj), the only ones a load copies, are read back from ``derived`` where it holds them, and kept
+    there for the next start where it does not (core/kernels/derived.py)."""
     with _default_dtype(dtype), torch.device(device):
         model = CausalLM(cfg, max_positions)
     if isinstance(model_dir, RandomSpec):
         fill_random(model, model_dir)
         return model.eval()
     params = dict(model.named_parameters())
+    fused = {name: module for name, module in model.named_modules() if len(getattr(module, "blocks", {})) > 1}
+    adopted = _adopt_fused(fused, derived) if derived is not None and device.type == "cpu" else set()
     filled: set[str] = set()
     for name, tensor in _checkpoint_tensors(model_dir):
-        filled |= _load_one(model, params, name, tensor)
+        filled |= _load_one(model, params, name, tensor, adopted)
+    if derived is not None and device.type == "cpu":
+        for name, module in fused.items():
+            derived.get(f"fused:{name}.weight", lambda: (module.weight.data,))
     missing = sorted(set(params) - filled)
     if missing:
         raise ModelLoadError(f"checkpoint in {model_dir} lacks {len(missing)} tensors, e.g. {missing[0]}; "
@@ -148,8 +157,21 @@ def _checkpoint_tensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
             raise ModelLoadError(f"cannot read weights file {file}: {one_line(exc)} (truncated or corrupt?)") from exc
 
 
-def _load_one(model: CausalLM, params: dict[str, torch.nn.Parameter], name: str, tensor: torch.Tensor) -> set[str]:
-    """Copy one checkpoint tensor into the decoder; return the parameter names it filled."""
+def _adopt_fused(fused: dict[str, torch.nn.Module], derived: DerivedCache) -> set[str]:
+    """The fused layers whose weight ``derived`` holds (of the right shape and dtype), that weight adopted."""
+    adopted = set()
+    for name, module in fused.items():
+        found = derived.peek(f"fused:{name}.weight")
+        if found is not None and found[0].shape == module.weight.shape and found[0].dtype == module.weight.dtype:
+            module.weight.data = found[0]
+            adopted.add(name)
+    return adopted
+
+
+def _load_one(model: CausalLM, params: dict[str, torch.nn.Parameter], name: str, tensor: torch.Tensor,
+              adopted: set[str] = frozenset()) -> set[str]:
+    """Put one checkpoint tensor into the decoder; return the parameter names it filled. The weight of a layer in
+    ``adopted`` is in place already (read back whole): its shards only count as filled."""
     if "rotary_emb" in name:
         return set()
     module_path, _, kind = name.rpartition(".")
@@ -162,6 +184,8 @@ def _load_one(model: CausalLM, params: dict[str, torch.nn.Parameter], name: str,
         module = model.get_submodule(target_path)
     except AttributeError:
         raise ModelLoadError(f"checkpoint tensor {name} has no place in the {model.config.family} decoder") from None
+    if target_path in adopted and kind == "weight":
+        return {f"{target_path}.weight"}
     with torch.no_grad():
         if hasattr(module, "load"):
             module.load(tensor, shard, kind)

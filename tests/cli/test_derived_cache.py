@@ -6,12 +6,14 @@ written beside the converted model, read back, keyed on the weights, and that to
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 
-from core.kernels.derived import DerivedCache
+from core.kernels.derived import ENTRIES_KEY, DerivedCache
 from core.models.weights import derived_cache_path
 from tests.support.cli import json_lines, run, write
 
@@ -27,12 +29,17 @@ def test_the_embedded_model_starts_from_its_cache_and_survives_a_corrupt_one(smo
     home.mkdir()
     (home / "models").symlink_to(Path(smollm2_dir).parent)  # the converted model, not converted again
     monkeypatch.setenv("MINISGL_HOME", str(home))
+    monkeypatch.delenv("MINISGL_DISABLE_DERIVED_CACHE", raising=False)
     prompts = write(tmp_path / "p.txt", "The capital of France is\nList three prime numbers:\n")
 
     derived_fresh = generate_tokens(prompts)
     [derived] = (home / "derived").glob(f"{Path(smollm2_dir).name}-*/*.safetensors")
     [config] = (home / "derived" / "configs").glob("*.json")
     written = derived.stat().st_mtime_ns, config.stat().st_mtime_ns
+    with safe_open(str(derived), framework="pt") as f:
+        entries = json.loads(f.metadata()[ENTRIES_KEY])
+    assert {"fused:model.layers.0.self_attn.qkv_proj.weight", "lm_head.int8",
+            "q4_codes:model.layers.0.mlp.down_proj"} <= set(entries), sorted(entries)[:8]
 
     assert generate_tokens(prompts) == derived_fresh  # read back, and nothing rewritten
     assert (derived.stat().st_mtime_ns, config.stat().st_mtime_ns) == written
@@ -41,10 +48,14 @@ def test_the_embedded_model_starts_from_its_cache_and_survives_a_corrupt_one(smo
     config.write_text("{")
     assert generate_tokens(prompts) == derived_fresh  # derived again, and rewritten whole
     assert derived.stat().st_size > 1 << 20 and config.read_text().startswith("{\"family\"")
+    monkeypatch.setenv("MINISGL_DISABLE_DERIVED_CACHE", "1")  # the switch: derived again, the files left alone
+    written = derived.stat().st_mtime_ns
+    assert generate_tokens(prompts) == derived_fresh and derived.stat().st_mtime_ns == written
     assert not [p for p in derived.parent.iterdir() if p.name.startswith(".writing-")]
 
 
-def test_the_key_follows_the_weight_files(tmp_path):
+def test_the_key_follows_the_weight_files(tmp_path, monkeypatch):
+    monkeypatch.delenv("MINISGL_DISABLE_DERIVED_CACHE", raising=False)
     weights = tmp_path / "model"
     weights.mkdir()
     (weights / "model.safetensors").write_bytes(b"x" * 10)
