@@ -195,11 +195,12 @@
     if (!life) { box.appendChild(el("div", { "class": "empty", text: "click a uid to follow a request" })); return; }
     var s = life.states, count = function (c) { return s.split(c).length - 1; };
     var seen = function (c) { var i = s.indexOf(c); return i < 0 ? null : steps[i].step; };
-    var done = s.indexOf(".");
+    var done = -1;
+    steps.forEach(function (e, i) { if (done < 0 && e.finished.indexOf(life.uid) >= 0) done = i; });
     var facts = [["now", D.STATE[s[index]] || "not seen"],
       ["arrived", life.arrival < steps.length ? "before step " + steps[life.arrival].step : "-"],
       ["waited", plural(count("w"), "step")], ["prefilled", count("P") ? plural(count("P"), "step") + " from step " + seen("P") : "-"],
-      ["decoded", plural(count("D"), "step")], ["finished", done >= 0 ? "in step " + steps[done - 1 >= 0 ? done - 1 : 0].step : "-"]];
+      ["decoded", plural(count("D"), "step")], ["finished", done >= 0 ? "in step " + steps[done].step : "-"]];
     if (info) {
       facts.push(["tokens", (info.prompt_tokens === null ? "" : info.prompt_tokens + " prompt, ") + info.completion_tokens + " generated"]);
       if (info.finish_reason) facts.push(["finish", info.finish_reason]);
