@@ -63,6 +63,11 @@ StepByKey = Annotated[bool, typer.Option(
 ShowRadix = Annotated[bool, typer.Option(
     "--show-radix", metavar=o.FLAG, rich_help_panel=_ARRIVALS,
     help="Draw the radix cache's tree (token spans, locks, who holds what) under the table.")]
+Web = Annotated[bool, typer.Option(
+    "--web", metavar=o.FLAG, rich_help_panel=_ARRIVALS,
+    help="Also show the run in the browser (the URL is printed); it keeps serving after the run until Ctrl-C.")]
+WebPort = Annotated[int, typer.Option("--web-port", min=0, max=65535, rich_help_panel=_ARRIVALS,
+                                      help="Port for --web (0: any free one).")]
 NoLegend = Annotated[bool, typer.Option("--no-legend", metavar=o.FLAG, rich_help_panel=_ARRIVALS,
                                         help="Hide the line per column under the table.")]
 
@@ -74,7 +79,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
           verbose: o.Verbose = False, arrival_every: ArrivalEvery = None,
           arrival_rate: ArrivalRate = None, step_delay: StepDelay = 0.0, step: StepByKey = False,
           show_radix: ShowRadix = False, no_legend: NoLegend = False, replay: x.Replay = None, html: x.Html = None,
-          perfetto: x.Perfetto = None, engine: EngineOptions = EngineOptions.defaults()) -> None:
+          perfetto: x.Perfetto = None, web: Web = False, web_port: WebPort = 0, engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Watch the scheduler: one live row per batch, then the generations and a per-request timeline.
 
     Each row shows the phase, batch size, tokens, every request's extend length, the KV pages in use and who
@@ -82,10 +87,17 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     tutorial's five prompts (max_tokens 6, 2, 5, 1, 4, EOS ignored)."""
     out, err = stdout_console(), Console(stderr=True)
     exports = x.Exports(html, perfetto)
+    server = _web_server(web_port, err) if web else None
     if replay:
         if prompts is not None:
             raise typer.BadParameter("a replay takes no PROMPTS: the trace file holds the run", param_hint="'--replay'")
+        if server is not None:
+            from minisgl_cli.trace_web import replay_app
+
+            server.start(replay_app(x.load_replay(replay)))
         x.replay(replay, x.ReplayView(show_radix, not no_legend, step_delay, step), exports, svg, out, err)
+        if server is not None:
+            server.serve_until_interrupted(err)
         return
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
     job = load_job(prompts or sample_prompts.path(), sampling)
@@ -105,13 +117,14 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
         if trace_file:
             trace_file.decode = llm.tokenizer.decode
         llm.report_radix = show_radix
+        page = _web_run(llm, job, header, show_radix, server) if server is not None else None
         inputs = engine_inputs(llm, job, chat)
         view = LiveSteps(show_cached=engine.cache != "naive", total_requests=len(inputs), show_legend=not no_legend,
                          show_radix=show_radix, decode=llm.tokenizer.decode,
                          arrivals_expected=any(a is not None and (a.step or a.after_s) for a in arrivals or []))
         view.hint = STEP_HINT if pacer.step_by_key else ""
         try:
-            results = _run_live(llm, inputs, job, arrivals, view, trace_file, pacer, out)
+            results = _run_live(llm, inputs, job, arrivals, view, trace_file, pacer, out, page)
         except KeyboardInterrupt:
             _report_interrupt(view, trace_file, out, err)
             exports.save(Trace(header, view.events), err)
@@ -138,9 +151,33 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     if trace_file:
         err.print(f"[dim]wrote {trace_file.lines} step events to {trace_file.path}[/]")
     exports.save(run, err, llm.tokenizer.decode)
+    if page is not None:
+        page.results(results)
+        server.serve_until_interrupted(err)
     if verdicts is not None and not all(v.exact for v in verdicts):
         raise typer.Exit(SOME_FAILED)
     exit_for(results, Activity(err))
+
+
+def _web_server(port: int, err: Console):
+    """The --web server's socket, bound before the model loads; its URL goes to stderr (no browser is opened)."""
+    from minisgl_cli.trace_web import WebServer
+
+    server = WebServer("127.0.0.1", port)
+    err.print(f"watch it at {server.url}", highlight=False)
+    return server
+
+
+def _web_run(llm: LLM, job: Job, header, show_radix: bool, server):
+    """The live page fed by this run's step events; it asks for the radix tree while a viewer shows it."""
+    from minisgl_cli.trace_web import LiveRun
+
+    def report_radix(on: bool) -> None:
+        llm.report_radix = on or show_radix
+
+    page = LiveRun(list(job.labels), header.model, header.options, report_radix)
+    server.start(page.app)
+    return page
 
 
 def _arrivals(job: Job, every: int | None, rate: float | None, seed: int | None) -> list[Arrival | None] | None:
@@ -154,13 +191,15 @@ def _arrivals(job: Job, every: int | None, rate: float | None, seed: int | None)
 
 
 def _run_live(llm: LLM, inputs: list[Prompt], job: Job, arrivals: list[Arrival | None] | None, view: LiveSteps,
-              trace_file: TraceFile | None, pacer: Pacer, out: Console) -> list[Result]:
+              trace_file: TraceFile | None, pacer: Pacer, out: Console, page=None) -> list[Result]:
     """Generate with the step table on screen, redrawn on every step event: the engine runs on this thread,
     so there is nothing to redraw between steps (and a pause between steps holds the engine too)."""
     with Live(view, console=out, auto_refresh=False, transient=True) as live:
         def on_step(event: StepEvent) -> None:
             if trace_file:
                 trace_file.write(event)
+            if page is not None:
+                page.add(event)
             view.add(event)
             live.refresh()
             pacer.after_step()

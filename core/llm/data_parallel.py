@@ -145,6 +145,10 @@ class DataParallelEngines:
         for engine in self.engines:
             engine.add_step_callback(fn)
 
+    def report_radix(self, on: bool) -> None:
+        for engine in self.engines:
+            engine.report_radix(on)
+
     @property
     def on_batch(self) -> Callable[[], None] | None:
         return self.engines[0].on_batch

@@ -23,7 +23,7 @@ from typing import Any
 import zmq
 
 from core.config import EngineConfig
-from core.llm.wire import EngineInfo, Stop, StepOutput, pack_output, unpack_message
+from core.llm.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_output, unpack_message
 from core.scheduler.reply import Reply
 
 PARENT_POLL_S = 0.5
@@ -121,6 +121,8 @@ def _receive(inbox: zmq.Socket, core: Any) -> None:
             message = unpack_message(inbox.recv())
             if isinstance(message, Stop):
                 core.stop()
+            elif isinstance(message, ReportRadix):
+                core.scheduler.report_radix = message.on  # read once per step by the loop: a flag is enough
             else:
                 core.post(message)
     except zmq.ContextTerminated:  # the process is leaving

@@ -31,7 +31,7 @@ from core.errors import EngineDeadError
 from core.events import StepEvent
 from core.llm.engine_process import engine_main
 from core.llm.routes import ReplyCallback, Routes, tokenize
-from core.llm.wire import EngineInfo, Stop, StepOutput, pack_message, unpack_output
+from core.llm.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_message, unpack_output
 from core.request import SamplingParams
 from core.scheduler.admission import Limits, rejection
 from core.scheduler.inbox import Message
@@ -198,8 +198,12 @@ class RemoteEngine:
     def add_step_callback(self, fn: Callable[[StepEvent], None]) -> None:
         self.step_callbacks.append(fn)
 
+    def report_radix(self, on: bool) -> None:
+        """Have the engine's step events carry the radix tree (from its next step) or stop carrying it."""
+        self._post(ReportRadix(on))
+
     # ---- the threads ---------------------------------------------------------------------------------------
-    def _post(self, message: Message | Stop) -> None:
+    def _post(self, message: Message | Stop | ReportRadix) -> None:
         data = pack_message(message)
         with self._push_lock:
             if not self._push.closed:

@@ -1,7 +1,8 @@
 """The messages between the engine's process and its clients, as bytes (msgpack; token ids as int64 arrays).
 
-In, from a client: a request (uid, prompt ids, sampling parameters), an abort, a prefix-cache reset, or stop
-(answer everything taken in, then leave). Out, from the engine: a log line while it loads, ready (what a client
+In, from a client: a request (uid, prompt ids, sampling parameters), an abort, a prefix-cache reset, whether
+step events carry the radix tree (only while someone draws it: building it costs a walk of the tree each step),
+or stop (answer everything taken in, then leave). Out, from the engine: a log line while it loads, ready (what a client
 needs to check requests itself: the limits, the EOS ids), one message per step with every request's new token,
 the finished ones' reasons and the logprobs asked for, the engine's numbers for /metrics, and the step event when
 a trace is on; or fatal, when the engine cannot go on.
@@ -27,6 +28,13 @@ NO_TOKEN = -1  # a reply without a token (an abort, an error)
 @dataclass(frozen=True)
 class Stop:
     """Answer every request already taken in, then leave the loop and exit."""
+
+
+@dataclass(frozen=True)
+class ReportRadix:
+    """Turn the radix tree in step events on or off (a dashboard asks for it while a viewer shows it)."""
+
+    on: bool
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,7 @@ class StepOutput:
 
 
 # ---- in ---------------------------------------------------------------------------------------------------------
-def pack_message(message: Message | Stop) -> bytes:
+def pack_message(message: Message | Stop | ReportRadix) -> bytes:
     if isinstance(message, AddRequest):
         params = dataclasses.asdict(message.params)
         ids = np.asarray(message.input_ids, dtype=np.int64).tobytes()
@@ -66,10 +74,12 @@ def pack_message(message: Message | Stop) -> bytes:
         return msgpack.packb(["abort", message.uid])
     if isinstance(message, ResetPrefixCache):
         return msgpack.packb(["reset"])
+    if isinstance(message, ReportRadix):
+        return msgpack.packb(["radix", message.on])
     return msgpack.packb(["stop"])
 
 
-def unpack_message(data: bytes) -> Message | Stop:
+def unpack_message(data: bytes) -> Message | Stop | ReportRadix:
     kind, *rest = msgpack.unpackb(data)
     if kind == "add":
         uid, ids, params = rest
@@ -79,6 +89,8 @@ def unpack_message(data: bytes) -> Message | Stop:
         return AbortRequest(rest[0])
     if kind == "reset":
         return ResetPrefixCache()
+    if kind == "radix":
+        return ReportRadix(bool(rest[0]))
     return Stop()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from minisgl_cli.serve.metrics import Metrics
 from minisgl_cli.serve.protocol import ApiError
 
 RETRY_AFTER_S = 1
+RECENT = 4096  # requests whose facts a dashboard can still ask for
 
 
 @dataclass
@@ -35,12 +37,19 @@ class Tracked:
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     uid: int = -1
     last_token_at: float | None = None
+    first_token_at: float | None = None
     finished: bool = False
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    text: list[str] | None = None  # the completion so far, kept only for a dashboard that shows text
 
 
 class EngineBridge:
-    def __init__(self, llm: RemoteEngine, model_name: str, max_queue: int | None = None) -> None:
+    def __init__(self, llm: RemoteEngine, model_name: str, max_queue: int | None = None,
+                 keep_text: bool = False) -> None:
         self.llm = llm
+        self.keep_text = keep_text
+        self.recent: OrderedDict[int, Tracked] = OrderedDict()  # by uid, the newest RECENT requests
         self.model_name = model_name
         self.max_queue = max_queue
         self.metrics = Metrics()
@@ -71,7 +80,7 @@ class EngineBridge:
             self._waiting += 1
             self._in_flight += 1
         self._loop = self._loop or asyncio.get_running_loop()
-        tracked = Tracked(prompt_ids, params, time.perf_counter())
+        tracked = Tracked(prompt_ids, params, time.perf_counter(), text=[] if self.keep_text else None)
         with self.metrics.lock:
             self.metrics.prompt_tokens += len(prompt_ids)
         try:
@@ -82,7 +91,24 @@ class EngineBridge:
                 self._waiting -= 1
                 self._in_flight -= 1
             raise ApiError(503, f"the engine is not running: {exc}", kind="server_error", code="engine_dead") from None
+        with self._lock:
+            self.recent[tracked.uid] = tracked
+            while len(self.recent) > RECENT:
+                self.recent.popitem(last=False)
         return tracked
+
+    def facts(self, uid: int) -> dict[str, Any] | None:
+        """What a dashboard shows of one request: its token counts, and its text (dropped there unless shown)."""
+        with self._lock:
+            tracked = self.recent.get(uid)
+        if tracked is None:
+            return None
+        out: dict[str, Any] = {"prompt_tokens": len(tracked.prompt_ids), "completion_tokens": tracked.completion_tokens,
+                               "finish_reason": tracked.finish_reason}
+        if tracked.text is not None:
+            out["prompt"] = self.llm.tokenizer.decode(tracked.prompt_ids)
+            out["completion"] = "".join(tracked.text)
+        return out
 
     def abort(self, tracked: Tracked) -> None:
         """The client went away: free its request now (the final 'abort' reply still updates the metrics)."""
@@ -119,17 +145,25 @@ class EngineBridge:
         with metrics.lock:
             if reply.token is not None:
                 metrics.generated_tokens += 1
+                tracked.completion_tokens += 1
                 if tracked.last_token_at is None:
                     metrics.ttft.observe(now - tracked.arrived)
+                    metrics.recent_ttft.append(now - tracked.arrived)
+                    tracked.first_token_at = now
                 else:
                     metrics.inter_token.observe(now - tracked.last_token_at)
             if reply.finished:
                 metrics.requests[reply.finish_reason or "error"] = metrics.requests.get(
                     reply.finish_reason or "error", 0) + 1
+                if tracked.first_token_at is not None and tracked.completion_tokens > 1:
+                    metrics.recent_tpot.append((now - tracked.first_token_at) / (tracked.completion_tokens - 1))
+        if tracked.text is not None and reply.text:
+            tracked.text.append(reply.text)
         if reply.token is not None or reply.finished:
             tracked.last_token_at = now
         if reply.finished:
             tracked.finished = True
+            tracked.finish_reason = reply.finish_reason
         with self._lock:
             self._pending.append((tracked, reply))
 

@@ -50,15 +50,20 @@ ShutdownTimeout = Annotated[float, typer.Option(
 Trace = Annotated[bool, typer.Option("--trace", help="Show the live batch table as requests arrive.")]
 TraceOut = Annotated[Optional[Path], typer.Option(
     "--trace-out", metavar="FILE.jsonl", help="Write every step event as a JSON line.")]
+Dashboard = Annotated[bool, typer.Option(
+    "--dashboard", help="Serve a live view of the engine at /dashboard (batches, queue, KV pool, timeline).")]
+DashboardShowText = Annotated[bool, typer.Option(
+    "--dashboard-show-text", help="Show prompts and completions on the dashboard (else uids and token counts).")]
 
 
 @with_engine_options
 def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = None,
           served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
-          trace_out: TraceOut = None, dp: DataParallel = 1,
+          trace_out: TraceOut = None, dashboard: Dashboard = False, dashboard_show_text: DashboardShowText = False,
+          dp: DataParallel = 1,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
-    /metrics."""
+    /metrics, and with --dashboard a live view of the engine at /dashboard."""
     import uvicorn  # the server's libraries load only for this command
 
     from minisgl_cli.serve.api import create_app
@@ -72,22 +77,29 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     listener = bind_listener(host, port)  # a port in use fails now, before the model loads
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
+    if dashboard_show_text and not dashboard:
+        raise typer.BadParameter("--dashboard-show-text needs --dashboard", param_hint="'--dashboard-show-text'")
     if dp > 1 and engine.values["tp"] > 1:
         raise InvalidParamsError("--dp with --tp is not supported: give one of them")
-    remote = start_engine(engine, activity, trace=trace or trace_out is not None, dp=dp)
+    remote = start_engine(engine, activity, trace=trace or trace_out is not None or dashboard, dp=dp)
     if trace_file is not None:
         trace_file.decode = remote.tokenizer.decode
     name = served_model_name or default_model_name(engine.model)
-    bridge = EngineBridge(remote, name, max_queue)
+    bridge = EngineBridge(remote, name, max_queue, keep_text=dashboard_show_text)
     live = start_trace(remote, engine.cache, err) if trace else None
     if trace_file is not None:
         remote.add_step_callback(trace_file.write)
-    config = uvicorn.Config(create_app(bridge), log_level="warning", timeout_graceful_shutdown=None,
+    app = create_app(bridge)
+    if dashboard:
+        add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None,
                             access_log=False)
     server = DrainingServer(config, bridge, shutdown_timeout, err)
     remote.on_death = server.engine_died
     signals = _keep_signals()  # uvicorn re-raises the signal it stopped on: it must not kill us then
     err.print(f"minisgl serving [bold]{name}[/] on http://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
+    if dashboard:
+        err.print(f"dashboard: http://{host}:{port}/dashboard", highlight=False)
     try:
         server.run(sockets=[listener])
     finally:
@@ -103,6 +115,18 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     if not server.started:
         raise typer.Exit(1)
     err.print(f"minisgl stopped: {sum(bridge.metrics.requests.values())} requests answered", highlight=False)
+
+
+def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: bool) -> None:
+    """/dashboard and its event stream, fed by the engine's step events."""
+    from minisgl_cli.serve.dashboard import StepRing, add_dashboard_routes
+    from minisgl_cli.serve.figures import LiveFigures
+
+    remote = bridge.llm
+    ring = StepRing(bridge.facts, show_text, decode=remote.tokenizer.decode, report_radix=remote.report_radix,
+                    figures=LiveFigures(bridge))
+    remote.add_step_callback(ring.add)
+    add_dashboard_routes(app, ring, bridge.model_name, options)
 
 
 def bind_listener(host: str, port: int) -> socket.socket:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 PREFIX = "minisgl_"
+RECENT_SAMPLES = 512  # the newest latencies a dashboard's percentiles are read from
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Metrics:
         self.generated_tokens = 0
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.inter_token = Histogram(TOKEN_BUCKETS_S)
+        self.recent_ttft: deque[float] = deque(maxlen=RECENT_SAMPLES)  # seconds, newest requests
+        self.recent_tpot: deque[float] = deque(maxlen=RECENT_SAMPLES)  # seconds per token after the first
 
     def finished(self, reason: str) -> None:
         with self.lock:

@@ -25,7 +25,7 @@ def test_text_from_the_trace_cannot_end_the_script_or_inject_markup():
     header = type(trace.header)(trace.header.model, trace.header.options,
                                 ("</script><script>alert(1)</script>",) + trace.header.prompts[1:])
     page = html_replay(Trace(header, trace.events, trace.results))
-    assert page.count("</script>") == 2  # the data block's and the program's own, nothing from the prompt
+    assert page.count("</script>") == 3  # the data block's and the two programs', nothing from the prompt
     assert "alert(1)" in page  # still there, as escaped data
 
 
