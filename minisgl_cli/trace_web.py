@@ -43,6 +43,8 @@ class WebServer:
                          daemon=True).start()
 
     def serve_until_interrupted(self, err: Console) -> None:
+        while self._server is not None and not self._server.started:  # the URL it prints answers at once
+            time.sleep(0.05)
         err.print(f"the page stays at {self.url} (Ctrl-C to stop)", highlight=False)
         try:
             while True:
