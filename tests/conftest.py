@@ -46,3 +46,16 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for the pages' tests (skipped, with the reason, where it is not installed)."""
+    from tests.support.browser import missing, open_browser
+
+    reason = missing()
+    if reason:
+        pytest.skip(reason)
+    driver = open_browser()
+    yield driver
+    driver.quit()

@@ -17,22 +17,12 @@ import openai
 import pytest
 
 from render.trace_format import read_trace
-from tests.support.browser import missing, open_browser, requested_urls
+from tests.support.browser import requested_urls
 from tests.support.serve import Server
 
 MODEL = "llama"
 SECRET = "zebra"  # a word in every prompt: it must not reach the page unless text is shown
 WAIT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def browser():
-    reason = missing()
-    if reason:
-        pytest.skip(reason)
-    driver = open_browser()
-    yield driver
-    driver.quit()
 
 
 def client(server: Server) -> openai.OpenAI:

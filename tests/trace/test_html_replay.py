@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.support.browser import missing, open_browser, requested_urls, screenshot
+from tests.support.browser import requested_urls, screenshot
 from render.html_replay import html_replay, page_data, save_html
 from render.trace_format import Trace
 from tests.support.trace_samples import sample_trace
@@ -33,16 +33,6 @@ def test_the_page_is_a_function_of_the_trace():
     assert html_replay(sample_trace()) == html_replay(sample_trace())
     data = page_data(sample_trace())
     assert [life["states"] for life in data["lives"]] == ["PDDpD..", "PDD....", " wwPDpD", "  wwwPD"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    reason = missing()
-    if reason:
-        pytest.skip(reason)
-    driver = open_browser()
-    yield driver
-    driver.quit()
 
 
 def load(browser, path):
