@@ -96,6 +96,10 @@ class DataParallelEngines:
         return [engine.pid for engine in self.engines]
 
     @property
+    def worker_pids(self) -> list[list[int]]:
+        return [pids for engine in self.engines for pids in engine.worker_pids]
+
+    @property
     def eos_token_ids(self) -> frozenset[int]:
         return self.engines[0].eos_token_ids
 

@@ -151,6 +151,11 @@ class RemoteEngine:
         return [self.pid]
 
     @property
+    def worker_pids(self) -> list[list[int]]:
+        """Each engine's tensor-parallel ranks 1..N-1 (processes under the engine process)."""
+        return [list(self.info.worker_pids) if self.info is not None else []]
+
+    @property
     def placed(self) -> list[int]:
         """Requests submitted so far (one engine: all of them)."""
         return [self._submitted]
@@ -226,6 +231,8 @@ class RemoteEngine:
                 if self.on_batch is not None and out.replies:
                     self.on_batch()
         except zmq.ContextTerminated:
+            pass
+        finally:  # this thread's socket: closed here, so that close() can end the context
             self._pull.close(linger=0)
 
     def _watch(self) -> None:

@@ -83,7 +83,9 @@ def create_app(bridge: EngineBridge) -> FastAPI:
     @app.get("/engines")
     async def engines() -> dict[str, Any]:
         """The engine processes behind this server: their pids and the requests each was sent."""
-        return {"engines": [{"pid": pid, "requests": n} for pid, n in zip(bridge.llm.pids, bridge.llm.placed)]}
+        llm = bridge.llm
+        return {"engines": [{"pid": pid, "requests": n, "tp_workers": workers}
+                            for pid, n, workers in zip(llm.pids, llm.placed, llm.worker_pids)]}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -193,3 +193,22 @@ def test_two_engines_answer_token_exact_and_shared_prefixes_land_together(model_
 def _engines(server: Server) -> list[dict]:
     with urllib.request.urlopen(server.base + "/engines", timeout=10) as reply:
         return json.loads(reply.read())["engines"]
+
+
+def test_a_dead_tensor_parallel_rank_ends_every_stream_and_the_server(model_dir, tmp_path):
+    server = Server(model_dir, "--tp", "2", log=tmp_path / "server.log", paced=True)
+    try:
+        engine = _engines(server)[0]
+        assert len(engine["tp_workers"]) == 1
+        stream = Stream(server.base, 500)
+        assert stream.first.wait(WAIT_S)
+        os.kill(engine["tp_workers"][0], signal.SIGKILL)
+        stream.thread.join(WAIT_S)
+        assert not stream.thread.is_alive(), "the stream hung after a rank died"
+        assert stream.lines[-1] == "[DONE]" and "error" in stream.events()[-1]
+        assert server.proc.wait(WAIT_S) == 1
+        log = server.log()
+        assert "minisgl: the engine process" in log and "rank 1" in log and "Traceback" not in log
+        assert gone(engine["pid"])
+    finally:
+        server.stop()
