@@ -21,7 +21,7 @@ from core.words import plural
 from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
 from core.request import Result, SamplingParams
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
-from minisgl_cli.engine_options import EngineOptions
+from minisgl_cli.engine_options import EngineOptions, flag
 from minisgl_cli.options import SamplingOptions
 from minisgl_cli.prompt_run import Collected, PromptRun
 from render.activity import Activity
@@ -60,12 +60,37 @@ def load_job(source: Path | str, sampling: SamplingOptions) -> Job:
     return Job(specs, [spec.params(explicit) for spec in specs])
 
 
-def require_greedy(job: Job) -> None:
-    """Verification compares greedy decoding; sampled outputs have no single right answer."""
+def require_greedy(job: Job, sampling: SamplingOptions) -> None:
+    """Verification compares greedy decoding; sampled outputs have no single right answer. A temperature typed on
+    the command line is named as the option, one from the prompts file by its line."""
+    if sampling.temperature is not None and sampling.temperature != 0:
+        raise InvalidParamsError(f"verify compares greedy decoding, but --temperature {sampling.temperature:g} "
+                                 f"samples; leave it out or set --temperature 0")
     for spec, params in zip(job.specs, job.params):
         if not params.greedy:
             raise InvalidParamsError(f"verify compares greedy decoding, but the prompt on {spec.where} would be "
                                      f"sampled (temperature={params.temperature}); set --temperature 0")
+
+
+def check_context(job: Job, engine: EngineOptions, sampling: SamplingOptions) -> None:
+    """A max_tokens that leaves no room for even a one-token prompt in the model's context can never run: a
+    usage error before the model loads, wherever the context can be read cheaply (--max-seq-len, the model's
+    config.json or GGUF header); otherwise the engine refuses each such prompt as it comes."""
+    from core.models.weights import context_length  # no torch: it reads a few bytes of the model's files
+
+    limits = [(context, f"the model's context of {context} tokens") for context in [context_length(engine.model)]
+              if context is not None]
+    if engine.values["max_seq_len"] is not None:
+        limits.append((engine.values["max_seq_len"], f"{flag('max_seq_len')} {engine.values['max_seq_len']}"))
+    if not limits:
+        return
+    limit, what = min(limits)
+    for spec, params in zip(job.specs, job.params):
+        if params.max_tokens >= limit:
+            given = (f"--max-tokens {params.max_tokens}" if sampling.max_tokens is not None
+                     else f"max_tokens {params.max_tokens} on {spec.where}")
+            raise InvalidParamsError(f"{given} cannot fit in {what} (prompt and output together); ask for at most "
+                                     f"{limit - 1}")
 
 
 def quiet_transformers() -> None:
