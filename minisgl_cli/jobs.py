@@ -9,7 +9,8 @@ the same reason this module imports no torch, transformers or engine at its top:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -106,7 +107,7 @@ def load_llm(opts: EngineOptions, activity: Activity, verbose: bool = False) -> 
     wait); the slow first conversion of a GGUF and the engine's summary are printed as notes."""
     opts.check()  # what the engine would refuse only after loading the model, said in the options typed
     name = opts.model or "the embedded SmolLM2-135M-Instruct"
-    with activity.phase(f"loading {name}"):
+    with interrupted_load(activity), activity.phase(f"loading {name}"):
         from core.llm import LLM
 
         quiet_transformers()
@@ -114,6 +115,16 @@ def load_llm(opts: EngineOptions, activity: Activity, verbose: bool = False) -> 
         if verbose:
             activity.note(llm.engine.describe())
         return llm
+
+
+@contextmanager
+def interrupted_load(activity: Activity) -> Iterator[None]:
+    """Ctrl-C while the model loads: one line that says so and exit code 130 (not a silent exit)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        activity.line("interrupted while loading the model (exit code 130)")
+        raise typer.Exit(INTERRUPTED) from None
 
 
 def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:
@@ -176,6 +187,9 @@ def exit_for(results: list[Result], activity: Activity) -> None:
     """Exit code 1 when some results are errors (they have been printed), with a line on stderr that says so."""
     failed = sum(r["finish_reason"] == "error" for r in results)
     if failed:
-        activity.line(f"{failed} of {plural(len(results), 'prompt')} failed; their errors are in the results "
-                      f"(exit code 1)")
+        if len(results) == 1:
+            activity.line("the prompt failed; its error is in the result (exit code 1)")
+        else:
+            errors = "its error is" if failed == 1 else "their errors are"
+            activity.line(f"{failed} of {plural(len(results), 'prompt')} failed; {errors} in the results (exit code 1)")
         raise typer.Exit(SOME_FAILED)

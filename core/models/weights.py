@@ -4,7 +4,9 @@ its name (``ORG/NAME``), or the embedded default.
 Nothing here downloads, nor asks the network anything: a name is looked up in the cache's own layout
 (``models--ORG--NAME/refs/main`` naming a directory under ``snapshots/``), and a model that is not there is
 an error that says where it was looked for. This module imports no torch, so the command line can find a
-model, list the cache and read a model's context before anything heavy loads. A GGUF file is read once through transformers (which dequantises it to float32) and
+model, list the cache and read a model's context before anything heavy loads.
+
+A GGUF file is read once through transformers (which dequantises it to float32) and
 saved as a safetensors directory under the cache; later starts load that directory directly, which takes
 seconds instead of half a minute. The conversion writes to a temporary directory and renames it into place,
 so an interrupted conversion never leaves a half-written cache behind.

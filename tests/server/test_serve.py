@@ -433,3 +433,14 @@ def test_a_token_count_given_as_a_string_is_refused(server, path, body):
     assert code == 400, reply
     assert_openai_error(reply, f"'{field}'")
     assert reply["error"]["param"] == field
+
+
+def test_stopping_counts_the_requests_answered_in_words(model_dir, tmp_path):
+    server = Server(model_dir, log=tmp_path / "server.log")
+    try:
+        code, reply, _ = post(server, "/v1/completions", json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}))
+        assert code == 200, reply
+        assert server.terminate() == 0
+    finally:
+        server.stop()
+    assert "minisgl stopped: 1 request answered" in server.log()
