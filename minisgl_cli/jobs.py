@@ -187,9 +187,7 @@ def exit_for(results: list[Result], activity: Activity) -> None:
     """Exit code 1 when some results are errors (they have been printed), with a line on stderr that says so."""
     failed = sum(r["finish_reason"] == "error" for r in results)
     if failed:
-        if len(results) == 1:
-            activity.line("the prompt failed; its error is in the result (exit code 1)")
-        else:
-            errors = "its error is" if failed == 1 else "their errors are"
-            activity.line(f"{failed} of {plural(len(results), 'prompt')} failed; {errors} in the results (exit code 1)")
+        errors = "its error is" if failed == 1 else "their errors are"
+        where = "the result" if len(results) == 1 else "the results"
+        activity.line(f"{failed} of {plural(len(results), 'prompt')} failed; {errors} in {where} (exit code 1)")
         raise typer.Exit(SOME_FAILED)

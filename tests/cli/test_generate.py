@@ -75,7 +75,7 @@ def test_a_prompt_too_long_for_the_context_is_its_own_error(model_dirs, tmp_path
 def test_a_single_failed_prompt_is_said_in_the_singular(model_dirs, tmp_path):
     result = run("generate", write(tmp_path / "p.txt", "x" * 600 + "\n"), "--model", model_dirs["llama"], "-n", "2")
     assert result.exit_code == 1
-    assert "the prompt failed; its error is in the result (exit code 1)" in result.stderr
+    assert "1 of 1 prompt failed; its error is in the result (exit code 1)" in result.stderr
     two = run("generate", write(tmp_path / "q.txt", "x" * 600 + "\nfine\n"), "--model", model_dirs["llama"], "-n", "2")
     assert "1 of 2 prompts failed; its error is in the results" in two.stderr
 
