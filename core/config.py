@@ -60,7 +60,8 @@ class EngineConfig:
     """What the engine is built with."""
 
     model: str | None = option(
-        None, "A Hugging Face model directory, a .gguf file or a random:NAME spec. Default: the embedded "
+        None, "A Hugging Face model directory, a .gguf file, ORG/NAME of a model in the local Hugging Face cache "
+              "(never downloaded) or a random:NAME spec. Default: the embedded "
               "SmolLM2-135M-Instruct.", str, optional=True)
     cache: str = option(
         "radix", "KV cache policy: 'naive' frees a request's pages when it ends, 'radix' shares prompt prefixes.",

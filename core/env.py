@@ -1,4 +1,5 @@
-"""The one place that reads MINISGL_* environment variables, so every knob is discoverable here.
+"""The one place that reads environment variables (MINISGL_*, and where the Hugging Face cache is), so every
+knob is discoverable here.
 
 The MINISGL_DISABLE_* switches are read once, when an engine is built, into its plan (core/engine/plan.py).
 """
@@ -17,6 +18,16 @@ def home_dir() -> Path:
     """Where converted models are cached: $MINISGL_HOME, else ~/.cache/minisgl."""
     root = os.environ.get("MINISGL_HOME")
     return Path(root).expanduser() if root else Path.home() / ".cache" / "minisgl"
+
+
+def hf_hub_cache() -> Path:
+    """The local Hugging Face hub cache where ``--model ORG/NAME`` is looked up (never downloaded into):
+    $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub, as huggingface_hub lays it out."""
+    hub = os.environ.get("HF_HUB_CACHE")
+    if hub:
+        return Path(hub).expanduser()
+    home = os.environ.get("HF_HOME")
+    return (Path(home).expanduser() if home else Path.home() / ".cache" / "huggingface") / "hub"
 
 
 def derived_cache_disabled() -> bool:

@@ -22,6 +22,7 @@ from core.errors import MinisglError
 from minisgl_cli.bench import bench
 from minisgl_cli.exits import DONE, INTERRUPTED, USAGE
 from minisgl_cli.generate import generate
+from minisgl_cli.models import models
 from minisgl_cli.options import FLAG
 from minisgl_cli.trace import trace
 from minisgl_cli.verify import verify
@@ -108,6 +109,7 @@ def root(ctx: typer.Context,
 
 
 app.command("serve", cls=_Command)(serve)
+app.command("models", cls=_Command)(models)
 
 
 def main() -> None:

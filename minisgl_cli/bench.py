@@ -12,6 +12,7 @@ from rich.console import Console
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.workload import WORKLOADS, workload_spec
 from minisgl_cli.console import stdout_console
+from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import quiet_transformers
 from minisgl_cli.engine_options import engine_option
 from minisgl_cli.options import FLAG
@@ -88,7 +89,9 @@ def bench(
     only the table (or the JSON).
 
     With --serve: 'minisgl serve' started on a free port (or the server at --url), warmed up, then driven at each
-    --rate; Ctrl-C prints the rates measured so far."""
+    --rate; Ctrl-C prints the rates measured so far.
+
+    Ctrl-C prints what was measured before it (the runs that finished) and exits with code 130."""
     from minisgl_cli import bench_serve
 
     bench_serve.check_combination(
@@ -115,10 +118,20 @@ def bench(
                            skip_baselines=skip_baselines, device=device, threads=threads, tp=tp,
                            hf_requests=hf_requests, baselines=baselines, kv_dtype=kv_dtype,
                            baseline_seconds=baseline_seconds, precision=precision, page_size=page_size)
-    from render.bench import BenchProgress, bench_view
+    from render.bench import BenchProgress, bench_view, interrupted_view
 
-    with BenchProgress(activity) as progress:  # a MinisglError becomes one line and exit 2 at the app's boundary
-        report = run_bench(options, progress=progress, warn=activity.line, log=progress.note)
+    measured: list = []  # each run's figures as soon as it has them: Ctrl-C prints those
+    try:
+        with BenchProgress(activity) as progress:  # a MinisglError becomes one line and exit 2 at the app's boundary
+            report = run_bench(options, progress=progress, warn=activity.line, log=progress.note,
+                               measured=measured.append)
+    except KeyboardInterrupt:
+        activity.line("interrupted; the runs measured so far follow (exit code 130)")
+        if as_json:
+            typer.echo(json.dumps({"interrupted": True, "results": [r.to_dict() for r in measured]}))
+        else:
+            stdout_console().print(interrupted_view(measured))
+        raise typer.Exit(INTERRUPTED) from None
     if as_json:
         typer.echo(json.dumps(report.to_dict()))
     else:

@@ -19,7 +19,8 @@ from core.config import DEFAULTS, OPTIONS, Option, check_options
 
 PANEL = "Engine"
 # how the model option reads on the command line: a path or spec, and -m for short
-_MODEL_HELP = ("A Hugging Face model directory, a .gguf file or a random:NAME spec. Default: the embedded "
+_MODEL_HELP = ("A Hugging Face model directory, a .gguf file, ORG/NAME of a model in the local Hugging Face "
+               "cache (never downloaded) or a random:NAME spec. Default: the embedded "
                "SmolLM2-135M-Instruct.")
 
 

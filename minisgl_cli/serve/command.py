@@ -27,8 +27,9 @@ from rich.console import Console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from core.errors import InvalidParamsError
+from core.words import plural
 from minisgl_cli.exits import INTERRUPTED
-from minisgl_cli.jobs import quiet_transformers
+from minisgl_cli.jobs import interrupted_load, quiet_transformers
 from render.activity import Activity
 
 if TYPE_CHECKING:
@@ -114,7 +115,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
         raise typer.Exit(1)
     if not server.started:
         raise typer.Exit(1)
-    err.print(f"minisgl stopped: {sum(bridge.metrics.requests.values())} requests answered", highlight=False)
+    err.print(f"minisgl stopped: {plural(sum(bridge.metrics.requests.values()), 'request')} answered", highlight=False)
 
 
 def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: bool) -> None:
@@ -147,7 +148,7 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int
     """The tokenizer here, the engine in its own process (or ``dp`` of them); the load is shown as every command
     shows one."""
     name = engine.model or "the embedded SmolLM2-135M-Instruct"
-    with activity.phase(f"loading {name}"):
+    with interrupted_load(activity), activity.phase(f"loading {name}"):
         from core.config import EngineConfig
         from core.llm.llm import load_tokenizer
         from core.llm.remote import RemoteEngine

@@ -8,12 +8,16 @@ the default, never silently ignored; a field nobody knows is refused too (a typo
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core import SamplingParams
 from core.errors import InvalidParamsError
+
+
+# a token count as a JSON number, never a string that holds one: "5" is refused, as OpenAI's API refuses it
+TokenCount = Annotated[Optional[int], Field(strict=True)]
 
 
 class ApiError(Exception):
@@ -83,7 +87,7 @@ Prompt = Union[str, list[int], list[str], list[list[int]]]
 
 class CompletionRequest(_Common):
     prompt: Prompt
-    max_tokens: int | None = 16
+    max_tokens: TokenCount = 16
     logprobs: int | None = None
     echo: bool = False
     suffix: str | None = None
@@ -132,8 +136,8 @@ class ResponseFormat(_Strict):
 
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    max_tokens: TokenCount = None
+    max_completion_tokens: TokenCount = None
     logprobs: bool = False
     top_logprobs: int | None = None
     tools: list[Any] | None = None

@@ -90,3 +90,31 @@ def test_engine_options_are_checked(good, model_dirs):
     assert_user_error(run("generate", good, "--model", model_dirs["llama"], "--tp", "3"), "cannot be split over 3",
                       after_load=True)  # the model's config says how many heads it has
     assert_user_error(run("generate", good, "--cuda-graph-max-bs", "-1"), "'--cuda-graph-max-bs'")
+
+
+def test_options_that_would_be_ignored_are_refused(good):
+    assert_user_error(run("generate", good, "--logprobs", "2"), "--logprobs needs --json")
+    assert_user_error(run("trace", good, "--cache", "naive", "--show-radix"), "the radix tree needs --cache radix")
+
+
+def test_arrival_rate_help_and_check_agree(good):
+    rate_help = next(ln for ln in run("trace", "--help").stdout.splitlines() if "--arrival-rate" in ln)
+    assert "R > 0" in rate_help and "x>=0" not in rate_help
+    assert_user_error(run("trace", good, "--arrival-rate", "0"), "give R > 0")
+    assert_user_error(run("trace", good, "--arrival-rate", "-2"), "'--arrival-rate'")
+
+
+def test_verify_names_the_sampling_option_not_the_file(good):
+    result = run("verify", good, "--temperature", "0.7")
+    assert_user_error(result, "--temperature 0.7")
+    assert "line" not in result.stderr
+
+
+def test_max_tokens_beyond_the_context_fails_before_the_load(good, model_dirs, tmp_path):
+    # the test checkpoint's config.json says 512 tokens; the embedded GGUF's header says 8192
+    assert_user_error(run("generate", good, "--model", model_dirs["llama"], "--max-tokens", "1000000000"),
+                      "--max-tokens 1000000000 cannot fit in the model's context of 512 tokens")
+    assert_user_error(run("generate", good, "--max-tokens", "8192"), "the model's context of 8192 tokens")
+    assert_user_error(run("verify", good, "--max-tokens", "100", "--max-seq-len", "100"), "--max-seq-len 100")
+    in_file = write(tmp_path / "p.jsonl", '{"prompt": "a"}\n{"prompt": "b", "max_tokens": 600}\n')
+    assert_user_error(run("trace", in_file, "--model", model_dirs["llama"]), "max_tokens 600 on")

@@ -72,6 +72,14 @@ def test_a_prompt_too_long_for_the_context_is_its_own_error(model_dirs, tmp_path
     assert summary_value(table.stdout, "errors") == "1"
 
 
+def test_a_single_failed_prompt_is_said_in_the_singular(model_dirs, tmp_path):
+    result = run("generate", write(tmp_path / "p.txt", "x" * 600 + "\n"), "--model", model_dirs["llama"], "-n", "2")
+    assert result.exit_code == 1
+    assert "1 of 1 prompt failed; its error is in the result (exit code 1)" in result.stderr
+    two = run("generate", write(tmp_path / "q.txt", "x" * 600 + "\nfine\n"), "--model", model_dirs["llama"], "-n", "2")
+    assert "1 of 2 prompts failed; its error is in the results" in two.stderr
+
+
 def test_sampling_with_a_seed_is_reproducible(model_dirs, prompts_file):
     args = ("generate", prompts_file, "--model", model_dirs["llama"], "-n", "6", "--temperature", "1.0",
             "--top-k", "50", "--top-p", "0.9", "--seed", "3", "--json")

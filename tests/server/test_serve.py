@@ -368,3 +368,79 @@ def test_trace_out_keeps_the_step_events(model_dir, tmp_path):
     assert "1/1 request finished" in server.log()
     replayed = read_trace(trace)  # the server's trace replays like a command's, each client request by uid
     assert replayed.header.prompts == ("request uid0",) and len(replayed.events) == 4
+
+
+def request(server: Server, method: str, path: str, body: bytes | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, dict, Any]:
+    """Any request as it is sent (no Content-Type unless given), and its JSON reply."""
+    req = urllib.request.Request(server.base + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=WAIT_S) as reply:
+            return reply.status, json.loads(reply.read()), reply.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read()), exc.headers
+
+
+def assert_openai_error(reply: dict, fragment: str) -> None:
+    assert set(reply) == {"error"}, reply
+    assert set(reply["error"]) == {"message", "type", "param", "code"}, reply
+    assert fragment in reply["error"]["message"], reply
+
+
+def test_unknown_routes_and_methods_answer_in_openai_shape(server):
+    code, reply, _ = request(server, "GET", "/v1/nowhere")
+    assert code == 404
+    assert_openai_error(reply, "no route GET /v1/nowhere")
+    code, reply, headers = request(server, "GET", "/v1/completions")
+    assert code == 405 and "POST" in headers["Allow"]
+    assert_openai_error(reply, "method GET is not allowed on /v1/completions; use POST")
+
+
+def test_an_empty_body_is_said_to_be_empty(server):
+    code, reply, _ = post(server, "/v1/completions", b"")
+    assert code == 400
+    assert_openai_error(reply, "the request body is empty; it must be a JSON object")
+
+
+def test_a_json_body_without_a_content_type_is_read_as_json(server):
+    import http.client
+
+    body = json.dumps({"model": MODEL, "prompt": "hello there", "max_tokens": 3, "temperature": 0}).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT_S)
+    connection.putrequest("POST", "/v1/completions")  # no Content-Type header at all
+    connection.putheader("Content-Length", str(len(body)))
+    connection.endheaders(body)
+    reply = connection.getresponse()
+    assert reply.status == 200, reply.read()
+    assert json.loads(reply.read())["usage"]["completion_tokens"] <= 3
+    connection.close()
+    # urllib, like curl -d, labels any body a form: read as JSON too
+    code, reply, _ = request(server, "POST", "/v1/completions", body)
+    assert code == 200, reply
+    code, reply, _ = request(server, "POST", "/v1/completions", body, {"Content-Type": "text/plain"})
+    assert code == 400
+    assert_openai_error(reply, "Content-Type: application/json")
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", {"prompt": "hi", "max_tokens": "5"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "5"}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": "5"}),
+])
+def test_a_token_count_given_as_a_string_is_refused(server, path, body):
+    field = next(name for name in body if name.startswith("max_"))
+    code, reply, _ = post(server, path, json.dumps({"model": MODEL, **body}))
+    assert code == 400, reply
+    assert_openai_error(reply, f"'{field}'")
+    assert reply["error"]["param"] == field
+
+
+def test_stopping_counts_the_requests_answered_in_words(model_dir, tmp_path):
+    server = Server(model_dir, log=tmp_path / "server.log")
+    try:
+        code, reply, _ = post(server, "/v1/completions", json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}))
+        assert code == 200, reply
+        assert server.terminate() == 0
+    finally:
+        server.stop()
+    assert "minisgl stopped: 1 request answered" in server.log()

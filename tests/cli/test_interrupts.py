@@ -1,0 +1,61 @@
+"""Ctrl-C as a user presses it (SIGINT to a real ``minisgl`` process): a line that says what was stopped, what
+was measured before it, and exit code 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "minisgl_cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
+
+
+def interrupt_after(process: subprocess.Popen, starts: str) -> tuple[str, str]:
+    """SIGINT as soon as stderr has a line starting with ``starts``; the rest of stdout and stderr."""
+    seen = []
+    try:
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith(starts):
+                break
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return out, "".join(seen) + err
+
+
+def test_ctrl_c_while_the_model_loads_says_so(model_dirs, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello\n")
+    # "loading ..." is printed before torch is imported: the signal lands during the load
+    process = start("generate", str(prompts), "--model", model_dirs["llama"])
+    out, err = interrupt_after(process, "loading ")
+    assert process.returncode == 130, err
+    assert "interrupted while loading the model" in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_ctrl_c_in_bench_prints_what_was_measured(model_dirs):
+    args = ("bench", "--model", model_dirs["llama"], "--requests", "4", "--threads", "1")
+    process = start(*args)
+    out, err = interrupt_after(process, "bench: hf-")  # the engine has been measured; a baseline is under way
+    assert process.returncode == 130, err
+    assert "interrupted: the 1 run measured before Ctrl-C" in out or "runs measured before Ctrl-C" in out, out
+    assert "minisgl" in out
+    process = start(*args, "--json")
+    out, err = interrupt_after(process, "bench: hf-")
+    assert process.returncode == 130, err
+    report = json.loads(out)
+    assert report["interrupted"] is True
+    assert report["results"][0]["name"] == "minisgl" and report["results"][0]["output_tokens"] > 0
+    assert "the runs measured so far follow" in err
