@@ -19,7 +19,7 @@ from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
-from core.engine.cpu_decode_model import build_cpu_decode
+from core.kernels.cpu.decode_model import build_cpu_decode
 from core.engine.graph import CudaGraphRunner
 from core.engine.prefill_graph import PrefillGraphRunner
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
@@ -28,18 +28,18 @@ from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
 from core.kernels.dispatch import install_kernels, kernels_for
-from core.kernels import cpu_decode
-from core.kernels.bf16_weights import bf16_linears
-from core.kernels.cpu_attention import CDecodeAttention
-from core.kernels.cpu_features import cpu_features
-from core.kernels.cpu_gemm import four_bit_panels, panel_linears
+from core.kernels.cpu import decode as cpu_decode
+from core.kernels.cpu.bf16_weights import bf16_linears
+from core.kernels.cpu.attention import CDecodeAttention
+from core.kernels.cpu.features import cpu_features
+from core.kernels.cpu.gemm import four_bit_panels, panel_linears
 from core.kernels.derived import DerivedCache, source_key
-from core.kernels.four_bit import linear_codes
-from core.kernels.int8_weights import quantize_linears
-from core.kernels.onednn_packed import pack_linears
-from core.kernels.gpu_screened_head import GpuScreenedHead
-from core.kernels.screened_head import ScreenedHead
-from core.kernels.split_k import FEW_ROWS, slices_for
+from core.kernels.cpu.four_bit import linear_codes
+from core.kernels.cpu.int8_weights import quantize_linears
+from core.kernels.cpu.onednn_packed import pack_linears
+from core.kernels.cuda.screened_head import GpuScreenedHead
+from core.kernels.cpu.screened_head import ScreenedHead
+from core.kernels.cuda.split_k import FEW_ROWS, slices_for
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.model_config import ModelConfig
@@ -117,28 +117,28 @@ class Engine:
         self.attn_backend = self._make_backend()
         install_kernels(self.model, kernels_for(self.plan.kernels))
         # precision int8 where the C step does not run: the decoder's linears quantised once
-        # (core/kernels/int8_weights.py)
+        # (core/kernels/cpu/int8_weights.py)
         self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
         kernels = self.plan.kernels
-        # fast on a CPU with AMX: bf16 copies of the linears and the LM head (core/kernels/bf16_weights.py)
+        # fast on a CPU with AMX: bf16 copies of the linears and the LM head (core/kernels/cpu/bf16_weights.py)
         self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
-        # float32 linears that are 4-bit codes (core/kernels/four_bit.py), found once for both C kernels reading them
+        # float32 linears that are 4-bit codes (core/kernels/cpu/four_bit.py), found once for both C kernels reading them
         precision = self.plan.precision
         reads_codes = kernels.c_gemm or (precision.c_decode and not precision.c_int8)
         codes = linear_codes(self.model, derived) if kernels.four_bit_weights and reads_codes else {}
-        # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
-        # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
+        # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu/gemm.py)
+        # or for oneDNN's GEMM (core/kernels/cpu/onednn_packed.py)
         self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), codes) if kernels.c_gemm else
                                pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
         # a greedy batch's LM head screened through an int8 copy of its weight: on a CPU its panels'
-        # (core/kernels/screened_head.py), on CUDA a greedy request's alone (core/kernels/gpu_screened_head.py)
+        # (core/kernels/cpu/screened_head.py), on CUDA a greedy request's alone (core/kernels/cuda/screened_head.py)
         self.screened_head = (kernels.screened_head or kernels.gpu_screened_head) and self.tp_info.size == 1
         if self.screened_head:
             head = self.model.lm_head
             head.screen = (ScreenedHead.of(head.weight, head.packed, derived) if kernels.screened_head else
                            GpuScreenedHead.of(head.weight))
         # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
-        # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
+        # (core/kernels/cpu/decode.py), under int8 or fast on int8 copies of the weights
         self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
                                             int8=self.plan.precision.c_int8,
                                             int8_dots=self.plan.precision.int8_dots,
@@ -358,7 +358,7 @@ def _kernel_words(plan: EnginePlan) -> str:
 
 
 def _split_k_words(slices: int) -> str:
-    """"split-K x2 (x4 up to 128 rows)": the slices of the narrow linears, by rows (core/kernels/split_k.py)."""
+    """"split-K x2 (x4 up to 128 rows)": the slices of the narrow linears, by rows (core/kernels/cuda/split_k.py)."""
     few = slices_for(1, slices)
     return f"split-K x{slices}" + (f" (x{few} up to {FEW_ROWS} rows)" if few != slices else "")
 

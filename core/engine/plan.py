@@ -20,13 +20,13 @@ from core.attention.flashinfer_paged_backend import use_tensor_core_decode
 from core.config import EngineConfig
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
-from core.kernels.cpu_features import CpuFeatures, cpu_features
-from core.kernels import cpu_decode, cpu_gemm
-from core.kernels.screened_head import unsupported_reason as screen_unsupported
-from core.kernels.fp8_decode_cuda import shape_unsupported_reason as fp8_cuda_shape_unsupported
-from core.kernels.fp8_decode_cuda import unavailable_reason as fp8_cuda_unavailable
-from core.kernels.onednn_packed import packing_available
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cpu.features import CpuFeatures, cpu_features
+from core.kernels.cpu import decode as cpu_decode, gemm as cpu_gemm
+from core.kernels.cpu.screened_head import unsupported_reason as screen_unsupported
+from core.kernels.cuda.fp8_decode import shape_unsupported_reason as fp8_cuda_shape_unsupported
+from core.kernels.cuda.fp8_decode import unavailable_reason as fp8_cuda_unavailable
+from core.kernels.cpu.onednn_packed import packing_available
+from core.kernels.cuda.triton_available import triton_runs_on
 
 DEFAULT_GRAPH_MAX_BS = 256
 
@@ -45,16 +45,16 @@ class EnginePlan:
     attention: str  # "flashinfer" or "torch"
     kv_fp8: bool  # the KV pool stores e4m3 with per-head scales (core/kvcache/pool.py)
     # fp8 KV on CUDA with torch attention: decode reads the fp8 pages in place with the Triton paged kernel
-    # (core/kernels/paged_decode.py; the flashinfer backend runs the same kernel for an fp8 pool, under graphs)
+    # (core/kernels/cuda/paged_decode.py; the flashinfer backend runs the same kernel for an fp8 pool, under graphs)
     fp8_paged_decode: bool
     kernels: KernelChoices
     cuda_graph_max_bs: int  # decode batches up to this size replay captured graphs; 0: every step runs eagerly
     overlap: bool  # prepare step N+1 while step N runs
     precision: "PrecisionChoice"  # the weights' form and the dtype the model runs in
     # torch attention's decode steps in one C call per layer over a float32 CPU pool
-    # (core/kernels/cpu_attention.py) instead of a gather and a masked SDPA
+    # (core/kernels/cpu/attention.py) instead of a gather and a masked SDPA
     c_attention: bool = False
-    # an fp8 pool's decode steps under flashinfer attention on the CUDA kernel (core/kernels/fp8_decode_cuda.py)
+    # an fp8 pool's decode steps under flashinfer attention on the CUDA kernel (core/kernels/cuda/fp8_decode.py)
     # instead of the Triton paged kernel, where nvcc builds it for this GPU and it takes the model's heads
     fp8_cuda_decode: bool = False
     # bf16 decode batches of at least this many rows on flashinfer's tensor-core decode (0: the plain one; a model
@@ -74,7 +74,7 @@ class EnginePlan:
 @dataclass(frozen=True)
 class PrecisionChoice:
     """What ``precision`` came to on this machine: the model's dtype, whether the torch layers' decoder linears
-    are int8, whether a single request's decode steps run the C step (core/kernels/cpu_decode.py), whether that
+    are int8, whether a single request's decode steps run the C step (core/kernels/cpu/decode.py), whether that
     step reads int8 copies of the linears and the LM head and with integer dot products, and one line saying
     what was picked and why (empty for 'exact')."""
 
@@ -105,18 +105,18 @@ BF16_LINEARS = ("bf16 copies of the linears and the LM head through AMX-BF16 (ac
 def precision_choice(config: EngineConfig, device: torch.device, dtype: torch.dtype,
                      features: CpuFeatures | None = None) -> PrecisionChoice:
     """'exact' keeps ``dtype``; on a CPU running float32 a single request's decode steps run the C step on the
-    same float32 weights where it runs (core/kernels/cpu_decode.py: its sums run in another order than torch's,
+    same float32 weights where it runs (core/kernels/cpu/decode.py: its sums run in another order than torch's,
     as oneDNN's do against transformers', and it is what batch 1 feels: faster than torch's step).
     'fast' on a CPU running float32: where the C step runs, what 'int8' picks there (int8 C step, float32 for
     prefill and batches), the fastest at batch 1 and in throughput on the CPUs measured; with AMX, prefill and
-    batches on bf16 copies of the linears and LM head (core/kernels/bf16_weights.py: AMX makes bf16 GEMMs beat
+    batches on bf16 copies of the linears and LM head (core/kernels/cpu/bf16_weights.py: AMX makes bf16 GEMMs beat
     float32's from a few rows), with or without the C step; else float32 as it is, and the note names what the
     CPU lacks. bf16 with AVX512-BF16 alone is not picked: without AMX whole-bf16 layers ran slower than float32
     (docs/BENCHMARKS.md). 'int8' (a CPU in float32 only) runs a single
     request's decode steps in C on int8 copies of the weights where the C step runs, with prefill and batches on
     the float32 weights kept beside them (torch's int8 weight-only kernel ran batches at a fifth of float32's
     speed on the AVX2 CPU and an eighth on the AVX-512 one); where it does not, the torch layers' linears are
-    int8. ``features`` defaults to this machine's (core/kernels/cpu_features.py)."""
+    int8. ``features`` defaults to this machine's (core/kernels/cpu/features.py)."""
     cpu_float32 = device.type == "cpu" and dtype == torch.float32
     if config.precision == "exact":
         if not cpu_float32:
@@ -184,7 +184,7 @@ def c_decode_unavailable(config: EngineConfig, features: CpuFeatures) -> str:
 
 
 def c_library_unavailable(features: CpuFeatures) -> str:
-    """Why the CPU's C kernels (core/kernels/cpu_decode.c) cannot run here ('' when they can); builds them (once)
+    """Why the CPU's C kernels (core/kernels/cpu/decode.c) cannot run here ('' when they can); builds them (once)
     to know."""
     return cpu_decode.unsupported_reason(features.flags) or cpu_decode.load_library().reason
 

@@ -11,7 +11,7 @@ from core.engine import plan as plan_module
 from core.engine.plan import kernel_choices, plan_engine
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
-from core.kernels.cpu_features import cpu_features
+from core.kernels.cpu.features import cpu_features
 from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")

@@ -13,11 +13,11 @@ from core import LLM
 from core.config import EngineConfig
 from core.engine.plan import plan_engine
 from core.errors import InvalidParamsError
-from core.kernels import cpu_decode, cpu_gemm
-from core.kernels import cpu_features as features_module
-from core.kernels.bf16_weights import Bf16Weight, bf16_linear
-from core.kernels.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
-from core.kernels.onednn_packed import PACKED_MAX_ROWS
+from core.kernels.cpu import decode as cpu_decode, gemm as cpu_gemm
+from core.kernels.cpu import features as features_module
+from core.kernels.cpu.bf16_weights import Bf16Weight, bf16_linear
+from core.kernels.cpu.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
+from core.kernels.cpu.onednn_packed import PACKED_MAX_ROWS
 from core.reference import HFReference, compare
 from core.request import SamplingParams
 from tests.support.cli import assert_user_error, run, write
@@ -217,7 +217,7 @@ def test_int8_with_the_c_decode_step_has_no_differences_against_transformers(smo
         assert "decode steps in C on int8 weights" in engine.describe()
         layer = engine.model.model.layers[0].mlp.down_proj
         copy, expected = engine.cpu_decode.layers_kept[0].down, Int8Weight.quantize(layer.weight)
-        if engine.plan.precision.int8_dots:  # the step reads it tiled (cpu_decode.c's tile_int8)
+        if engine.plan.precision.int8_dots:  # the step reads it tiled (core/kernels/cpu/decode.c's tile_int8)
             expected = cpu_decode.tiled(cpu_decode.load_library().library, expected)
         assert torch.equal(copy.values, expected.values)
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)

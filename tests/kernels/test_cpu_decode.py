@@ -1,4 +1,4 @@
-"""The C decode step (core/kernels/cpu_decode.c) gives the torch layers' logits, and writes the KV they write.
+"""The C decode step (core/kernels/cpu/decode.c) gives the torch layers' logits, and writes the KV they write.
 
 Every single-request decode step of a run is checked: the C step runs first, then the torch model on the same
 batch, and their logits and the KV written for the new token must agree to float32 rounding. The runs use
@@ -22,11 +22,12 @@ import torch
 from core import LLM
 from core.attention.context import get_context
 from core.engine import plan
-from core.kernels import c_build, cpu_decode, int8_weights
-from core.kernels.cpu_decode import QBLOCK
-from core.kernels.cpu_features import cpu_features
+from core.kernels import c_build
+from core.kernels.cpu import decode as cpu_decode, int8_weights
+from core.kernels.cpu.decode import QBLOCK
+from core.kernels.cpu.features import cpu_features
 from core.kernels.dispatch import install_kernels, kernels_for
-from core.kernels.int8_weights import Int8Weight, int8_linear, quantize_linears
+from core.kernels.cpu.int8_weights import Int8Weight, int8_linear, quantize_linears
 from core.models import random_spec
 from core.request import SamplingParams
 from tests.support.models import FAMILIES

@@ -3,7 +3,7 @@
 A Q4_1 GGUF stores each block of 32 inputs of a weight row as 4-bit codes q with a float16 scale d and offset m,
 and dequantises to float32 as d * q + m: an exact product (an 11-bit mantissa times four bits) and one rounding.
 The embedded SmolLM2's linears arrive that way, as 540 MB of float32 that hold about 5 bits of information per
-weight. The C GEMM (core/kernels/cpu_gemm.c) and the C decode step (core/kernels/cpu_decode.c) can read the codes
+weight. The C GEMM (core/kernels/cpu/gemm.c) and the C decode step (core/kernels/cpu/decode.c) can read the codes
 with each block's d and m instead and expand them with one fused multiply-add per weight, the same single
 rounding: the very floats, so every product is bit-identical, from a fifth of the bytes. ``q4_codes`` finds the
 codes from the floats alone (no GGUF needed) and checks every weight, so a weight that is not of that form simply
@@ -63,7 +63,7 @@ def linear_codes(model: nn.Module, cache: DerivedCache | None = None) -> dict[nn
 
 
 def q4_rows(codes: Q4Codes) -> torch.Tensor:
-    """The codes as the C decode step reads 4-bit rows (cpu_decode.c's Weight.q4): [n, k / 32, 24] bytes, per
+    """The codes as the C decode step reads 4-bit rows (decode.c's Weight.q4): [n, k / 32, 24] bytes, per
     block 16 bytes of codes (input j low nibble, input j + 16 high) then d and m as float32."""
     codes, d, m = codes
     n, k = codes.shape

@@ -1,4 +1,4 @@
-"""The Triton kernel behind core/kernels/gpu_screened_head.py (see there for what it does and why).
+"""The Triton kernel behind core/kernels/cuda/screened_head.py (see there for what it does and why).
 
 A module of its own because it imports triton at the top: Triton resolves the helpers a kernel calls among
 its module's globals, and the rest of the engine must import without triton installed.
@@ -19,7 +19,7 @@ def screen_estimate_kernel(h_ptr, q_ptr, scale_ptr, upper_ptr, best_ptr, N, erro
 
     The bound is ``A + rel_margin * (|estimate| + A)`` with ``A = scale * |h|_1 * error_per_l1``: the int8
     rounding and both sides' float32 sums (``error_per_l1``), the exact logit's rounding to the model's dtype
-    and the bound's own arithmetic (``rel_margin``); gpu_screened_head.py derives both. The row is taken
+    and the bound's own arithmetic (``rel_margin``); screened_head.py derives both. The row is taken
     CHUNK columns at a time (fewer registers a thread, more programs an SM reading at once)."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_V + tl.arange(0, BLOCK_V)

@@ -1,4 +1,4 @@
-"""The Triton kernel behind core/kernels/paged_decode.py (see there for what it does and why).
+"""The Triton kernel behind core/kernels/cuda/paged_decode.py (see there for what it does and why).
 
 A module of its own because it imports triton at the top; the rest of the engine imports without triton.
 """
@@ -6,7 +6,7 @@ A module of its own because it imports triton at the top; the rest of the engine
 import triton
 import triton.language as tl
 
-from core.kernels.split_merge_triton import finish_split, softmax_step, split_range, token_slots
+from core.kernels.cuda.split_merge_triton import finish_split, softmax_step, split_range, token_slots
 
 
 @triton.jit

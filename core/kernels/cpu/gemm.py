@@ -1,5 +1,5 @@
 """Every float32 linear of a CPU engine as one C GEMM on a weight packed once into panels
-(core/kernels/cpu_gemm.c), on an x86-64 CPU with AVX-512.
+(core/kernels/cpu/gemm.c), on an x86-64 CPU with AVX-512.
 
 At a decode step's row counts this kernel beats oneDNN's packed GEMM and torch's BLAS; at a prefill's thousands of
 rows the BLAS's blocking for large products wins (docs/BENCHMARKS.md has the table): so batches of up to
@@ -8,7 +8,7 @@ is one in-order sum, so a request's products are the same whatever shares its ba
 rows), and close to (not bit-identical with) torch's.
 
 The panels take the layer's ``packed`` slot (as oneDNN's packed copy would); the float32 weight stays, for large
-batches, the C decode step of one request (core/kernels/cpu_decode.py), tensor-parallel slicing and the embedding
+batches, the C decode step of one request (core/kernels/cpu/decode.py), tensor-parallel slicing and the embedding
 lookup of a tied LM head.
 """
 
@@ -24,9 +24,9 @@ import torch
 from torch import nn
 
 from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
-from core.kernels.four_bit import Q4Codes
+from core.kernels.cpu.four_bit import Q4Codes
 
-SOURCE = Path(__file__).with_name("cpu_gemm.c")
+SOURCE = Path(__file__).with_name("gemm.c")
 # the AVX-512 code is marked in the source (target attributes): the rest builds for any x86-64 with AVX2
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-std=c11")
 NEEDED_FLAGS = {"avx512f": "AVX-512F", "fma": "FMA"}
@@ -50,7 +50,7 @@ SIGNATURES = {
     "gemm_panels": ([_P, _I64, _I64, _P, _P, _P, _I64, _P, _P, _INT], None),
     "norm_gemm_panels": ([_P, _P, _P, ctypes.c_float, _I64, _I64, _P, _P, _P, _I64, _P, _P, _P, _P, _INT], None),
     "silu_mul_gemm_panels": ([_P, _I64, _I64, _P, _P, _P, _I64, _P, _P, _INT], None),
-    # the greedy LM head's screen (core/kernels/screened_head.py)
+    # the greedy LM head's screen (core/kernels/cpu/screened_head.py)
     "screen_bytes": ([_I64, _I64], _I64),
     "screen_blocks": ([_I64], _I64),
     "screen_pack": ([_P, _P, _I64, _I64, _P, _P, _P], None),
@@ -71,7 +71,7 @@ def _library() -> ctypes.CDLL:
     return lib
 
 
-PANEL = 48  # cpu_gemm.c's output features per panel
+PANEL = 48  # gemm.c's output features per panel
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class PanelWeight:
 
     @classmethod
     def of(cls, weight: torch.Tensor, threads: int, codes: Q4Codes | None = None) -> "PanelWeight":
-        """``codes``: the weight's 4-bit codes (core/kernels/four_bit.py's ``q4_codes``), held as 4-bit panels,
+        """``codes``: the weight's 4-bit codes (core/kernels/cpu/four_bit.py's ``q4_codes``), held as 4-bit panels,
         which leaves every float as it is; float32 panels without them."""
         weight = weight.detach().contiguous()
         if weight.dtype != torch.float32 or weight.dim() != 2 or weight.device.type != "cpu":

@@ -1,5 +1,5 @@
-"""The Triton kernel behind core/kernels/fused_qkv.py, and the per-head QK-norm + RoPE it shares with the
-small-decode kernel (core/kernels/small_decode_triton.py).
+"""The Triton kernel behind core/kernels/cuda/fused_qkv.py, and the per-head QK-norm + RoPE it shares with the
+small-decode kernel (core/kernels/cuda/small_decode_triton.py).
 
 A module of its own because it imports triton at the top: Triton resolves the helpers a kernel calls among
 its module's globals, and the rest of the engine must import without triton installed.

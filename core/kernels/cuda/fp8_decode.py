@@ -1,6 +1,6 @@
-"""The fp8 paged decode in CUDA (core/kernels/fp8_decode.cu): built with nvcc at first use, called by ctypes.
+"""The fp8 paged decode in CUDA (core/kernels/cuda/fp8_decode.cu): built with nvcc at first use, called by ctypes.
 
-Why it exists beside the Triton paged kernel (core/kernels/paged_decode.py), which reads the same pages: on
+Why it exists beside the Triton paged kernel (core/kernels/cuda/paged_decode.py), which reads the same pages: on
 fp8 pages the Triton kernel is bound by moving each tile from its load layout into the tensor cores' operand
 layout, not by the bytes (docs/BENCHMARKS.md), so fp8 ran no faster than bf16.
 The CUDA kernel loads every byte straight into the operand registers (fp8_decode.cu says how), so its time

@@ -1,4 +1,4 @@
-"""The Triton kernel behind core/kernels/gemv.py (see there for what it does and why).
+"""The Triton kernel behind core/kernels/cuda/gemv.py (see there for what it does and why).
 
 A module of its own because it imports triton at the top: Triton resolves the helpers a kernel calls among
 its module's globals, and the rest of the engine must import without triton installed.

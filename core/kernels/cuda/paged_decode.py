@@ -5,7 +5,7 @@ fp8 bytes at half bf16's rate), so halving the bytes gained nothing there. This 
 reads each page once per (request, KV head, split) program, the whole query group against each tile of cached
 tokens, and folds the per-(slot, head) fp8 scales into the two products instead of dequantising the tiles.
 The page lists are flashinfer's CSR form (core/attention/paging.py). Where nvcc builds it, an fp8 pool's
-decode runs the CUDA kernel instead (core/kernels/fp8_decode_cuda.py, the faster of the two).
+decode runs the CUDA kernel instead (core/kernels/cuda/fp8_decode.py, the faster of the two).
 
 A request's cached tokens can be split over several programs (``DecodeTile.splits``): each writes a partial
 result and its log-sum-exp, and the last to finish merges them (a per-(request, KV head) counter that the
@@ -13,7 +13,7 @@ merging program resets), so a batch of few rows still keeps every SM reading.
 
 On fp8 pages that per-head kernel is bound by work per cached token, not by bytes (ncu: the 2 real query rows of a
 group padded to the 16 rows a tensor-core product needs, so softmax and bookkeeping on 16 rows for 2, and 128-byte
-loads per head). Hence a second variant, ``DecodeTile.all_heads`` (core/kernels/paged_decode_rows_triton.py): one
+loads per head). Hence a second variant, ``DecodeTile.all_heads`` (core/kernels/cuda/paged_decode_rows_triton.py): one
 program per (request, split) loads whole token rows (a page's K for all heads is one contiguous block) and multiplies
 a query holding every head (block-diagonal over whole rows, or with ``head_dots`` a product per KV head with its query
 group on the product's narrow side), so the softmax runs on real rows only and the loads are few and large; its splits
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from core.arith import next_pow2
-from core.kernels.small_decode import block_g
+from core.kernels.cuda.small_decode import block_g
 from core.kvcache.pool import KVPool
 
 
@@ -94,7 +94,7 @@ class SplitBuffers:
 class PagedDecodeArgs:
     """One step's inputs to the paged decode besides q: the page lists on the device, and the tile and split
     buffers (None: TILES' default, buffers made on the spot), as an attention backend keeps them per step.
-    ``cuda``: an fp8 pool is read by the CUDA kernel (core/kernels/fp8_decode_cuda.py) with the tile's splits,
+    ``cuda``: an fp8 pool is read by the CUDA kernel (core/kernels/cuda/fp8_decode.py) with the tile's splits,
     not by Triton's."""
 
     kv_indptr: torch.Tensor  # [batch + 1] int32
@@ -106,7 +106,7 @@ class PagedDecodeArgs:
 
     def attend(self, q: torch.Tensor, pool: KVPool, layer: int, scale: float) -> torch.Tensor:
         if self.cuda:
-            from core.kernels.fp8_decode_cuda import fp8_decode_cuda
+            from core.kernels.cuda.fp8_decode import fp8_decode_cuda
 
             splits = self.tile.splits if self.tile else 1
             buffers = self.split_buffers
@@ -120,10 +120,10 @@ class PagedDecodeArgs:
 @functools.cache
 def _kernel(all_heads: bool, head_dots: bool):
     if all_heads:  # imports triton
-        from core.kernels.paged_decode_rows_triton import paged_decode_head_dots_kernel, paged_decode_rows_kernel
+        from core.kernels.cuda.paged_decode_rows_triton import paged_decode_head_dots_kernel, paged_decode_rows_kernel
 
         return paged_decode_head_dots_kernel if head_dots else paged_decode_rows_kernel
-    from core.kernels.paged_decode_triton import paged_decode_kernel  # imports triton
+    from core.kernels.cuda.paged_decode_triton import paged_decode_kernel  # imports triton
 
     return paged_decode_kernel
 

@@ -257,7 +257,7 @@ static inline __mmask16 tail_mask(int64_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
-/* e^x for sixteen floats (Cephes' expf, as cpu_decode.c's exp8: x = n ln 2 + r, a polynomial for e^r, n added
+/* e^x for sixteen floats (Cephes' expf, as decode.c's exp8: x = n ln 2 + r, a polynomial for e^r, n added
  * into the exponent's bits), with x clamped to [-87.3, 88.3], where e^x is a normal float. */
 __attribute__((target("avx512f,fma"))) static inline __m512 exp16(__m512 x) {
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
@@ -361,13 +361,13 @@ __attribute__((target("avx512f,fma"))) void silu_mul_gemm_panels(const float *ga
  * fused multiply-add chain over k in order from zero, on the same panels); every other logit comes back as
  * -infinity. A row's largest logit and the first index holding it are then the full product's: the best float32
  * logit's estimate plus its bound is at least that logit, which is at least every other logit, which is at least
- * every estimate minus its bound; so it is kept, as is every logit equal to it. This is cpu_decode.c's
+ * every estimate minus its bound; so it is kept, as is every logit equal to it. This is decode.c's
  * screened_logits for many rows, with the weight read once for all of them.
  *
  * The estimate: weight row r quantised per row (q = round(w / s_r), |w - s_r q| <= s_r / 2); the input row in
  * blocks of SCREEN_BLOCK values (p = round(x / t_b), t_b = max|x_b| / 127, so an outlier costs only its block's
  * precision; one scale per row kept half the vocabulary on SmolLM2's final hidden states); est = s_r sum_b t_b
- * (sum q p over block b), each block's integer sum exact. Its error, as cpu_decode.c bounds it:
+ * (sum q p over block b), each block's integer sum exact. Its error, as decode.c bounds it:
  *   |w.x - est| <= sum_b t_b / 2 |w_b|_1 + s_r / 2 |x~|_1,  |x~|_1 <= |x|_1 + sum_b t_b / 2 (values in b),
  * each half taken as 0.5005; the estimate's float sums over blocks off by at most s_r |x~|_1 127 (blocks + 4)
  * 2^-24 (taken twice over); a kept logit's float32 chain off the real w.x by at most k 2^-24 |w_r|_1 max|x| (taken

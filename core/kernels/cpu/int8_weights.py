@@ -13,7 +13,7 @@ Where the C decode step runs (AVX2 and FMA), ``--precision int8`` and ``fast`` l
 and give the C step int8 copies made with ``Int8Weight.quantize``: torch's int8 kernel ran batches at a fifth of
 float32's speed on an AVX2 CPU and an eighth on an AVX-512 one (core/engine/plan.py).
 
-The quantised weight takes the layer's ``packed`` slot (see core/kernels/onednn_packed.py) and the float32
+The quantised weight takes the layer's ``packed`` slot (see core/kernels/cpu/onednn_packed.py) and the float32
 weight is freed; the kernels table (core/kernels/dispatch.py) runs a linear whose slot holds one here.
 """
 

@@ -2,7 +2,7 @@
 
 The fast precision (core/engine/plan.py) reads them: bf16 matmuls pay only with AMX (with AVX512-BF16
 alone, bf16 ran slower than float32), and the C decode step needs AVX2 and FMA
-(core/kernels/cpu_decode.py). They are read here and nowhere else.
+(core/kernels/cpu/decode.py). They are read here and nowhere else.
 """
 
 from __future__ import annotations

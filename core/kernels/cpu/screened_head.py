@@ -1,12 +1,12 @@
-"""A greedy batch's LM head through an int8 screen (cpu_gemm.c's screened_logits_rows), on a CPU with AVX512-VNNI.
+"""A greedy batch's LM head through an int8 screen (gemm.c's screened_logits_rows), on a CPU with AVX512-VNNI.
 
 Why: a greedy step that wants no log-probabilities needs only each row's largest logit, and the float32 LM head
 is most of a CPU decode step's FLOPs (SmolLM2-135M: 49,152 x 576).
 Every logit is estimated on an int8 copy with VNNI's integer dot products, with a rigorous bound on its error;
 only those that can still be a row's largest are computed in float32, exactly as the C GEMM computes them (the
 same panels, the same order of sums), and the rest come back as -inf. So a row's maximum and its first index are
-the unscreened product's, and greedy tokens do not change (cpu_gemm.c says why). The one-request C step screens
-its own head the same way (cpu_decode.c's screened_logits).
+the unscreened product's, and greedy tokens do not change (gemm.c says why). The one-request C step screens
+its own head the same way (decode.c's screened_logits).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import torch
 
 from core.arith import ceil_div
 from core.kernels.c_build import address
-from core.kernels.cpu_decode import head_block_magnitudes, head_int8
-from core.kernels.cpu_gemm import PanelWeight, _library
+from core.kernels.cpu.decode import head_block_magnitudes, head_int8
+from core.kernels.cpu.gemm import PanelWeight, _library
 from core.kernels.derived import DerivedCache
 
 NEEDED_FLAGS = ("avx512f", "avx512bw", "avx512_vnni")
-SCREEN = 16  # weight rows per group of the int8 copy, and the lanes of a row's best lower ends (cpu_gemm.c's SCREEN)
+SCREEN = 16  # weight rows per group of the int8 copy, and the lanes of a row's best lower ends (gemm.c's SCREEN)
 
 
 def unsupported_reason(flags: frozenset[str]) -> str:

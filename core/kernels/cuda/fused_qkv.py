@@ -8,7 +8,7 @@ rotated and written straight into its KV-pool slot; a value head is copied into 
 
 The arithmetic follows the separate kernels: the norm in float32, its result rounded to the model's dtype,
 rotated in float32 (neox halves, cos/sin from the same table), rounded once more on the way out.
-Triton is imported lazily (core/kernels/triton_available.py says whether it can run).
+Triton is imported lazily (core/kernels/cuda/triton_available.py says whether it can run).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class QKVSpec:
 
 @functools.cache
 def _kernel():
-    from core.kernels.fused_qkv_triton import qkv_norm_rope_store_kernel  # imports triton
+    from core.kernels.cuda.fused_qkv_triton import qkv_norm_rope_store_kernel  # imports triton
 
     return qkv_norm_rope_store_kernel
 

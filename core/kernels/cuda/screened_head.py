@@ -2,13 +2,13 @@
 
 Why: at batch 1 the LM head is the largest single read of a decode step (Qwen3-0.6B: 151,936 x 1,024 in bf16,
 311 MB, about a tenth of the step) and a greedy step that wants no log-probabilities needs only the
-largest logit. So, as the CPU's screened head does (core/kernels/screened_head.py):
+largest logit. So, as the CPU's screened head does (core/kernels/cpu/screened_head.py):
 
 1. ``screen_estimate_kernel`` reads an int8 copy of the head (a scale per row, 156 MB) and estimates every
    logit with a rigorous bound on the estimate's error; each row's upper end is stored and the best lower end
    over all rows is raised atomically into a few floats (their largest is the best).
 2. ``gated_gemv_kernel`` computes, in the model's dtype, only the blocks of rows whose upper end reaches that
-   best lower end, with the plain GEMV's own code and tile (core/kernels/gemv.py), so a kept logit is the
+   best lower end, with the plain GEMV's own code and tile (core/kernels/cuda/gemv.py), so a kept logit is the
    unscreened one bit for bit; every other logit is -inf.
 
 A row that is not kept has a logit strictly below the largest, so the largest logit and its first index (the
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from core.arith import ceil_div, next_pow2
-from core.kernels.gemv import PLAIN, gemv_config
-from core.kernels.int8_weights import Int8Weight
+from core.kernels.cuda.gemv import PLAIN, gemv_config
+from core.kernels.cpu.int8_weights import Int8Weight
 
 BLOCK_V = 16  # int8 rows per program of the estimate: 16 KB of a 1,024-wide head
 ESTIMATE_WARPS = 4
@@ -52,8 +52,8 @@ def error_bounds(in_features: int, dtype: torch.dtype) -> tuple[float, float]:
 
 @functools.cache
 def _kernels():
-    from core.kernels.gemv_triton import gated_gemv_kernel  # imports triton
-    from core.kernels.gpu_screened_head_triton import screen_estimate_kernel
+    from core.kernels.cuda.gemv_triton import gated_gemv_kernel  # imports triton
+    from core.kernels.cuda.screened_head_triton import screen_estimate_kernel
 
     return screen_estimate_kernel, gated_gemv_kernel
 

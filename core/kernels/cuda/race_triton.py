@@ -1,4 +1,4 @@
-"""The Triton kernels behind core/kernels/race.py (see there for what they do and why).
+"""The Triton kernels behind core/kernels/cuda/race.py (see there for what they do and why).
 
 A module of its own because it imports triton at the top; the rest of the engine imports without triton.
 """

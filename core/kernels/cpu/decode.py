@@ -1,4 +1,4 @@
-"""A single request's decode step on a CPU as one C call (core/kernels/cpu_decode.c): on float32 weights under
+"""A single request's decode step on a CPU as one C call (core/kernels/cpu/decode.c): on float32 weights under
 ``--precision exact`` (the default), on int8 copies under ``int8`` and ``fast``.
 
 At one row a decode step reads every weight once and does little else, so its floor is the weights' bytes over
@@ -8,7 +8,7 @@ runs the small work between barriers of one parallel region (its products alone 
 docs/BENCHMARKS.md).
 
 Under ``--precision int8`` (and ``fast``) the decoder's linears are int8 copies with per-row scales made by
-core/kernels/int8_weights.py, beside the torch layers' float32 weights (torch's int8 kernel is slow for batches),
+core/kernels/cpu/int8_weights.py, beside the torch layers' float32 weights (torch's int8 kernel is slow for batches),
 a quarter of the bytes to stream, and the LM head is an int8 copy quantised the same way (with
 tied embeddings the float32 table stays for the row lookup of the input token). Each product's input is then
 quantised to int8 too (a scale per block of ``QBLOCK`` values), for integer dot products (AVX2's maddubs and
@@ -24,7 +24,7 @@ else (prefill, batches of more rows) stays on torch, and its KV writes land in t
 interleave.
 
 This module knows the kernel's records and how to call it; the engine maps its model onto them
-(core/engine/cpu_decode_model.py), so kernels never import the model.
+(core/kernels/cpu/decode_model.py), so kernels never import the model.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ import torch
 
 from core.kernels.c_build import BuildResult, address, build_library, x86_unsupported_reason
 from core.kernels.derived import DerivedCache
-from core.kernels.four_bit import Q4Codes, q4_rows
-from core.kernels.int8_weights import Int8Weight
+from core.kernels.cpu.four_bit import Q4Codes, q4_rows
+from core.kernels.cpu.int8_weights import Int8Weight
 
-SOURCE = Path(__file__).with_name("cpu_decode.c")
+SOURCE = Path(__file__).with_name("decode.c")
 # -mavx2 -mfma rather than -march=native: a cached object must run on any AVX2 machine sharing the cache
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp", "-std=c11")
 NEEDED_FLAGS = {"avx2": "AVX2", "fma": "FMA"}
-QBLOCK = 32  # integer dot products: the inputs' values per scale (cpu_decode.c's QBLOCK)
+QBLOCK = 32  # integer dot products: the inputs' values per scale (decode.c's QBLOCK)
 # what a greedy step's screen reads per LM-head weight: its int8 copy and each block's float32 sum of magnitudes
 SCREEN_BYTES_PER_WEIGHT = 1 + 4 / QBLOCK
 
@@ -116,7 +116,7 @@ class DecodeShape:
 
 @dataclass(frozen=True)
 class FourBitRows:
-    """A float32 weight made of 4-bit codes, as the step reads it instead (core/kernels/four_bit.py's q4_rows):
+    """A float32 weight made of 4-bit codes, as the step reads it instead (core/kernels/cpu/four_bit.py's q4_rows):
     the same floats, a fifth of the bytes."""
 
     rows: torch.Tensor  # [out, in / 32, 24] uint8
@@ -131,7 +131,7 @@ StepWeight = torch.Tensor | Int8Weight | FourBitRows  # a linear as the step rea
 
 @dataclass(frozen=True)
 class LayerWeights:
-    """One decoder layer's tensors as the C step reads them (contiguous; see cpu_decode.c). A linear is a float32
+    """One decoder layer's tensors as the C step reads them (contiguous; see decode.c). A linear is a float32
     weight, its ``FourBitRows``, or an ``Int8Weight`` (int8 values and float32 scales per row)."""
 
     input_norm: torch.Tensor
@@ -156,7 +156,7 @@ def _weight(w: StepWeight) -> _Weight:
 
 
 def tiled(lib: ctypes.CDLL, w: torch.Tensor | Int8Weight) -> torch.Tensor | Int8Weight:
-    """An int8 weight's values in the tiled layout the integer dot products read (cpu_decode.c's tile_int8: rows
+    """An int8 weight's values in the tiled layout the integer dot products read (decode.c's tile_int8: rows
     interleaved by blocks, eight rows at a time, so a pass over them is one stream); a float32 weight as it is."""
     if not isinstance(w, Int8Weight):
         return w
@@ -198,7 +198,7 @@ class CpuDecodeStep:
                  final_norm: torch.Tensor, lm_head: torch.Tensor | Int8Weight, rope_cos_sin: torch.Tensor,
                  max_len: int, threads: int, int_dots: bool = False, cache: DerivedCache | None = None) -> None:
         """A float32 ``lm_head`` also gets an int8 copy and its rows' sums of magnitudes, for greedy steps
-        (``screen``: cpu_decode.c's screened_logits), read back from ``cache`` where it has them."""
+        (``screen``: decode.c's screened_logits), read back from ``cache`` where it has them."""
         lib = load_library().library
         if lib is None:
             raise RuntimeError("the C decode step is not built")

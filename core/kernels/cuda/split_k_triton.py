@@ -1,4 +1,4 @@
-"""The Triton kernel behind core/kernels/split_k.py (a module of its own: it imports triton at the top)."""
+"""The Triton kernel behind core/kernels/cuda/split_k.py (a module of its own: it imports triton at the top)."""
 
 import triton
 import triton.language as tl

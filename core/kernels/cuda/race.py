@@ -52,7 +52,7 @@ class RaceKernels(NamedTuple):
 
 @functools.cache
 def _kernels() -> RaceKernels:
-    from core.kernels.race_triton import argmax_chunks_kernel, race_chunks_kernel, race_pick_kernel  # imports triton
+    from core.kernels.cuda.race_triton import argmax_chunks_kernel, race_chunks_kernel, race_pick_kernel  # imports triton
 
     return RaceKernels(race_chunks_kernel, argmax_chunks_kernel, race_pick_kernel)
 

@@ -7,10 +7,10 @@ rows (docs/BENCHMARKS.md). That is the prefill and the batches of the ``cpu`` wo
 
 Only the linears and the LM head change: each casts its float32 input to bf16 and its output back, so the
 activations, the norms, attention and the KV cache stay float32, and a single request's decode steps keep running
-in C on their own weights (core/kernels/cpu_decode.py). The LM head (the tied embedding's table, whose row lookup
+in C on their own weights (core/kernels/cpu/decode.py). The LM head (the tied embedding's table, whose row lookup
 keeps reading float32) is a large share of a batched decode step's work in float32, so it moves to bf16 too.
 
-Which bf16 path a row count takes is the float32 rule (core/kernels/onednn_packed.py): the packed weight up to
+Which bf16 path a row count takes is the float32 rule (core/kernels/cpu/onednn_packed.py): the packed weight up to
 ``PACKED_MAX_ROWS`` rows, with its kernels compiled when the copy is made, the plain bf16 weight above.
 
 The copy takes the layer's ``packed`` slot, so the float32 packing leaves the layer alone; the float32 weight
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from core.kernels import onednn_packed
+from core.kernels.cpu import onednn_packed
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 // Paged decode attention over an fp8 (e4m3) KV pool, on tensor cores, for GPUs with fp8 conversions (sm_89+).
-// Built at first use by core/kernels/fp8_decode_cuda.py (nvcc), called through ctypes; the pool's layout and
+// Built at first use by core/kernels/cuda/fp8_decode.py (nvcc), called through ctypes; the pool's layout and
 // scales are core/kvcache/pool.py's, the page lists flashinfer's CSR form (core/attention/paging.py).
 //
 // Why CUDA and not Triton: a decode step reads each cached fp8 byte once and does about four multiply-adds

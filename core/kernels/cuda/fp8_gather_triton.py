@@ -1,4 +1,4 @@
-"""The Triton kernel behind core/kernels/fp8_gather.py (a module of its own: it imports triton at the top)."""
+"""The Triton kernel behind core/kernels/cuda/fp8_gather.py (a module of its own: it imports triton at the top)."""
 
 import triton
 import triton.language as tl

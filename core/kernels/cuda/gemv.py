@@ -17,7 +17,7 @@ the prologue's output rounded to the dtype once before the product, the product 
 
 Two or more rows stay on cuBLAS: a version of this kernel that multiplied each weight chunk with up to 8 rows
 lost to cuBLAS from 2 rows on (docs/BENCHMARKS.md). Triton is imported lazily
-(core/kernels/triton_available.py says whether it can run).
+(core/kernels/cuda/triton_available.py says whether it can run).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def gemv_config(out_features: int, in_features: int, prologue: int = PLAIN, pdl:
 
 @functools.cache
 def _kernel():
-    from core.kernels.gemv_triton import gemv_kernel  # imports triton
+    from core.kernels.cuda.gemv_triton import gemv_kernel  # imports triton
 
     return gemv_kernel
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from core.arith import next_pow2
-from core.kernels.fused_qkv import QKVSpec
+from core.kernels.cuda.fused_qkv import QKVSpec
 
 SMALL_DECODE_MAX_BS = 4
 # Programs per (request, KV head) in the grid. A request uses one per BLOCK_T cached tokens, up to this many, the
@@ -78,7 +78,7 @@ def make_plan(max_bs: int, num_heads: int, num_kv_heads: int, head_dim: int, pag
 
 @functools.cache
 def _kernel():
-    from core.kernels.small_decode_triton import decode_attention_kernel  # imports triton
+    from core.kernels.cuda.small_decode_triton import decode_attention_kernel  # imports triton
 
     return decode_attention_kernel
 

@@ -1,7 +1,8 @@
-"""The engine's model and KV pool mapped onto the C decode step's records (core/kernels/cpu_decode.py).
+"""The engine's model and KV pool mapped onto the C decode step's records (core/kernels/cpu/decode.py).
 
-It lives with the engine because it reads the decoder's module names; the kernel itself knows only tensors.
-With ``int8`` the step reads int8 copies of the float32 weights (core/kernels/int8_weights.py), the LM head's
+It reads the decoder's module names (core/models/decoder.py, without importing it: kernels sit below the
+model); the kernel itself knows only tensors.
+With ``int8`` the step reads int8 copies of the float32 weights (core/kernels/cpu/int8_weights.py), the LM head's
 too (whose float32 weight, the embedding table when they are tied, stays for the input token's row lookup);
 the torch layers keep their float32 weights for prefill and batches. With ``four_bit`` a float32 linear made of
 4-bit codes (the embedded GGUF's) is read as those codes: the same floats from a fifth of the bytes.
@@ -13,13 +14,12 @@ from dataclasses import astuple
 
 import torch
 
-from core.kernels.cpu_decode import CpuDecodeStep, DecodeShape, FourBitRows, LayerWeights, StepWeight, head_int8
+from core.kernels.cpu.decode import CpuDecodeStep, DecodeShape, FourBitRows, LayerWeights, StepWeight, head_int8
 from core.kernels.derived import DerivedCache
-from core.kernels.four_bit import Q4Codes, q4_rows
-from core.kernels.int8_weights import Int8Weight
+from core.kernels.cpu.four_bit import Q4Codes, q4_rows
+from core.kernels.cpu.int8_weights import Int8Weight
 from core.kvcache.pool import KVPool
 from core.model_config import ModelConfig
-from core.models.decoder import CausalLM
 
 
 def _linear_weight(name: str, module: torch.nn.Module, int8: bool, four_bit: dict[torch.nn.Module, Q4Codes],
@@ -33,14 +33,14 @@ def _linear_weight(name: str, module: torch.nn.Module, int8: bool, four_bit: dic
     return module.weight.detach()
 
 
-def build_cpu_decode(model: CausalLM, cfg: ModelConfig, pool: KVPool, max_len: int, threads: int,
+def build_cpu_decode(model: torch.nn.Module, cfg: ModelConfig, pool: KVPool, max_len: int, threads: int,
                      int8: bool = False, int8_dots: bool = False,
                      four_bit: dict[torch.nn.Module, Q4Codes] | None = None,
                      cache: DerivedCache | None = None) -> CpuDecodeStep:
     """The step over ``model``'s own weights and ``pool``'s buffers (nothing is copied but the int8 copies that
     ``int8`` asks for); ``max_len``: the most tokens a request can hold (the page table's width); ``int8_dots``:
-    integer dot products on int8 inputs (core/kernels/cpu_decode.c); ``four_bit``: the linears made of 4-bit codes,
-    with their codes (core/kernels/four_bit.py's ``linear_codes``), read as the codes; ``cache``: where what is
+    integer dot products on int8 inputs (core/kernels/cpu/decode.c); ``four_bit``: the linears made of 4-bit codes,
+    with their codes (core/kernels/cpu/four_bit.py's ``linear_codes``), read as the codes; ``cache``: where what is
     derived from the weights is read back from (core/kernels/derived.py)."""
     four_bit = four_bit or {}
     cache = cache or DerivedCache()

@@ -1,4 +1,4 @@
-"""The Triton kernel behind core/kernels/small_decode.py (see there for what it does and why).
+"""The Triton kernel behind core/kernels/cuda/small_decode.py (see there for what it does and why).
 
 A module of its own because it imports triton at the top: Triton resolves the helpers a kernel calls among
 its module's globals, and the rest of the engine must import without triton installed.
@@ -8,8 +8,8 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from core.kernels.fused_qkv_triton import kv_head_offset, norm_rope
-from core.kernels.split_merge_triton import finish_split, token_slots
+from core.kernels.cuda.fused_qkv_triton import kv_head_offset, norm_rope
+from core.kernels.cuda.split_merge_triton import finish_split, token_slots
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""An fp8 pool's keys and values of some slots, dequantised, in one Triton launch (core/kernels/fp8_gather_triton.py).
+"""An fp8 pool's keys and values of some slots, dequantised, in one Triton launch (core/kernels/cuda/fp8_gather_triton.py).
 
 Why: flashinfer's ragged prefill over an fp8 pool reads every sequence back in the model's dtype, once per layer
 per prefill chunk; torch does it in ten launches (index_select of values and scales for K and V, a float32 copy,
@@ -17,7 +17,7 @@ from core.kvcache.pool import KVPool
 def fp8_gather(pool: KVPool, layer: int, slots: torch.Tensor,
                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """What ``pool.gather(layer, slots, dtype)`` returns for an fp8 pool on CUDA: K and V [n, kv_heads, head_dim]."""
-    from core.kernels.fp8_gather_triton import fp8_gather_kernel
+    from core.kernels.cuda.fp8_gather_triton import fp8_gather_kernel
 
     assert pool.fp8, "the fp8 gather reads fp8 pages"
     k_cache, v_cache = pool.k_layers[layer], pool.v_layers[layer]

@@ -67,7 +67,7 @@ def add_rms_norm_partials(partials: torch.Tensor, residual: torch.Tensor, weight
                           eps: float, num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """(rms_norm(sum(partials) + residual), the new residual), in one launch; ``residual`` is updated in place.
     ``num_warps``: a program's (one row's) warps (scripts/gpu_small_kernels.py sweeps it)."""
-    from core.kernels.split_k_triton import add_rms_norm_partials_kernel
+    from core.kernels.cuda.split_k_triton import add_rms_norm_partials_kernel
 
     splits, rows, width = partials.shape
     assert residual.shape == (rows, width) and residual.is_contiguous() and partials.is_contiguous()

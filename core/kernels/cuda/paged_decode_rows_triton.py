@@ -1,4 +1,4 @@
-"""The paged decode's all-heads variant (``DecodeTile.all_heads``, see core/kernels/paged_decode.py for why it
+"""The paged decode's all-heads variant (``DecodeTile.all_heads``, see core/kernels/cuda/paged_decode.py for why it
 exists): one program per (request, split) reads whole token rows, every KV head at once. Two formulations of
 its products (``DecodeTile.head_dots``): one block-diagonal product over whole rows, or 3-D products batched
 per KV head with the query group on the narrow side.
@@ -9,7 +9,7 @@ A module of its own because it imports triton at the top; the rest of the engine
 import triton
 import triton.language as tl
 
-from core.kernels.split_merge_triton import finish_split, softmax_step, split_range, token_slots
+from core.kernels.cuda.split_merge_triton import finish_split, softmax_step, split_range, token_slots
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""Decode attention for a batch on a CPU as one C call (``decode_attention`` in core/kernels/cpu_decode.c), or
+"""Decode attention for a batch on a CPU as one C call (``decode_attention`` in core/kernels/cpu/decode.c), or
 straight from the QKV projection's output with QK-norm, RoPE and the KV write in the same call (``from_qkv``).
 
 The torch backend's decode gathers every request's cached keys and values into one padded [batch, max_len]
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from core.kernels.c_build import address
-from core.kernels.fused_qkv import QKVSpec
+from core.kernels.cuda.fused_qkv import QKVSpec
 
 
 @dataclass(frozen=True)
