@@ -19,7 +19,6 @@ from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
-from core.kernels.cpu.decode_model import build_cpu_decode
 from core.engine.graph import CudaGraphRunner
 from core.engine.prefill_graph import PrefillGraphRunner
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
@@ -27,18 +26,10 @@ from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logpro
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary, min_over_ranks
+from core.kernels.cpu.install import install_cpu_fast_paths
+from core.kernels.cuda.install import install_cuda_fast_paths
 from core.kernels.dispatch import install_kernels, kernels_for
-from core.kernels.cpu import decode as cpu_decode
-from core.kernels.cpu.bf16_weights import bf16_linears
-from core.kernels.cpu.attention import CDecodeAttention
-from core.kernels.cpu.features import cpu_features
-from core.kernels.cpu.gemm import four_bit_panels, panel_linears
 from core.kernels.derived import DerivedCache, source_key
-from core.kernels.cpu.four_bit import linear_codes
-from core.kernels.cpu.int8_weights import quantize_linears
-from core.kernels.cpu.onednn_packed import pack_linears
-from core.kernels.cuda.screened_head import GpuScreenedHead
-from core.kernels.cpu.screened_head import ScreenedHead
 from core.kernels.cuda.split_k import FEW_ROWS, slices_for
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
@@ -114,38 +105,17 @@ class Engine:
         self.page_table = torch.zeros(config.max_running_req + 1, width, dtype=torch.int64, device=self.device)
         self.pad_row = config.max_running_req
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
-        self.attn_backend = self._make_backend()
+        # the fast paths the plan chose, each wing's in one call (with none, the torch layers as they are)
         install_kernels(self.model, kernels_for(self.plan.kernels))
-        # precision int8 where the C step does not run: the decoder's linears quantised once
-        # (core/kernels/cpu/int8_weights.py)
-        self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
-        kernels = self.plan.kernels
-        # fast on a CPU with AMX: bf16 copies of the linears and the LM head (core/kernels/cpu/bf16_weights.py)
-        self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
-        # float32 linears that are 4-bit codes (core/kernels/cpu/four_bit.py), found once for both C kernels reading them
-        precision = self.plan.precision
-        reads_codes = kernels.c_gemm or (precision.c_decode and not precision.c_int8)
-        codes = linear_codes(self.model, derived) if kernels.four_bit_weights and reads_codes else {}
-        # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu/gemm.py)
-        # or for oneDNN's GEMM (core/kernels/cpu/onednn_packed.py)
-        self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), codes) if kernels.c_gemm else
-                               pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
-        # a greedy batch's LM head screened through an int8 copy of its weight: on a CPU its panels'
-        # (core/kernels/cpu/screened_head.py), on CUDA a greedy request's alone (core/kernels/cuda/screened_head.py)
-        self.screened_head = (kernels.screened_head or kernels.gpu_screened_head) and self.tp_info.size == 1
-        if self.screened_head:
-            head = self.model.lm_head
-            head.screen = (ScreenedHead.of(head.weight, head.packed, derived) if kernels.screened_head else
-                           GpuScreenedHead.of(head.weight))
-        # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
-        # (core/kernels/cpu/decode.py), under int8 or fast on int8 copies of the weights
-        self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
-                                            int8=self.plan.precision.c_int8,
-                                            int8_dots=self.plan.precision.int8_dots,
-                                            four_bit=codes, cache=derived)
-                           if self.plan.precision.c_decode else None)
+        one_rank = self.tp_info.size == 1
+        self.cpu_paths = install_cpu_fast_paths(self.model, cfg, self.plan.kernels, self.plan.precision,
+                                                self.plan.c_attention, self.kv_pool, width, one_rank, derived)
+        self.cpu_decode = self.cpu_paths.decode_step  # a single request's decode step as one C call, or None
+        self.screened_head = (self.cpu_paths.screened_head or
+                              install_cuda_fast_paths(self.model, self.plan.kernels, one_rank))
+        self.attn_backend = self._make_backend()
         derived.save()
-        self.sampler = Sampler(self.device, triton_race=kernels.triton_sampler)
+        self.sampler = Sampler(self.device, triton_race=self.plan.kernels.triton_sampler)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
         self.graph_runner = self._make_graph_runner(log)
@@ -189,7 +159,7 @@ class Engine:
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         if self.prefill_graph is not None:
             graphs += f" and for full prefill chunks of {plural(self.prefill_graph.tokens, 'token')}"
-        four_bit = four_bit_panels(self.model)
+        four_bit = self.cpu_paths.four_bit_panels
         packed = ((", linears in C on weights packed into panels (AVX-512" +
                    (f"; {four_bit} of them as the 4-bit codes they are made of)" if four_bit else ")"))
                   if plan.kernels.c_gemm else
@@ -250,10 +220,7 @@ class Engine:
             return PagedTorchBackend(*args)
         from core.attention.torch_backend import TorchAttentionBackend
 
-        c_attention = (CDecodeAttention(cpu_decode.load_library().library, torch.get_num_threads(),
-                                        avx512="avx512f" in cpu_features().flags)
-                       if self.plan.c_attention else None)
-        return TorchAttentionBackend(*args, c_attention=c_attention)
+        return TorchAttentionBackend(*args, c_attention=self.cpu_paths.attention)
 
     def _make_graph_runner(self, log: Callable[[str], None] | None) -> CudaGraphRunner | None:
         """Decode graphs up to the plan's batch size (none when it is 0)."""

@@ -1,10 +1,11 @@
 """Every custom kernel of the engine, and the dispatch that picks one.
 
 The layers call one table, ``dispatch.py``: its ``TorchKernels`` is the reference (plain torch, runs anywhere);
-every fast path is a plug-in beside it, in one of two wings:
+every fast path is a plug-in beside it, in one of two wings, each installed by one call when the engine is
+built from its plan (``install.py`` in each):
 
 * ``cpu/``: the CPU's C kernels and the other forms of a float32 weight (panels, int8, bf16, 4-bit codes,
-  oneDNN's packing).
+  oneDNN's packing), and ``precision.py``, the plan's CPU part (what ``--precision`` comes to here).
 * ``cuda/``: the Triton and CUDA kernels of a CUDA engine.
 
 One rule names a wing's files: ``<thing>.py`` is the torch-facing wrapper (shapes, checks, the call) and its

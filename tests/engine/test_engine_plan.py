@@ -130,7 +130,7 @@ def test_the_engine_builds_from_its_plan(monkeypatch):
     engine = LLM("random:tiny-qwen3", max_running_req=2, device="cpu", dtype="float32").engine
     monkeypatch.delenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING")  # decided at build: changing it later changes nothing
     monkeypatch.delenv("MINISGL_DISABLE_CPU_GEMM")
-    assert not engine.plan.kernels.packed_weights and not engine.plan.kernels.c_gemm and engine.packed_linears == 0
+    assert not engine.plan.kernels.packed_weights and not engine.plan.kernels.c_gemm and engine.cpu_paths.packed_linears == 0
     assert all(layer.packed is None for layer in engine.model.modules() if hasattr(layer, "packed"))
     assert {type(m.kernels) for m in engine.model.modules() if hasattr(m, "kernels")} == {TorchKernels}
     assert "torch attention with torch kernels" in engine.describe() and "no CUDA graphs" in engine.describe()

@@ -24,6 +24,7 @@ from core.attention.context import get_context
 from core.engine import plan
 from core.kernels import c_build
 from core.kernels.cpu import decode as cpu_decode, int8_weights
+from core.kernels.cpu import precision as cpu_precision
 from core.kernels.cpu.decode import QBLOCK
 from core.kernels.cpu.features import cpu_features
 from core.kernels.dispatch import install_kernels, kernels_for
@@ -110,7 +111,7 @@ def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], pre
     with LLM(model, precision=precision, page_size=PAGE, max_running_req=4) as llm:
         engine = llm.engine
         assert engine.cpu_decode is not None and "decode steps in C" in engine.describe()
-        assert engine.int8_linears == 0  # the torch layers keep float32: the C step reads int8 copies
+        assert engine.cpu_paths.int8_linears == 0  # the torch layers keep float32: the C step reads int8 copies
         step = engine.cpu_decode
         if precision == "int8":  # the torch side quantised as the C step's copies were, LM head too
             assert isinstance(step.lm_head, Int8Weight)
@@ -223,6 +224,7 @@ def cpu_without_amx(monkeypatch):
     saying why it keeps float32."""
     no_amx = replace(cpu_features(), flags=cpu_features().flags - {"amx_bf16"})
     monkeypatch.setattr(plan, "cpu_features", lambda: no_amx)
+    monkeypatch.setattr(cpu_precision, "cpu_features", lambda: no_amx)
 
 
 def test_no_compiler_keeps_torch_and_says_so(monkeypatch, cpu_without_amx):
