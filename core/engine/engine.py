@@ -19,18 +19,19 @@ from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
+from core.engine.describe import kernel_words, size_words, weight_words
 from core.engine.graph import CudaGraphRunner
+from core.engine.kv_budget import default_kv_gb, pool_pages
 from core.engine.prefill_graph import PrefillGraphRunner
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
-from core.distributed.comm import broadcast_from_primary, min_over_ranks
+from core.distributed.comm import broadcast_from_primary
 from core.kernels.cpu.install import install_cpu_fast_paths
 from core.kernels.cuda.install import install_cuda_fast_paths
 from core.kernels.dispatch import install_kernels, kernels_for
 from core.kernels.derived import DerivedCache, source_key
-from core.kernels.cuda.split_k import FEW_ROWS, slices_for
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.model_config import ModelConfig
@@ -38,11 +39,6 @@ from core.models.loader import load_model, read_model_config
 from core.models.random_spec import RandomSpec
 from core.models.weights import derived_cache_path
 from core.request import Batch
-
-DEFAULT_CPU_KV_GB = 1.0
-GPU_HEADROOM_FRACTION = 0.1  # of the memory free after loading the weights, kept out of the KV pool
-GPU_MIN_HEADROOM_GB = 4.0
-
 
 @dataclass
 class ForwardOutput:
@@ -94,7 +90,8 @@ class Engine:
         # what one cached token costs this rank's pool: what the benchmark's floor reads per token of context
         self.kv_bytes_per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim,
                                                          self.dtype, self.kv_fp8)
-        self.num_pages = self._pool_pages()
+        self.num_pages = pool_pages(config, self.kv_bytes_per_token, self.page_size, self.max_seq_len,
+                                    self.tp_info.size, self.device)
         # one page more than the cache hands out: padding rows of a CUDA-graph batch write their KV there
         self.dummy_page = self.num_pages
         self.kv_pool = KVPool(cfg.num_layers, self.num_pages + 1, self.page_size, self.num_kv_heads, cfg.head_dim,
@@ -137,7 +134,7 @@ class Engine:
         """The one line a user needs when the engine is ready: where it runs, in which dtype, and how many tokens
         the KV cache holds (``describe`` has the plan's details)."""
         tokens = self.num_pages * self.page_size
-        size = _size(tokens * self.kv_bytes_per_token) + (", fp8" if self.plan.kv_fp8 else "")
+        size = size_words(tokens * self.kv_bytes_per_token) + (", fp8" if self.plan.kv_fp8 else "")
         return (f"engine ready on {self.device}, {str(self.dtype).removeprefix('torch.')}: room for "
                 f"{plural(tokens, 'token')} in the KV cache ({size})")
 
@@ -154,50 +151,17 @@ class Engine:
             why = (f"room for {running} at the full {self.max_seq_len:,}-token context, so it "
                    f"grows with the number of requests run at once")
         else:
-            why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
+            why = f"the {self.config.kv_cache_gb or default_kv_gb(self.device):.1f} GiB budget for the cache"
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         if self.prefill_graph is not None:
             graphs += f" and for full prefill chunks of {plural(self.prefill_graph.tokens, 'token')}"
-        four_bit = self.cpu_paths.four_bit_panels
-        packed = ((", linears in C on weights packed into panels (AVX-512" +
-                   (f"; {four_bit} of them as the 4-bit codes they are made of)" if four_bit else ")"))
-                  if plan.kernels.c_gemm else
-                  ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else "")
-        if self.screened_head:
-            packed += (", greedy batches' LM head screened through int8 (VNNI)" if plan.kernels.screened_head else
-                       ", a greedy request's LM head screened through int8")
-        if plan.precision.words:
-            packed += f", {plan.precision.words}"
+        packed = weight_words(plan, self.cpu_paths.four_bit_panels, self.screened_head)
         layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
+        size = size_words(tokens * per_token)
         return (f"engine on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
-                f"{plural(tokens, 'token')}{' in fp8' if plan.kv_fp8 else ''}{layout} ({_size(tokens * per_token)}; {why}), "
-                f"{plan.attention} attention with {_kernel_words(plan)}{packed}, {graphs}")
-
-    def _pool_pages(self) -> int:
-        config = self.config
-        if config.num_pages is not None:
-            return config.num_pages
-        per_token = self.kv_bytes_per_token
-        budget_gb = config.kv_cache_gb or self._default_kv_gb()
-        pages = int(budget_gb * (1 << 30)) // (per_token * self.page_size)
-        # no need for more than every row filled to the longest sequence
-        needed = config.max_running_req * pages_for(self.max_seq_len, self.page_size)
-        pages = min_over_ranks(min(pages, needed), self.tp_info.size, self.device)  # free memory differs per GPU
-        if pages < config.max_running_req:
-            raise InvalidParamsError(f"a KV budget of {budget_gb} GiB gives only {plural(pages, 'page')}; it needs at least "
-                                     f"{config.max_running_req} (one per request row)")
-        return pages
-
-    def _default_kv_gb(self) -> float:
-        """On CUDA: a fraction of the memory still free once the weights are loaded. The rest is headroom for
-        activations (a prefill of max_extend_tokens), the logits and sampling of a full batch, flashinfer's
-        workspaces and the CUDA graphs' memory pool: a few GiB for a small model."""
-        if self.device.type != "cuda":
-            return DEFAULT_CPU_KV_GB
-        free, _ = torch.cuda.mem_get_info(self.device)
-        headroom = max(GPU_HEADROOM_FRACTION * free, GPU_MIN_HEADROOM_GB * (1 << 30))
-        return max(free - headroom, 0) / (1 << 30)
+                f"{plural(tokens, 'token')}{' in fp8' if plan.kv_fp8 else ''}{layout} ({size}; {why}), "
+                f"{plan.attention} attention with {kernel_words(plan)}{packed}, {graphs}")
 
     def _make_backend(self) -> AttentionBackend:
         cfg = self.model_config
@@ -306,33 +270,3 @@ class Engine:
         event = torch.cuda.Event()
         event.record()
         return ForwardOutput(next_tokens, host, event, host_logprobs)
-
-
-def _kernel_words(plan: EnginePlan) -> str:
-    """"torch kernels", or flashinfer's with the Triton kernels the plan turned on."""
-    kernels = plan.kernels
-    fused = [what for on, what in ((kernels.fused_qkv, "fused QKV"), (kernels.gemv, "batch-1 GEMV"),
-                                   (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode"),
-                                   (kernels.pdl, "dependent launches"), (kernels.triton_sampler, "Triton sampler"),
-                                   (plan.c_attention, "decode attention in C"),
-                                   (plan.fp8_cuda_decode, "CUDA fp8 decode"),
-                                   (kernels.split_k, _split_k_words(kernels.split_k)),
-                                   (plan.tensor_core_decode_rows,
-                                    "tensor-core decode" + (f" from {plan.tensor_core_decode_rows} rows"
-                                                            if plan.tensor_core_decode_rows > 1 else "")))
-             if on]
-    return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
-
-
-def _split_k_words(slices: int) -> str:
-    """"split-K x2 (x4 up to 128 rows)": the slices of the narrow linears, by rows (core/kernels/cuda/split_k.py)."""
-    few = slices_for(1, slices)
-    return f"split-K x{slices}" + (f" (x{few} up to {FEW_ROWS} rows)" if few != slices else "")
-
-
-def _size(num_bytes: int) -> str:
-    """In the largest unit that reads as at least 1.0 (a pool a hair under 1 GiB is '1.0 GiB', not '1024.0 MiB')."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if num_bytes >= 0.95 * scale:
-            return f"{num_bytes / scale:.1f} {unit}"
-    return f"{num_bytes} bytes"

@@ -156,13 +156,13 @@ def test_an_fp8_kv_cache_on_cuda_takes_flashinfer_with_graphs_but_not_the_small_
 def test_an_fp8_cache_under_flashinfer_decodes_on_the_cuda_kernel_where_it_builds(triton_everywhere, monkeypatch):
     """Only an fp8 pool under flashinfer attention, only where the kernel builds for the GPU, and not with
     MINISGL_DISABLE_CUDA_FP8_DECODE=1 (the Triton paged kernel then); the engine's description names it."""
-    from core.engine.engine import _kernel_words
+    from core.engine.describe import kernel_words
 
     monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
     assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode  # did not build
     monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "")
     plan = plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16)
-    assert plan.fp8_cuda_decode and "CUDA fp8 decode" in _kernel_words(plan)
+    assert plan.fp8_cuda_decode and "CUDA fp8 decode" in kernel_words(plan)
     assert not plan_engine(EngineConfig(), CUDA, torch.bfloat16).fp8_cuda_decode  # a bf16 pool
     assert not plan_engine(EngineConfig(kv_dtype="fp8", attention="torch"), CUDA, torch.bfloat16).fp8_cuda_decode
     monkeypatch.setenv("MINISGL_DISABLE_CUDA_FP8_DECODE", "1")
