@@ -65,7 +65,7 @@ def fused_qkv_disabled() -> bool:
 
 def small_decode_disabled() -> bool:
     """MINISGL_DISABLE_SMALL_DECODE=1 keeps flashinfer's decode kernels for small captured batches instead of
-    the one-kernel Triton decode (see core/kernels/small_decode.py; for comparisons)."""
+    the one-kernel Triton decode (see core/kernels/cuda/small_decode.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_SMALL_DECODE")
 
 
@@ -77,7 +77,7 @@ def pdl_disabled() -> bool:
 
 def triton_sampler_disabled() -> bool:
     """MINISGL_DISABLE_TRITON_SAMPLER=1 draws sampled tokens on CUDA with torch.compile's exponential race
-    instead of the Triton race kernels (core/kernels/race.py; the same tokens; for comparisons)."""
+    instead of the Triton race kernels (core/kernels/cuda/race.py; the same tokens; for comparisons)."""
     return _flag("MINISGL_DISABLE_TRITON_SAMPLER")
 
 
@@ -106,7 +106,7 @@ DEFAULT_SPLIT_K = 2
 def split_k_slices() -> int:
     """MINISGL_SPLIT_K=S (an integer from 0 to 16, default 2) runs the narrow linears (o_proj, down) of decode steps
     on CUDA as S slices of their inputs (at least 4 up to 128 rows: split_k.slices_for), the sum folded into the
-    add+RMSNorm after them (core/kernels/split_k.py); 0 runs each as one cuBLAS GEMM. A narrow linear's few
+    add+RMSNorm after them (core/kernels/cuda/split_k.py); 0 runs each as one cuBLAS GEMM. A narrow linear's few
     output tiles leave most SMs idle; slices give them work (docs/BENCHMARKS.md)."""
     raw = os.environ.get("MINISGL_SPLIT_K", "").strip()
     if not raw:
@@ -139,18 +139,18 @@ def tensor_core_decode_rows() -> int:
 
 def cuda_fp8_decode_disabled() -> bool:
     """MINISGL_DISABLE_CUDA_FP8_DECODE=1 decodes an fp8 KV cache with the Triton paged kernel instead of the CUDA
-    one (core/kernels/fp8_decode_cuda.py; for comparisons)."""
+    one (core/kernels/cuda/fp8_decode.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_CUDA_FP8_DECODE")
 
 
 def gemv_disabled() -> bool:
     """MINISGL_DISABLE_GEMV=1 runs small-batch linears on cuBLAS, with the norms and activations as kernels of
-    their own (see core/kernels/gemv.py; for comparisons)."""
+    their own (see core/kernels/cuda/gemv.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_GEMV")
 
 
 def cpu_weight_packing_disabled() -> bool:
-    """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/kernels/onednn_packed.py)."""
+    """MINISGL_DISABLE_CPU_WEIGHT_PACKING=1 keeps float32 CPU linears on plain F.linear (see core/kernels/cpu/onednn_packed.py)."""
     return _flag("MINISGL_DISABLE_CPU_WEIGHT_PACKING")
 
 
@@ -162,20 +162,20 @@ def four_bit_weights_disabled() -> bool:
 
 def screened_head_disabled() -> bool:
     """MINISGL_DISABLE_SCREENED_HEAD=1 computes a greedy step's whole LM head instead of screening it through an
-    int8 copy (on a CPU core/kernels/screened_head.py, on CUDA core/kernels/gpu_screened_head.py; the same tokens,
+    int8 copy (on a CPU core/kernels/cpu/screened_head.py, on CUDA core/kernels/cuda/screened_head.py; the same tokens,
     for comparisons)."""
     return _flag("MINISGL_DISABLE_SCREENED_HEAD")
 
 
 def cpu_gemm_disabled() -> bool:
     """MINISGL_DISABLE_CPU_GEMM=1 keeps float32 CPU linears on oneDNN's packed GEMM instead of the C GEMM
-    (core/kernels/cpu_gemm.py; for comparisons)."""
+    (core/kernels/cpu/gemm.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_CPU_GEMM")
 
 
 def cpu_decode_disabled() -> bool:
     """MINISGL_DISABLE_CPU_DECODE=1 keeps single-request decode steps on torch instead of the C step, and a CPU
-    batch's decode attention on SDPA (core/kernels/cpu_decode.py, core/kernels/cpu_attention.py; for comparisons)."""
+    batch's decode attention on SDPA (core/kernels/cpu/decode.py, core/kernels/cpu/attention.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_CPU_DECODE")
 
 

@@ -183,7 +183,7 @@ class LogitsRecorder:
 def next_logits(llm: "LLM", ids: list[int]) -> torch.Tensor:
     """Every logit of the next token after ``ids`` (one prefill of the whole prefix), float32 on the host. The
     request asks for log-probabilities so that every logit is computed: a greedy request's LM head may screen
-    the row and leave only its largest logit exact (core/kernels/gpu_screened_head.py)."""
+    the row and leave only its largest logit exact (core/kernels/cuda/screened_head.py)."""
     recorder = LogitsRecorder(llm.engine.sampler)
     llm.engine.sampler = recorder
     try:

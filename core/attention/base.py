@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from core.kvcache.pool import KVPool
-from core.kernels.fused_qkv import QKVSpec
+from core.kernels.cuda.fused_qkv import QKVSpec
 from core.request import Batch
 
 

@@ -19,7 +19,7 @@ class ForwardContext:
     batch: Batch
     backend: AttentionBackend
     # the step samples greedily and wants no log-probabilities: of each row's logits only the largest, and the
-    # first index holding it, must be exact (the LM head may screen the rest, core/kernels/screened_head.py)
+    # first index holding it, must be exact (the LM head may screen the rest, core/kernels/cpu/screened_head.py)
     greedy_logits: bool = False
 
 

@@ -28,7 +28,7 @@ from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.attention.paging import PagedLayout, paged_layout
 from core.errors import InvalidParamsError
-from core.kernels.fused_qkv import QKVSpec, qkv_norm_rope_store
+from core.kernels.cuda.fused_qkv import QKVSpec, qkv_norm_rope_store
 from core.kvcache.pool import KVPool
 from core.request import Batch
 from core.transfer import host_tensor, pinned
@@ -135,7 +135,7 @@ class FlashInferBase(AttentionBackend):
 
     def attend_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int, batch: Batch,
                    fused: bool) -> torch.Tensor | None:
-        """Fused: QK-norm, RoPE and the KV write in one kernel (core/kernels/fused_qkv.py; an fp8 pool's k and v
+        """Fused: QK-norm, RoPE and the KV write in one kernel (core/kernels/cuda/fused_qkv.py; an fp8 pool's k and v
         quantised on the way in), then ``attend``. Unfused: the layer's own steps, then ``forward``."""
         if not fused:
             return None

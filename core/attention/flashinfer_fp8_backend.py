@@ -2,11 +2,11 @@
 
 An fp8 pool (core/kvcache/pool.py) holds e4m3 values with a scale per slot and KV head, which flashinfer's
 kernels do not take. Prefill therefore reads each request's whole sequence back from the pool, dequantised into
-the model's dtype (one Triton gather a layer, core/kernels/fp8_gather.py, where the plan takes it; else the
+the model's dtype (one Triton gather a layer, core/kernels/cuda/fp8_gather.py, where the plan takes it; else the
 pool's own gather), into flashinfer's ragged prefill. Decode reads the fp8 pages in place over the same page
 lists as the paged backend, eagerly and under CUDA graphs alike: on the CUDA fp8 decode
-(core/kernels/fp8_decode_cuda.py) where the plan chose it, else on the Triton paged kernel
-(core/kernels/paged_decode.py). The fused QKV kernel quantises k and v on the way into the pool. A prefill runs
+(core/kernels/cuda/fp8_decode.py) where the plan chose it, else on the Triton paged kernel
+(core/kernels/cuda/paged_decode.py). The fused QKV kernel quantises k and v on the way into the pool. A prefill runs
 eagerly (the plan takes no prefill graph for an fp8 pool), and there is no small decode (it reads bf16 pages).
 """
 
@@ -18,8 +18,8 @@ import torch
 
 from core.attention.flashinfer_common import FlashInferBase
 from core.attention.paging import PagedLayout
-from core.kernels.fp8_gather import fp8_gather
-from core.kernels.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
+from core.kernels.cuda.fp8_gather import fp8_gather
+from core.kernels.cuda.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
 from core.kvcache.pool import KVPool
 from core.request import Batch
 from core.transfer import upload
@@ -65,7 +65,7 @@ class FlashInferFp8Backend(FlashInferBase):
                  head_dim: int, cuda_decode: bool = False, fast_gather: bool = False) -> None:
         """``cuda_decode``: decode on the CUDA kernel (the plan chose it where it builds and takes this model's
         heads), else on Triton's. ``fast_gather``: a prefill reads its sequences back in one Triton launch a
-        layer (core/kernels/fp8_gather.py), else through the pool's gather."""
+        layer (core/kernels/cuda/fp8_gather.py), else through the pool's gather."""
         assert pool.fp8, "a bf16 pool has a backend of its own (the plan says so)"
         super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
         self.cuda_decode = cuda_decode

@@ -29,8 +29,8 @@ from core.arith import pages_for
 from core.attention.flashinfer_common import FlashInferBase
 from core.attention.paging import PagedLayout
 from core.attention.small_decode import SmallDecodeGraphs, SmallDecodeMetadata
-from core.kernels.fused_qkv import QKVSpec
-from core.kernels.small_decode import small_decode_attention
+from core.kernels.cuda.fused_qkv import QKVSpec
+from core.kernels.cuda.small_decode import small_decode_attention
 from core.kvcache.pool import KVPool
 from core.request import Batch
 

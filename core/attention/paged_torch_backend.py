@@ -1,4 +1,4 @@
-"""The torch backend with decode in the Triton paged kernel (core/kernels/paged_decode.py): what an fp8 KV
+"""The torch backend with decode in the Triton paged kernel (core/kernels/cuda/paged_decode.py): what an fp8 KV
 cache runs on CUDA with ``--attention torch`` (by default an fp8 cache on CUDA takes the flashinfer backend,
 which runs the same decode kernel under CUDA graphs).
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from core.kernels.paged_decode import PagedDecodeArgs
+from core.kernels.cuda.paged_decode import PagedDecodeArgs
 from core.attention.paging import paged_layout
 from core.attention.torch_backend import TorchAttentionBackend
 from core.request import Batch

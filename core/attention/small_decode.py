@@ -1,6 +1,6 @@
 """The paged backend's small decode: captured decode batches of at most ``SMALL_DECODE_MAX_BS`` rows skip
 flashinfer altogether, one Triton kernel per layer doing QK-norm, RoPE, the KV write and the attention
-(core/kernels/small_decode.py). The engine's plan turns it on only beside the fused QKV path, which that kernel
+(core/kernels/cuda/small_decode.py). The engine's plan turns it on only beside the fused QKV path, which that kernel
 starts from, and for a bf16 pool.
 
 Its page lists live in one fixed buffer, ``[indptr | last_page_len | indices]`` (``paging.packed_page_lists``),
@@ -18,7 +18,7 @@ import torch
 
 from core.attention.flashinfer_common import copy_layout
 from core.attention.paging import PagedLayout, packed_page_lists
-from core.kernels.small_decode import SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan
+from core.kernels.cuda.small_decode import SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan
 from core.request import Batch
 from core.transfer import pinned
 

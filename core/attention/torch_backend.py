@@ -10,7 +10,7 @@ runs in float32, whatever the model's dtype, so the CPU runs it too; a prefill's
 used as computed (only what is read back from the pool went through fp8).
 
 On a float32 CPU pool where the C library builds, decode instead reads the pool in place with one C call per
-layer (core/kernels/cpu_attention.py: no gather, no padding), given as ``c_attention`` by the engine's plan.
+layer (core/kernels/cpu/attention.py: no gather, no padding), given as ``c_attention`` by the engine's plan.
 
 Keys and values are gathered with ``index_select`` over a flat list of slots: on a CPU that is several times
 faster than advanced indexing with a 2-D index, and decode attention is mostly this gather. Every SDPA call
@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from core.attention.base import AttentionBackend
-from core.kernels.cpu_attention import AttentionRows, CDecodeAttention
-from core.kernels.fused_qkv import QKVSpec
+from core.kernels.cpu.attention import AttentionRows, CDecodeAttention
+from core.kernels.cuda.fused_qkv import QKVSpec
 from core.kvcache.pool import KVPool
 from core.request import Batch
 

@@ -15,7 +15,7 @@ import time
 import torch
 
 from core.bench.workload import Workload
-from core.kernels.onednn_packed import pack_weight, packed_linear, packing_available
+from core.kernels.cpu.onednn_packed import pack_weight, packed_linear, packing_available
 from core.model_config import ModelConfig
 
 

@@ -14,9 +14,9 @@ import torch
 
 from core.bench.engine_run import batch1_request, run_batch1, run_engine, warm_up
 from core.bench.floor import ModelCosts, batch1_floor_ms, measure_ceilings, workload_floor
-from core.kernels.cpu_decode import SCREEN_BYTES_PER_WEIGHT, FourBitRows
-from core.kernels.cpu_gemm import four_bit_panels
-from core.kernels.four_bit import BYTES_PER_WEIGHT as FOUR_BIT_BYTES
+from core.kernels.cpu.decode import SCREEN_BYTES_PER_WEIGHT, FourBitRows
+from core.kernels.cpu.gemm import four_bit_panels
+from core.kernels.cpu.four_bit import BYTES_PER_WEIGHT as FOUR_BIT_BYTES
 from core.bench.flops import workload_flops
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
@@ -145,7 +145,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
 
 def _body_bytes(llm: LLM, one_request: bool = False) -> float:
     """Bytes per decoder weight the engine reads (``one_request``: its C decode step does): its float32 linears'
-    4-bit codes where its C kernels hold them (core/kernels/four_bit.py: the same floats, so the work costs only
+    4-bit codes where its C kernels hold them (core/kernels/cpu/four_bit.py: the same floats, so the work costs only
     those bytes), else its dtype's size."""
     engine = llm.engine
     step = engine.cpu_decode

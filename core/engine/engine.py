@@ -19,27 +19,19 @@ from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
-from core.engine.cpu_decode_model import build_cpu_decode
+from core.engine.describe import kernel_words, size_words, weight_words
 from core.engine.graph import CudaGraphRunner
+from core.engine.kv_budget import default_kv_gb, pool_pages
 from core.engine.prefill_graph import PrefillGraphRunner
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
-from core.distributed.comm import broadcast_from_primary, min_over_ranks
+from core.distributed.comm import broadcast_from_primary
+from core.kernels.cpu.install import install_cpu_fast_paths
+from core.kernels.cuda.install import install_cuda_fast_paths
 from core.kernels.dispatch import install_kernels, kernels_for
-from core.kernels import cpu_decode
-from core.kernels.bf16_weights import bf16_linears
-from core.kernels.cpu_attention import CDecodeAttention
-from core.kernels.cpu_features import cpu_features
-from core.kernels.cpu_gemm import four_bit_panels, panel_linears
 from core.kernels.derived import DerivedCache, source_key
-from core.kernels.four_bit import linear_codes
-from core.kernels.int8_weights import quantize_linears
-from core.kernels.onednn_packed import pack_linears
-from core.kernels.gpu_screened_head import GpuScreenedHead
-from core.kernels.screened_head import ScreenedHead
-from core.kernels.split_k import FEW_ROWS, slices_for
 from core.distributed.info import get_tp_info
 from core.layers.linear import local_kv_heads
 from core.model_config import ModelConfig
@@ -47,11 +39,6 @@ from core.models.loader import load_model, read_model_config
 from core.models.random_spec import RandomSpec
 from core.models.weights import derived_cache_path
 from core.request import Batch
-
-DEFAULT_CPU_KV_GB = 1.0
-GPU_HEADROOM_FRACTION = 0.1  # of the memory free after loading the weights, kept out of the KV pool
-GPU_MIN_HEADROOM_GB = 4.0
-
 
 @dataclass
 class ForwardOutput:
@@ -103,7 +90,8 @@ class Engine:
         # what one cached token costs this rank's pool: what the benchmark's floor reads per token of context
         self.kv_bytes_per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim,
                                                          self.dtype, self.kv_fp8)
-        self.num_pages = self._pool_pages()
+        self.num_pages = pool_pages(config, self.kv_bytes_per_token, self.page_size, self.max_seq_len,
+                                    self.tp_info.size, self.device)
         # one page more than the cache hands out: padding rows of a CUDA-graph batch write their KV there
         self.dummy_page = self.num_pages
         self.kv_pool = KVPool(cfg.num_layers, self.num_pages + 1, self.page_size, self.num_kv_heads, cfg.head_dim,
@@ -114,38 +102,17 @@ class Engine:
         self.page_table = torch.zeros(config.max_running_req + 1, width, dtype=torch.int64, device=self.device)
         self.pad_row = config.max_running_req
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
-        self.attn_backend = self._make_backend()
+        # the fast paths the plan chose, each wing's in one call (with none, the torch layers as they are)
         install_kernels(self.model, kernels_for(self.plan.kernels))
-        # precision int8 where the C step does not run: the decoder's linears quantised once
-        # (core/kernels/int8_weights.py)
-        self.int8_linears = quantize_linears(self.model) if self.plan.kernels.int8_weights else 0
-        kernels = self.plan.kernels
-        # fast on a CPU with AMX: bf16 copies of the linears and the LM head (core/kernels/bf16_weights.py)
-        self.bf16_linears = bf16_linears(self.model) if kernels.bf16_linears else 0
-        # float32 linears that are 4-bit codes (core/kernels/four_bit.py), found once for both C kernels reading them
-        precision = self.plan.precision
-        reads_codes = kernels.c_gemm or (precision.c_decode and not precision.c_int8)
-        codes = linear_codes(self.model, derived) if kernels.four_bit_weights and reads_codes else {}
-        # float32 on a CPU: the other weights packed once, into the C GEMM's panels (core/kernels/cpu_gemm.py)
-        # or for oneDNN's GEMM (core/kernels/onednn_packed.py)
-        self.packed_linears = (panel_linears(self.model, torch.get_num_threads(), codes) if kernels.c_gemm else
-                               pack_linears(self.model, kernels.packed_one_row) if kernels.packed_weights else 0)
-        # a greedy batch's LM head screened through an int8 copy of its weight: on a CPU its panels'
-        # (core/kernels/screened_head.py), on CUDA a greedy request's alone (core/kernels/gpu_screened_head.py)
-        self.screened_head = (kernels.screened_head or kernels.gpu_screened_head) and self.tp_info.size == 1
-        if self.screened_head:
-            head = self.model.lm_head
-            head.screen = (ScreenedHead.of(head.weight, head.packed, derived) if kernels.screened_head else
-                           GpuScreenedHead.of(head.weight))
-        # float32 on a CPU with AVX2 and FMA: a single request's decode step as one C call
-        # (core/kernels/cpu_decode.py), under int8 or fast on int8 copies of the weights
-        self.cpu_decode = (build_cpu_decode(self.model, cfg, self.kv_pool, width, torch.get_num_threads(),
-                                            int8=self.plan.precision.c_int8,
-                                            int8_dots=self.plan.precision.int8_dots,
-                                            four_bit=codes, cache=derived)
-                           if self.plan.precision.c_decode else None)
+        one_rank = self.tp_info.size == 1
+        self.cpu_paths = install_cpu_fast_paths(self.model, cfg, self.plan.kernels, self.plan.precision,
+                                                self.plan.c_attention, self.kv_pool, width, one_rank, derived)
+        self.cpu_decode = self.cpu_paths.decode_step  # a single request's decode step as one C call, or None
+        self.screened_head = (self.cpu_paths.screened_head or
+                              install_cuda_fast_paths(self.model, self.plan.kernels, one_rank))
+        self.attn_backend = self._make_backend()
         derived.save()
-        self.sampler = Sampler(self.device, triton_race=kernels.triton_sampler)
+        self.sampler = Sampler(self.device, triton_race=self.plan.kernels.triton_sampler)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
         self.graph_runner = self._make_graph_runner(log)
@@ -167,7 +134,7 @@ class Engine:
         """The one line a user needs when the engine is ready: where it runs, in which dtype, and how many tokens
         the KV cache holds (``describe`` has the plan's details)."""
         tokens = self.num_pages * self.page_size
-        size = _size(tokens * self.kv_bytes_per_token) + (", fp8" if self.plan.kv_fp8 else "")
+        size = size_words(tokens * self.kv_bytes_per_token) + (", fp8" if self.plan.kv_fp8 else "")
         return (f"engine ready on {self.device}, {str(self.dtype).removeprefix('torch.')}: room for "
                 f"{plural(tokens, 'token')} in the KV cache ({size})")
 
@@ -184,50 +151,17 @@ class Engine:
             why = (f"room for {running} at the full {self.max_seq_len:,}-token context, so it "
                    f"grows with the number of requests run at once")
         else:
-            why = f"the {self.config.kv_cache_gb or self._default_kv_gb():.1f} GiB budget for the cache"
+            why = f"the {self.config.kv_cache_gb or default_kv_gb(self.device):.1f} GiB budget for the cache"
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         if self.prefill_graph is not None:
             graphs += f" and for full prefill chunks of {plural(self.prefill_graph.tokens, 'token')}"
-        four_bit = four_bit_panels(self.model)
-        packed = ((", linears in C on weights packed into panels (AVX-512" +
-                   (f"; {four_bit} of them as the 4-bit codes they are made of)" if four_bit else ")"))
-                  if plan.kernels.c_gemm else
-                  ", weights packed for the CPU's matrix library" if plan.kernels.packed_weights else "")
-        if self.screened_head:
-            packed += (", greedy batches' LM head screened through int8 (VNNI)" if plan.kernels.screened_head else
-                       ", a greedy request's LM head screened through int8")
-        if plan.precision.words:
-            packed += f", {plan.precision.words}"
+        packed = weight_words(plan, self.cpu_paths.four_bit_panels, self.screened_head)
         layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
+        size = size_words(tokens * per_token)
         return (f"engine on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
-                f"{plural(tokens, 'token')}{' in fp8' if plan.kv_fp8 else ''}{layout} ({_size(tokens * per_token)}; {why}), "
-                f"{plan.attention} attention with {_kernel_words(plan)}{packed}, {graphs}")
-
-    def _pool_pages(self) -> int:
-        config = self.config
-        if config.num_pages is not None:
-            return config.num_pages
-        per_token = self.kv_bytes_per_token
-        budget_gb = config.kv_cache_gb or self._default_kv_gb()
-        pages = int(budget_gb * (1 << 30)) // (per_token * self.page_size)
-        # no need for more than every row filled to the longest sequence
-        needed = config.max_running_req * pages_for(self.max_seq_len, self.page_size)
-        pages = min_over_ranks(min(pages, needed), self.tp_info.size, self.device)  # free memory differs per GPU
-        if pages < config.max_running_req:
-            raise InvalidParamsError(f"a KV budget of {budget_gb} GiB gives only {plural(pages, 'page')}; it needs at least "
-                                     f"{config.max_running_req} (one per request row)")
-        return pages
-
-    def _default_kv_gb(self) -> float:
-        """On CUDA: a fraction of the memory still free once the weights are loaded. The rest is headroom for
-        activations (a prefill of max_extend_tokens), the logits and sampling of a full batch, flashinfer's
-        workspaces and the CUDA graphs' memory pool: a few GiB for a small model."""
-        if self.device.type != "cuda":
-            return DEFAULT_CPU_KV_GB
-        free, _ = torch.cuda.mem_get_info(self.device)
-        headroom = max(GPU_HEADROOM_FRACTION * free, GPU_MIN_HEADROOM_GB * (1 << 30))
-        return max(free - headroom, 0) / (1 << 30)
+                f"{plural(tokens, 'token')}{' in fp8' if plan.kv_fp8 else ''}{layout} ({size}; {why}), "
+                f"{plan.attention} attention with {kernel_words(plan)}{packed}, {graphs}")
 
     def _make_backend(self) -> AttentionBackend:
         cfg = self.model_config
@@ -250,10 +184,7 @@ class Engine:
             return PagedTorchBackend(*args)
         from core.attention.torch_backend import TorchAttentionBackend
 
-        c_attention = (CDecodeAttention(cpu_decode.load_library().library, torch.get_num_threads(),
-                                        avx512="avx512f" in cpu_features().flags)
-                       if self.plan.c_attention else None)
-        return TorchAttentionBackend(*args, c_attention=c_attention)
+        return TorchAttentionBackend(*args, c_attention=self.cpu_paths.attention)
 
     def _make_graph_runner(self, log: Callable[[str], None] | None) -> CudaGraphRunner | None:
         """Decode graphs up to the plan's batch size (none when it is 0)."""
@@ -339,33 +270,3 @@ class Engine:
         event = torch.cuda.Event()
         event.record()
         return ForwardOutput(next_tokens, host, event, host_logprobs)
-
-
-def _kernel_words(plan: EnginePlan) -> str:
-    """"torch kernels", or flashinfer's with the Triton kernels the plan turned on."""
-    kernels = plan.kernels
-    fused = [what for on, what in ((kernels.fused_qkv, "fused QKV"), (kernels.gemv, "batch-1 GEMV"),
-                                   (kernels.small_decode and plan.cuda_graph_max_bs, "small-batch decode"),
-                                   (kernels.pdl, "dependent launches"), (kernels.triton_sampler, "Triton sampler"),
-                                   (plan.c_attention, "decode attention in C"),
-                                   (plan.fp8_cuda_decode, "CUDA fp8 decode"),
-                                   (kernels.split_k, _split_k_words(kernels.split_k)),
-                                   (plan.tensor_core_decode_rows,
-                                    "tensor-core decode" + (f" from {plan.tensor_core_decode_rows} rows"
-                                                            if plan.tensor_core_decode_rows > 1 else "")))
-             if on]
-    return f"{kernels.name} kernels" + (f" ({', '.join(fused)})" if fused else "")
-
-
-def _split_k_words(slices: int) -> str:
-    """"split-K x2 (x4 up to 128 rows)": the slices of the narrow linears, by rows (core/kernels/split_k.py)."""
-    few = slices_for(1, slices)
-    return f"split-K x{slices}" + (f" (x{few} up to {FEW_ROWS} rows)" if few != slices else "")
-
-
-def _size(num_bytes: int) -> str:
-    """In the largest unit that reads as at least 1.0 (a pool a hair under 1 GiB is '1.0 GiB', not '1024.0 MiB')."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if num_bytes >= 0.95 * scale:
-            return f"{num_bytes / scale:.1f} {unit}"
-    return f"{num_bytes} bytes"

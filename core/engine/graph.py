@@ -3,7 +3,7 @@
 A decode step of a small model is hundreds of short kernels; launched one by one from Python the GPU waits on
 the CPU. A captured graph launches them all at once. Shapes are frozen at capture, so the runner keeps fixed
 input buffers (token ids, positions, KV write slots) and captures sizes 1, 2, 4, 8, then every multiple of 8
-up to the cap. Where the LM head screens greedy rows (core/kernels/gpu_screened_head.py), the sizes it takes
+up to the cap. Where the LM head screens greedy rows (core/kernels/cuda/screened_head.py), the sizes it takes
 get a second graph, captured with ``greedy_logits`` set, which a step replays when it is greedy and asks for no
 log-probabilities; given the sampler's greedy pick, that graph picks the tokens too (two Triton launches fewer on
 the host a step, where a batch-1 step's host time is what a slow host runs out of). A batch is padded to the next

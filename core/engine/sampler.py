@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from core.kernels.race import COLUMN_MULTIPLIER, FEW_WARPS_FROM_ROWS, MASK31, greedy_tokens, mix, race_tokens, row_keys
+from core.kernels.cuda.race import COLUMN_MULTIPLIER, FEW_WARPS_FROM_ROWS, MASK31, greedy_tokens, mix, race_tokens, row_keys
 from core.request import Batch, Req
 from core.transfer import upload_list
 
@@ -107,7 +107,7 @@ def _compiled_race() -> Callable:
 
 class Sampler:
     def __init__(self, device: torch.device, compile: bool | None = None, triton_race: bool = False) -> None:
-        """``triton_race``: temperature draws on the Triton kernels of core/kernels/race.py (the engine's plan,
+        """``triton_race``: temperature draws on the Triton kernels of core/kernels/cuda/race.py (the engine's plan,
         KernelChoices.triton_sampler), else compiled on CUDA (``compile``, by default there) or eager."""
         self.device = device
         if compile is None:

@@ -14,12 +14,12 @@ class KernelChoices:
     # flashinfer's norm, activation and RoPE kernels for the whole model: exactly when attention is flashinfer's,
     # so ``attention='torch'`` runs the whole model in plain torch, the reference to compare against
     flashinfer: bool = False
-    # QK-norm, RoPE and the KV write as one Triton kernel (core/kernels/fused_qkv.py); the layers then hand the
+    # QK-norm, RoPE and the KV write as one Triton kernel (core/kernels/cuda/fused_qkv.py); the layers then hand the
     # QKV projection's output to the backend's ``attend_qkv``
     fused_qkv: bool = False
-    # one-row linears as Triton GEMVs with the norm or the activation folded in (core/kernels/gemv.py)
+    # one-row linears as Triton GEMVs with the norm or the activation folded in (core/kernels/cuda/gemv.py)
     gemv: bool = False
-    # captured decode batches of a few rows as one Triton kernel per layer (core/kernels/small_decode.py); it
+    # captured decode batches of a few rows as one Triton kernel per layer (core/kernels/cuda/small_decode.py); it
     # starts from the QKV projection's output, so only with ``fused_qkv``
     small_decode: bool = False
     # the batch-1 Triton kernels (GEMVs, small-batch decode) as programmatic dependent launches (compute
@@ -27,39 +27,39 @@ class KernelChoices:
     # step (weights, cached KV, page lists) before it waits for that kernel's output
     pdl: bool = False
     # temperature draws (the sampler's exponential race) on two Triton kernels over chunks of the vocabulary
-    # (core/kernels/race.py) instead of torch.compile's one reduction per row (MINISGL_DISABLE_TRITON_SAMPLER=1:
+    # (core/kernels/cuda/race.py) instead of torch.compile's one reduction per row (MINISGL_DISABLE_TRITON_SAMPLER=1:
     # torch.compile's): the race is bound by its arithmetic, which the chunks spread over the whole device
     triton_sampler: bool = False
     # the narrow linears (o_proj, down) of more than one row cut over their inputs into this many slices, the
-    # slices' partial products summed by the add+RMSNorm after them (core/kernels/split_k.py); 0: one cuBLAS GEMM
+    # slices' partial products summed by the add+RMSNorm after them (core/kernels/cuda/split_k.py); 0: one cuBLAS GEMM
     # (the plan takes MINISGL_SPLIT_K, default 2, where the Triton kernels run)
     split_k: int = 0
     # an fp8 pool's sequences read back for flashinfer's ragged prefill in one Triton launch a layer
-    # (core/kernels/fp8_gather.py) instead of torch's ten
+    # (core/kernels/cuda/fp8_gather.py) instead of torch's ten
     fp8_gather: bool = False
-    # float32 CPU linears on weights packed once for oneDNN (core/kernels/onednn_packed.py)
+    # float32 CPU linears on weights packed once for oneDNN (core/kernels/cpu/onednn_packed.py)
     packed_weights: bool = False
-    # float32 CPU linears through the C GEMM on weights packed once into its panels (core/kernels/cpu_gemm.py),
+    # float32 CPU linears through the C GEMM on weights packed once into its panels (core/kernels/cpu/gemm.py),
     # in place of oneDNN's packing, on x86-64 with AVX-512
     c_gemm: bool = False
     # float32 CPU linears that are 4-bit codes with a scale and offset per block of 32 inputs (a Q4_1 GGUF's,
-    # dequantised) read as those codes by the C GEMM and the C decode step (core/kernels/four_bit.py): the same
+    # dequantised) read as those codes by the C GEMM and the C decode step (core/kernels/cpu/four_bit.py): the same
     # floats, expanded in registers or cache, a fifth of the bytes from memory
     four_bit_weights: bool = False
     # a greedy batch's LM head (no log-probabilities asked) screened through an int8 copy with AVX512-VNNI, only
     # the logits that can be a row's largest computed in float32 on the C GEMM's panels
-    # (core/kernels/screened_head.py)
+    # (core/kernels/cpu/screened_head.py)
     screened_head: bool = False
     # on CUDA, a greedy one-row step's LM head screened the same way through an int8 copy read by a Triton kernel,
-    # the kept logits computed by the plain GEMV's code (core/kernels/gpu_screened_head.py)
+    # the kept logits computed by the plain GEMV's code (core/kernels/cuda/screened_head.py)
     gpu_screened_head: bool = False
     # one-row linears (batch-1 decode) packed too: oneDNN splits one row's product over the threads, the BLAS's
     # matrix-vector product runs on one, so this pays only with more than one torch thread
     packed_one_row: bool = False
-    # CPU decoder linears as int8 weights with per-row scales (core/kernels/int8_weights.py); the LM head stays
+    # CPU decoder linears as int8 weights with per-row scales (core/kernels/cpu/int8_weights.py); the LM head stays
     # packed float32
     int8_weights: bool = False
-    # CPU linears and LM head on bf16 copies through AMX, float32 activations (core/kernels/bf16_weights.py)
+    # CPU linears and LM head on bf16 copies through AMX, float32 activations (core/kernels/cpu/bf16_weights.py)
     bf16_linears: bool = False
 
     def __post_init__(self) -> None:

@@ -3,14 +3,14 @@ the layers call.
 
 ``TorchKernels`` is plain torch and runs anywhere; in float32 it matches transformers bit for bit. A CPU
 engine's linears may hold another form of their weight in their ``packed`` slot, decided by the engine's plan:
-the C GEMM's panels (core/kernels/cpu_gemm.py), an int8 or a bf16 copy (core/kernels/int8_weights.py,
-core/kernels/bf16_weights.py), each with its own ``linear``, or oneDNN's packed tensor
-(core/kernels/onednn_packed.py); ``TorchKernels.linear`` runs whichever the slot holds.
+the C GEMM's panels (core/kernels/cpu/gemm.py), an int8 or a bf16 copy (core/kernels/cpu/int8_weights.py,
+core/kernels/cpu/bf16_weights.py), each with its own ``linear``, or oneDNN's packed tensor
+(core/kernels/cpu/onednn_packed.py); ``TorchKernels.linear`` runs whichever the slot holds.
 ``FlashInferKernels`` swaps in flashinfer's fused CUDA kernels (one launch instead of several, no float32
 intermediates in memory), in bf16/fp16 on CUDA, and with ``gemv`` runs each one-row linear (decode at batch 1),
-with the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/kernels/gemv.py).
+with the norm or the activation in front of it, as one bandwidth-bound Triton kernel (core/kernels/cuda/gemv.py).
 With ``split_k`` a linear whose caller says its output is ``summed_later`` (a single rank's o_proj and down, each
-followed by an add+RMSNorm) returns ``Partials``, which that add+RMSNorm sums (core/kernels/split_k.py).
+followed by an add+RMSNorm) returns ``Partials``, which that add+RMSNorm sums (core/kernels/cuda/split_k.py).
 Layers hold a ``kernels`` instance, set for the whole model by ``install_kernels`` from the engine's
 ``KernelChoices`` (core/kernels/choices.py): the table carries those decisions, and a forward pass only looks
 at its own batch's shape.
@@ -26,14 +26,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from core.kernels import onednn_packed
+from core.kernels.cpu import onednn_packed
 from core.kernels.choices import KernelChoices
-from core.kernels.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
-from core.kernels.bf16_weights import Bf16Weight
-from core.kernels.cpu_gemm import PanelWeight
-from core.kernels.int8_weights import Int8Weight
+from core.kernels.cuda.gemv import GEMV_MAX_ROWS, gemv, rms_norm_gemv, silu_mul_gemv
+from core.kernels.cpu.bf16_weights import Bf16Weight
+from core.kernels.cpu.gemm import PanelWeight
+from core.kernels.cpu.int8_weights import Int8Weight
 from core.kernels.rope_table import RopeTable
-from core.kernels.split_k import add_rms_norm_partials, slices_for, split_k_linear
+from core.kernels.cuda.split_k import add_rms_norm_partials, slices_for, split_k_linear
 
 # the forms of a weight that multiply by themselves (the ``linear`` method each has)
 WEIGHT_FORMS = (PanelWeight, Int8Weight, Bf16Weight)
@@ -80,7 +80,7 @@ def _constant(value: float, device: torch.device) -> torch.Tensor:
 @dataclass(frozen=True)
 class TorchKernels:
     name: ClassVar[str] = "torch"
-    # attention layers take the fused QK-norm + RoPE + KV-write path (core/kernels/fused_qkv.py)
+    # attention layers take the fused QK-norm + RoPE + KV-write path (core/kernels/cuda/fused_qkv.py)
     fuses_qkv: bool = False
     # one-row linears on the packed weight too (KernelChoices.packed_one_row)
     packed_one_row: bool = False
@@ -165,7 +165,7 @@ class TorchKernels:
 @dataclass(frozen=True)
 class FlashInferKernels(TorchKernels):
     name: ClassVar[str] = "flashinfer"
-    gemv: bool = False  # one-row linears in the Triton GEMV kernels (core/kernels/gemv.py)
+    gemv: bool = False  # one-row linears in the Triton GEMV kernels (core/kernels/cuda/gemv.py)
     pdl: bool = False  # those kernels as programmatic dependent launches (KernelChoices.pdl)
     split_k: int = 0  # slices of a summed-later linear's inputs (KernelChoices.split_k); 0: one GEMM
 
@@ -211,7 +211,7 @@ class FlashInferKernels(TorchKernels):
         return self.gemv and x.shape[0] <= GEMV_MAX_ROWS
 
     def split_k_slices(self, x: torch.Tensor, bias: torch.Tensor | None, summed_later: bool) -> int:
-        """The slices of a decode step's summed-later linear without a bias (core/kernels/split_k.py's
+        """The slices of a decode step's summed-later linear without a bias (core/kernels/cuda/split_k.py's
         slices_for), or 0: one GEMM (also for a model whose input width does not cut into equal slices)."""
         slices = slices_for(x.shape[0], self.split_k) if summed_later and bias is None else 0
         return slices if slices and x.shape[-1] % slices == 0 else 0

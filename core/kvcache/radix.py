@@ -36,6 +36,17 @@ class _Node:
     last_access: int = 0
 
 
+def _as_node(handle: object) -> _Node:
+    if not isinstance(handle, _Node):
+        raise TypeError(f"not a radix cache handle: {handle!r}")
+    return handle
+
+
+def _lru_key(node: _Node) -> tuple[int, int, _Node]:
+    """Least recently used first; among equals, the older node."""
+    return node.last_access, node.uid, node
+
+
 class RadixPrefixCache:
     def __init__(self, page_size: int) -> None:
         if page_size < 1:
@@ -192,22 +203,16 @@ class RadixPrefixCache:
 
     def owned_prefix_pages(self, handle: object) -> int:
         """How many of the request's leading pages belong to the tree (the caller must not free them)."""
-        return 0 if handle is None else self._as_node(handle).depth
+        return 0 if handle is None else _as_node(handle).depth
 
     def _path(self, handle: object) -> list[_Node]:
         """The nodes from the handle's node up to (not including) the root; empty for ``None``."""
         nodes: list[_Node] = []
-        node = None if handle is None else self._as_node(handle)
+        node = None if handle is None else _as_node(handle)
         while node is not None and node is not self._root:
             nodes.append(node)
             node = node.parent
         return nodes
-
-    @staticmethod
-    def _as_node(handle: object) -> _Node:
-        if not isinstance(handle, _Node):
-            raise TypeError(f"not a radix cache handle: {handle!r}")
-        return handle
 
     def owned_pages(self) -> list[int]:
         """Every page the tree owns, for audits (walks the whole tree)."""
@@ -240,7 +245,7 @@ class RadixPrefixCache:
 
         A leaf goes whole (all its pages); a parent left without children becomes a candidate in turn.
         """
-        heap = [self._lru_key(node) for node in self._evictable_leaves]
+        heap = [_lru_key(node) for node in self._evictable_leaves]
         heapq.heapify(heap)
         freed: list[int] = []
         while heap and len(freed) < num_pages:
@@ -248,7 +253,7 @@ class RadixPrefixCache:
             parent = node.parent
             freed += self._remove(node)
             if parent in self._evictable_leaves:
-                heapq.heappush(heap, self._lru_key(parent))
+                heapq.heappush(heap, _lru_key(parent))
         return freed
 
     def reset(self) -> list[int]:
@@ -263,10 +268,6 @@ class RadixPrefixCache:
                 else:
                     stack.append(child)
         return freed
-
-    @staticmethod
-    def _lru_key(node: _Node) -> tuple[int, int, _Node]:
-        return node.last_access, node.uid, node
 
     def _remove_subtree(self, node: _Node) -> list[int]:
         """Remove an unlocked subtree bottom-up (unlocked means no node in it is locked either)."""

@@ -11,8 +11,8 @@ from core.attention.context import get_context
 from core.distributed.comm import all_gather_last_dim, all_reduce
 from core.distributed.info import get_tp_info
 from core.kernels.dispatch import TorchKernels
-from core.kernels.gpu_screened_head import GpuScreenedHead
-from core.kernels.screened_head import ScreenedHead
+from core.kernels.cuda.screened_head import GpuScreenedHead
+from core.kernels.cpu.screened_head import ScreenedHead
 from core.layers.fill import fill
 
 

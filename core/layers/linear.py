@@ -42,7 +42,7 @@ class ColumnParallelLinear(nn.Module):
             offset += rows
         self.weight = _param(offset, in_features)
         self.bias = _param(offset) if bias else None
-        self.packed: torch.Tensor | None = None  # the weight in oneDNN's layout (core/kernels/onednn_packed.py)
+        self.packed: torch.Tensor | None = None  # the weight in oneDNN's layout (core/kernels/cpu/onednn_packed.py)
         self.kernels = TorchKernels()
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:

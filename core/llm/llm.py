@@ -212,7 +212,7 @@ class LLM:
         thread, the requests join its loop and this waits for them; otherwise this thread runs the loop."""
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise InvalidParamsError("prompts must be a list of strings or of token-id lists")
-        params = self._params_per_prompt(prompts, sampling_params)
+        params = params_per_prompt(prompts, sampling_params)
         if arrivals is not None and len(arrivals) != len(prompts):
             raise InvalidParamsError(f"got {len(arrivals)} arrivals for {len(prompts)} prompts")
         prompt_ids = [self.tokenize(p) for p in prompts]  # every prompt checked before any is queued
@@ -277,21 +277,21 @@ class LLM:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @staticmethod
-    def _params_per_prompt(prompts: Sequence[Prompt], params: Any) -> list[SamplingParams]:
-        if params is None:
-            return [SamplingParams()] * len(prompts)
-        if isinstance(params, SamplingParams):
-            return [params] * len(prompts)
-        params = list(params)
-        if len(params) != len(prompts):
-            raise InvalidParamsError(f"got {len(params)} sampling params for {len(prompts)} prompts")
-        if not all(isinstance(p, SamplingParams) for p in params):
-            raise InvalidParamsError("sampling_params must be SamplingParams or a list of them")
-        return params
-
     def _result(self, uid: int, got: Collected) -> Result:
         if got.finish_reason is None:  # the loop ended without answering: never let it pass silently
             self._routes.forget([uid])
         return {"uid": uid, **got.result(self.tokenizer)}
 
+
+def params_per_prompt(prompts: Sequence[Prompt], params: Any) -> list[SamplingParams]:
+    """One SamplingParams per prompt: the defaults, one for all, or a list as long as the prompts."""
+    if params is None:
+        return [SamplingParams()] * len(prompts)
+    if isinstance(params, SamplingParams):
+        return [params] * len(prompts)
+    params = list(params)
+    if len(params) != len(prompts):
+        raise InvalidParamsError(f"got {len(params)} sampling params for {len(prompts)} prompts")
+    if not all(isinstance(p, SamplingParams) for p in params):
+        raise InvalidParamsError("sampling_params must be SamplingParams or a list of them")
+    return params

@@ -32,16 +32,16 @@ from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager
 from core.scheduler.fence import ReleaseFence
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
-from core.scheduler.indices import DecodeIndices, PrefillIndices, decode_indices, prefill_indices
 from core.scheduler.loops import after_current_stream, on_stream, overlap_loop, plain_loop
 from core.scheduler.policy import PhasePolicy
 from core.scheduler.prefill import PendingReq, PrefillManager
+from core.scheduler.prepare import prepare_batch
 from core.scheduler.reply import Reply
 from core.scheduler.report import kv_usage, radix_view, step_event, wait_reasons
 from core.scheduler.results import take_tokens
+from core.scheduler.stats import scheduler_stats
 from core.scheduler.step import InFlight, Prepared
 from core.scheduler.table import TableManager
-from core.transfer import upload
 
 
 ReplySink = Callable[[list[Reply]], None]
@@ -195,28 +195,10 @@ class Scheduler:
 
     def _prepare(self, batch: Batch, writes: list[tuple[int, int, list[int]]], note: str, waiting: int,
                  started: float) -> Prepared:
-        """Pages, then every index the step needs, sent to the device in one upload (core/scheduler/indices.py)."""
-        self.cache_manager.allocate(batch.reqs)
+        """The batch's pages and indices on the device (core/scheduler/prepare.py), and its sampling arguments."""
+        dev, input_index, samples = prepare_batch(batch, writes, self.engine, self.table_manager, self.cache_manager,
+                                                  self.page_size, self.device)
         reqs = batch.reqs
-        table = self.table_manager
-        samples = [not r.is_chunked for r in reqs]
-        write_index = [r.table_idx * table.width + (r.device_len if s else table.scratch_col)
-                       for r, s in zip(reqs, samples)]
-        input_index = None
-        batch.padded_size = self.engine.padded_size(batch)
-        if batch.is_prefill:
-            host, lengths = prefill_indices(writes, write_index, table.width).pack()
-            dev = PrefillIndices.unpack(upload(host, self.device), lengths)
-            # a prefill's inputs are prompt tokens: the host has them; the pool keeps a copy
-            batch.positions, batch.input_ids = dev.positions, dev.input_ids
-            table.flat[dev.pool_places] = batch.input_ids
-            batch.out_loc = self.engine.page_table[dev.token_rows, batch.positions]
-        else:
-            host, lengths = decode_indices(reqs, write_index, batch.padded_size - len(reqs), self.page_size,
-                                           table.width, table.pad_row, self.engine.dummy_page).pack()
-            dev = DecodeIndices.unpack(upload(host, self.device), lengths)
-            input_index, batch.positions, batch.out_loc = dev.input_places, dev.positions, dev.out_loc
-        self.engine.attn_backend.prepare_metadata(batch)
         req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in reqs) if self.step_callbacks else ()
         arrived, self._arrived = tuple(self._arrived), []
         self._scheduled += 1
@@ -304,19 +286,8 @@ class Scheduler:
 
     # ---- introspection ------------------------------------------------------------------------------------
     def stats(self) -> dict[str, int | float]:
-        """Rows and KV pages now, and the prefix cache's hit rate so far (cached prompt tokens / prompt tokens)."""
-        prefill = self.prefill_manager
-        return {
-            "free_rows": self.table_manager.available,
-            "total_rows": self.table_manager.total_rows,
-            "free_pages": self.cache_manager.free_pages,
-            "cached_pages": self.cache_manager.cached_pages,
-            "total_pages": self.cache_manager.num_pages,
-            "evicted_pages": self.cache_manager.evicted_pages,
-            "prompt_tokens": prefill.prompt_tokens,
-            "cached_prompt_tokens": prefill.cached_prompt_tokens,
-            "hit_rate": prefill.cached_prompt_tokens / prefill.prompt_tokens if prefill.prompt_tokens else 0.0,
-        }
+        """Rows and KV pages now, and the prefix cache's hit rate so far (core/scheduler/stats.py)."""
+        return scheduler_stats(self.table_manager, self.cache_manager, self.prefill_manager)
 
     def _reset_prefix_cache(self) -> int:
         """Empty the prefix cache; returns the pages freed.

@@ -47,8 +47,8 @@ def test_the_linears_run_on_their_four_bit_codes_with_the_float32_weights_result
     """The GGUF's Q4_1 linears, dequantised to float32, are read as their codes by the C GEMM and by the C decode
     step: every one of the 120 (30 layers' QKV, o_proj, gate_up, down), with the same log-probabilities, bit for
     bit, as on the float32 weights (batches of five rows down to one: both kernels)."""
-    from core.kernels.cpu_decode import FourBitRows
-    from core.kernels.cpu_gemm import four_bit_panels
+    from core.kernels.cpu.decode import FourBitRows
+    from core.kernels.cpu.gemm import four_bit_panels
 
     if not smollm2.engine.plan.kernels.c_gemm or smollm2.engine.cpu_decode is None:
         pytest.skip("the C GEMM or the C decode step does not run here")

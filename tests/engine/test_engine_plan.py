@@ -11,7 +11,7 @@ from core.engine import plan as plan_module
 from core.engine.plan import kernel_choices, plan_engine
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
-from core.kernels.cpu_features import cpu_features
+from core.kernels.cpu.features import cpu_features
 from core.kernels.dispatch import FlashInferKernels, TorchKernels, kernels_for
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -130,7 +130,7 @@ def test_the_engine_builds_from_its_plan(monkeypatch):
     engine = LLM("random:tiny-qwen3", max_running_req=2, device="cpu", dtype="float32").engine
     monkeypatch.delenv("MINISGL_DISABLE_CPU_WEIGHT_PACKING")  # decided at build: changing it later changes nothing
     monkeypatch.delenv("MINISGL_DISABLE_CPU_GEMM")
-    assert not engine.plan.kernels.packed_weights and not engine.plan.kernels.c_gemm and engine.packed_linears == 0
+    assert not engine.plan.kernels.packed_weights and not engine.plan.kernels.c_gemm and engine.cpu_paths.packed_linears == 0
     assert all(layer.packed is None for layer in engine.model.modules() if hasattr(layer, "packed"))
     assert {type(m.kernels) for m in engine.model.modules() if hasattr(m, "kernels")} == {TorchKernels}
     assert "torch attention with torch kernels" in engine.describe() and "no CUDA graphs" in engine.describe()
@@ -156,13 +156,13 @@ def test_an_fp8_kv_cache_on_cuda_takes_flashinfer_with_graphs_but_not_the_small_
 def test_an_fp8_cache_under_flashinfer_decodes_on_the_cuda_kernel_where_it_builds(triton_everywhere, monkeypatch):
     """Only an fp8 pool under flashinfer attention, only where the kernel builds for the GPU, and not with
     MINISGL_DISABLE_CUDA_FP8_DECODE=1 (the Triton paged kernel then); the engine's description names it."""
-    from core.engine.engine import _kernel_words
+    from core.engine.describe import kernel_words
 
     monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
     assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode  # did not build
     monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "")
     plan = plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16)
-    assert plan.fp8_cuda_decode and "CUDA fp8 decode" in _kernel_words(plan)
+    assert plan.fp8_cuda_decode and "CUDA fp8 decode" in kernel_words(plan)
     assert not plan_engine(EngineConfig(), CUDA, torch.bfloat16).fp8_cuda_decode  # a bf16 pool
     assert not plan_engine(EngineConfig(kv_dtype="fp8", attention="torch"), CUDA, torch.bfloat16).fp8_cuda_decode
     monkeypatch.setenv("MINISGL_DISABLE_CUDA_FP8_DECODE", "1")

@@ -13,11 +13,11 @@ from core import LLM
 from core.config import EngineConfig
 from core.engine.plan import plan_engine
 from core.errors import InvalidParamsError
-from core.kernels import cpu_decode, cpu_gemm
-from core.kernels import cpu_features as features_module
-from core.kernels.bf16_weights import Bf16Weight, bf16_linear
-from core.kernels.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
-from core.kernels.onednn_packed import PACKED_MAX_ROWS
+from core.kernels.cpu import decode as cpu_decode, gemm as cpu_gemm
+from core.kernels.cpu import features as features_module
+from core.kernels.cpu.bf16_weights import Bf16Weight, bf16_linear
+from core.kernels.cpu.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
+from core.kernels.cpu.onednn_packed import PACKED_MAX_ROWS
 from core.reference import HFReference, compare
 from core.request import SamplingParams
 from tests.support.cli import assert_user_error, run, write
@@ -160,7 +160,8 @@ def test_fast_with_amx_runs_batches_on_bf16_linears_with_no_differences_against_
     prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
     with LLM(smollm2_dir, precision="fast", max_running_req=4) as llm:
         engine = llm.engine
-        assert engine.bf16_linears == 4 * engine.model_config.num_layers + 1  # qkv, o, gate_up, down; the LM head
+        # qkv, o, gate_up, down; the LM head
+        assert engine.cpu_paths.bf16_linears == 4 * engine.model_config.num_layers + 1
         assert isinstance(engine.model.lm_head.packed, Bf16Weight)
         layer = engine.model.model.layers[0].mlp.down_proj
         assert isinstance(layer.packed, Bf16Weight)  # the kernels table runs the form in the slot
@@ -213,11 +214,11 @@ def test_int8_with_the_c_decode_step_has_no_differences_against_transformers(smo
         engine = llm.engine
         assert engine.cpu_decode is not None and isinstance(engine.cpu_decode.lm_head, Int8Weight)
         # the torch layers keep float32 for prefill and batches; the C step reads int8 copies
-        assert engine.int8_linears == 0 and engine.packed_linears > 0
+        assert engine.cpu_paths.int8_linears == 0 and engine.cpu_paths.packed_linears > 0
         assert "decode steps in C on int8 weights" in engine.describe()
         layer = engine.model.model.layers[0].mlp.down_proj
         copy, expected = engine.cpu_decode.layers_kept[0].down, Int8Weight.quantize(layer.weight)
-        if engine.plan.precision.int8_dots:  # the step reads it tiled (cpu_decode.c's tile_int8)
+        if engine.plan.precision.int8_dots:  # the step reads it tiled (core/kernels/cpu/decode.c's tile_int8)
             expected = cpu_decode.tiled(cpu_decode.load_library().library, expected)
         assert torch.equal(copy.values, expected.values)
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -250,7 +251,7 @@ def test_int8_end_to_end_on_the_embedded_model_has_no_differences_against_transf
     prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
     with LLM(smollm2_dir, precision="int8", max_running_req=4) as llm:
         engine = llm.engine
-        assert engine.int8_linears == 4 * engine.model_config.num_layers  # qkv, o, gate_up, down per layer
+        assert engine.cpu_paths.int8_linears == 4 * engine.model_config.num_layers  # qkv, o, gate_up, down per layer
         assert isinstance(engine.model.model.layers[0].mlp.down_proj.packed, Int8Weight)
         assert "int8 weight-only linears" in engine.describe()
         outputs = llm.generate(prompts, SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.gemv import NORM, PLAIN, SILU_MUL, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
-from core.kernels.fused_qkv import QKVSpec
-from core.kernels.small_decode import make_plan, small_decode_attention
+from core.kernels.cuda.gemv import NORM, PLAIN, SILU_MUL, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
+from core.kernels.cuda.fused_qkv import QKVSpec
+from core.kernels.cuda.small_decode import make_plan, small_decode_attention
 from core.layers.rope import RotaryEmbedding
 from core.model_config import RopeScaling
 

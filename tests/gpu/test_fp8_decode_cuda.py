@@ -1,4 +1,4 @@
-"""On CUDA: the fp8 paged decode in CUDA (core/kernels/fp8_decode_cuda.py) against float32 attention over the
+"""On CUDA: the fp8 paged decode in CUDA (core/kernels/cuda/fp8_decode.py) against float32 attention over the
 same fp8 pages, for head dims 64 and 128, query groups of 1 to 8, page sizes 1 and 16, splits, bf16 and float16
 queries; the same kernel inside an engine under CUDA graphs against the Triton kernel's tokens. Skipped without
 CUDA, or where the kernel cannot build (no nvcc, or a GPU without fp8 conversions)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.fp8_decode_cuda import fp8_decode_cuda, unavailable_reason
+from core.kernels.cuda.fp8_decode import fp8_decode_cuda, unavailable_reason
 from core.kvcache.pool import KVPool
 from tests.gpu.test_paged_decode import float_attention
 

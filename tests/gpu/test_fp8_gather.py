@@ -1,4 +1,4 @@
-"""On CUDA: the fp8 gather's one Triton launch (core/kernels/fp8_gather.py) returns KVPool.gather's keys and
+"""On CUDA: the fp8 gather's one Triton launch (core/kernels/cuda/fp8_gather.py) returns KVPool.gather's keys and
 values bit for bit, for scattered, repeated and no slots, in bf16 and float16 and at a head size off the powers
 of two. (That an fp8 engine's prefill takes it is the plan's test, tests/engine/test_engine_plan.py.)"""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.fp8_gather import fp8_gather
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cuda.fp8_gather import fp8_gather
+from core.kernels.cuda.triton_available import triton_runs_on
 from core.kvcache.pool import KVPool
 
 pytestmark = [pytest.mark.gpu]

@@ -223,7 +223,7 @@ def test_unsplit_tensor_core_decode_of_many_requests_agrees_with_torch(hd128_dir
 def test_small_decode_kernel_agrees_with_flashinfer(hd128_dir, page_size):
     """Graphs of 4, 2 and 1 rows run the one-kernel Triton decode; eager steps run flashinfer's kernels. bf16
     roundings differ between them, so the near-tie rule judges; every request must also get its tokens."""
-    from core.kernels.small_decode import SMALL_DECODE_MAX_BS
+    from core.kernels.cuda.small_decode import SMALL_DECODE_MAX_BS
 
     prompts, lengths = prompts_and_lengths(6, seed=page_size)
     lengths = [n + 20 for n in lengths]  # long enough to decode alone at the end

@@ -1,4 +1,4 @@
-"""On CUDA: the Triton paged decode kernel (core/kernels/paged_decode.py), both variants, against float32
+"""On CUDA: the Triton paged decode kernel (core/kernels/cuda/paged_decode.py), both variants, against float32
 attention over the same pages, bf16 and fp8; and an fp8 engine's greedy tokens against the bf16 engine's.
 Skipped without CUDA."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.paged_decode import ALL_HEADS_TILE, DecodeTile, paged_decode
+from core.kernels.cuda.paged_decode import ALL_HEADS_TILE, DecodeTile, paged_decode
 from core.kvcache.pool import KVPool
 
 pytestmark = pytest.mark.gpu
@@ -88,7 +88,7 @@ def test_fp8_engine_on_the_all_heads_tile_stays_near_the_default_tiles(monkeypat
     """``TILES[True] = ALL_HEADS_TILE`` (the one entry that makes the fp8 decode take the all-heads variant)
     gives an engine under CUDA graphs whose greedy tokens part from the default tile's only at near-ties."""
     from core import LLM, SamplingParams
-    from core.kernels.paged_decode import TILES
+    from core.kernels.cuda.paged_decode import TILES
     from core.reference import near_tie_compare
 
     prompts = [list(range(10 + i, 200 + 3 * i)) for i in range(6)]

@@ -1,4 +1,4 @@
-"""Decode attention for a batch in C (core/kernels/cpu_attention.py) against SDPA over the gathered keys, and
+"""Decode attention for a batch in C (core/kernels/cpu/attention.py) against SDPA over the gathered keys, and
 where the plan turns it on."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from core import LLM
 from core.config import EngineConfig
 from core.engine.plan import plan_engine
-from core.kernels import cpu_decode
-from core.kernels.cpu_attention import AttentionRows, CDecodeAttention
-from core.kernels.cpu_features import cpu_features
-from core.kernels.fused_qkv import QKVSpec
+from core.kernels.cpu import decode as cpu_decode
+from core.kernels.cpu.attention import AttentionRows, CDecodeAttention
+from core.kernels.cpu.features import cpu_features
+from core.kernels.cuda.fused_qkv import QKVSpec
 from core.reference import HFReference, compare
 from core.request import SamplingParams
 

@@ -1,4 +1,4 @@
-"""The C decode step (core/kernels/cpu_decode.c) gives the torch layers' logits, and writes the KV they write.
+"""The C decode step (core/kernels/cpu/decode.c) gives the torch layers' logits, and writes the KV they write.
 
 Every single-request decode step of a run is checked: the C step runs first, then the torch model on the same
 batch, and their logits and the KV written for the new token must agree to float32 rounding. The runs use
@@ -22,11 +22,13 @@ import torch
 from core import LLM
 from core.attention.context import get_context
 from core.engine import plan
-from core.kernels import c_build, cpu_decode, int8_weights
-from core.kernels.cpu_decode import QBLOCK
-from core.kernels.cpu_features import cpu_features
+from core.kernels import c_build
+from core.kernels.cpu import decode as cpu_decode, int8_weights
+from core.kernels.cpu import precision as cpu_precision
+from core.kernels.cpu.decode import QBLOCK
+from core.kernels.cpu.features import cpu_features
 from core.kernels.dispatch import install_kernels, kernels_for
-from core.kernels.int8_weights import Int8Weight, int8_linear, quantize_linears
+from core.kernels.cpu.int8_weights import Int8Weight, int8_linear, quantize_linears
 from core.models import random_spec
 from core.request import SamplingParams
 from tests.support.models import FAMILIES
@@ -109,7 +111,7 @@ def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], pre
     with LLM(model, precision=precision, page_size=PAGE, max_running_req=4) as llm:
         engine = llm.engine
         assert engine.cpu_decode is not None and "decode steps in C" in engine.describe()
-        assert engine.int8_linears == 0  # the torch layers keep float32: the C step reads int8 copies
+        assert engine.cpu_paths.int8_linears == 0  # the torch layers keep float32: the C step reads int8 copies
         step = engine.cpu_decode
         if precision == "int8":  # the torch side quantised as the C step's copies were, LM head too
             assert isinstance(step.lm_head, Int8Weight)
@@ -222,6 +224,7 @@ def cpu_without_amx(monkeypatch):
     saying why it keeps float32."""
     no_amx = replace(cpu_features(), flags=cpu_features().flags - {"amx_bf16"})
     monkeypatch.setattr(plan, "cpu_features", lambda: no_amx)
+    monkeypatch.setattr(cpu_precision, "cpu_features", lambda: no_amx)
 
 
 def test_no_compiler_keeps_torch_and_says_so(monkeypatch, cpu_without_amx):

@@ -1,4 +1,4 @@
-"""The C GEMM (core/kernels/cpu_gemm.c): float32 products close to float64's, every row count and shape edge, and
+"""The C GEMM (core/kernels/cpu/gemm.c): float32 products close to float64's, every row count and shape edge, and
 a row's result the same whatever else shares its batch."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels import cpu_gemm
-from core.kernels.cpu_features import cpu_features
-from core.kernels.cpu_gemm import PanelWeight, panel_linears
-from core.kernels.four_bit import q4_codes
+from core.kernels.cpu import gemm as cpu_gemm
+from core.kernels.cpu.features import cpu_features
+from core.kernels.cpu.gemm import PanelWeight, panel_linears
+from core.kernels.cpu.four_bit import q4_codes
 from core.kernels.dispatch import TorchKernels
 
 REASON = cpu_gemm.unsupported_reason(cpu_features().flags) or cpu_gemm.load_library().reason

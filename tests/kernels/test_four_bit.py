@@ -1,4 +1,4 @@
-"""Float32 weights made of 4-bit codes (core/kernels/four_bit.py), read as the codes by the C GEMM and the C decode
+"""Float32 weights made of 4-bit codes (core/kernels/cpu/four_bit.py), read as the codes by the C GEMM and the C decode
 step, on every architecture: a random checkpoint whose decoder linears are put into a Q4_1 GGUF's form, run with
 the 4-bit reading and without it, must give the same log-probabilities bit for bit."""
 
@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from core import LLM, SamplingParams
-from core.kernels import cpu_decode
-from core.kernels.cpu_decode import FourBitRows
-from core.kernels.cpu_features import cpu_features
-from core.kernels.cpu_gemm import four_bit_panels
-from core.kernels.four_bit import q4_codes, q4_rows
+from core.kernels.cpu import decode as cpu_decode
+from core.kernels.cpu.decode import FourBitRows
+from core.kernels.cpu.features import cpu_features
+from core.kernels.cpu.gemm import four_bit_panels
+from core.kernels.cpu.four_bit import q4_codes, q4_rows
 from tests.support.models import FAMILIES
 from tests.support.prompts import varied_prompts
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels import fp8_decode_cuda
-from core.kernels.fp8_decode_cuda import SIGNATURES, find_nvcc, shape_unsupported_reason
+from core.kernels.cuda import fp8_decode as fp8_decode_cuda
+from core.kernels.cuda.fp8_decode import SIGNATURES, find_nvcc, shape_unsupported_reason
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="needs nvcc")

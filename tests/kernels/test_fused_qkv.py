@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.fused_qkv import qkv_norm_rope_store
+from core.kernels.cuda.fused_qkv import qkv_norm_rope_store
 from core.kernels.dispatch import TorchKernels
 from core.layers.rope import RotaryEmbedding
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cuda.triton_available import triton_runs_on
 from core.model_config import RopeScaling
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

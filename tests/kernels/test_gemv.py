@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.kernels.gemv import NORM, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
+from core.kernels.cuda.gemv import NORM, GemvConfig, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
 from core.kernels.dispatch import TorchKernels
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cuda.triton_available import triton_runs_on
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.gemv import gemv
-from core.kernels.gpu_screened_head import GpuScreenedHead, error_bounds
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cuda.gemv import gemv
+from core.kernels.cuda.screened_head import GpuScreenedHead, error_bounds
+from core.kernels.cuda.triton_available import triton_runs_on
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),

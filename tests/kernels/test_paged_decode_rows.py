@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.paged_decode import ALL_HEADS_TILE, DecodeTile, SplitBuffers, paged_decode
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cuda.paged_decode import ALL_HEADS_TILE, DecodeTile, SplitBuffers, paged_decode
+from core.kernels.cuda.triton_available import triton_runs_on
 from core.kvcache.pool import KVPool
 from tests.gpu.test_paged_decode import float_attention
 

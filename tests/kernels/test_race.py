@@ -1,4 +1,4 @@
-"""The sampler's exponential race on the Triton kernels (core/kernels/race.py) draws exactly the tokens of the
+"""The sampler's exponential race on the Triton kernels (core/kernels/cuda/race.py) draws exactly the tokens of the
 torch race, whatever the vocabulary's cut into chunks, on float32 and bf16 logits.
 
 It runs on CUDA, or on a CPU under Triton's interpreter (``TRITON_INTERPRET=1`` with triton installed); it is
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from core.engine.sampler import SampleArgs, Sampler, _race, hashed_uniform
-from core.kernels.race import BLOCK, greedy_tokens, race_tokens
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cuda.race import BLOCK, greedy_tokens, race_tokens
+from core.kernels.cuda.triton_available import triton_runs_on
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(not triton_runs_on(DEVICE),

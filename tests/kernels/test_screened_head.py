@@ -1,4 +1,4 @@
-"""The greedy LM head's screen (core/kernels/screened_head.py): every logit it keeps is bit-equal to the C GEMM's,
+"""The greedy LM head's screen (core/kernels/cpu/screened_head.py): every logit it keeps is bit-equal to the C GEMM's,
 each row's largest logit and the first index holding it are always kept, and what it drops is -inf; the engine's
 greedy tokens are the same with and without it."""
 
@@ -9,10 +9,10 @@ import torch
 
 from core import LLM, SamplingParams
 from core.engine.plan import kernel_choices
-from core.kernels import cpu_gemm, screened_head
-from core.kernels.cpu_features import cpu_features
-from core.kernels.cpu_gemm import PanelWeight
-from core.kernels.screened_head import ScreenedHead
+from core.kernels.cpu import gemm as cpu_gemm, screened_head
+from core.kernels.cpu.features import cpu_features
+from core.kernels.cpu.gemm import PanelWeight
+from core.kernels.cpu.screened_head import ScreenedHead
 
 FLAGS = cpu_features().flags
 REASON = (cpu_gemm.unsupported_reason(FLAGS) or cpu_gemm.load_library().reason

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import core.kernels.small_decode as small_decode
-from core.kernels.small_decode import QKVSpec, make_plan, small_decode_attention
+import core.kernels.cuda.small_decode as small_decode
+from core.kernels.cuda.small_decode import QKVSpec, make_plan, small_decode_attention
 from core.layers.rope import RotaryEmbedding
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cuda.triton_available import triton_runs_on
 from core.model_config import RopeScaling
 from tests.kernels.test_fused_qkv import unfused
 

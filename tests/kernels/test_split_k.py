@@ -1,5 +1,5 @@
 """The split-K linear's partial products sum to the linear, and the add+RMSNorm that sums them gives what
-torch's statement of it gives (core/kernels/split_k.py).
+torch's statement of it gives (core/kernels/cuda/split_k.py).
 
 The kernel runs on CUDA, or on a CPU under Triton's interpreter (``TRITON_INTERPRET=1`` with triton installed);
 those tests are skipped elsewhere. The partials themselves are torch and run anywhere.
@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.kernels.split_k import (add_rms_norm_partials, add_rms_norm_partials_reference, slices_for,
+from core.kernels.cuda.split_k import (add_rms_norm_partials, add_rms_norm_partials_reference, slices_for,
                                   split_k_linear)
-from core.kernels.triton_available import triton_runs_on
+from core.kernels.cuda.triton_available import triton_runs_on
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(not triton_runs_on(DEVICE),

@@ -1,0 +1,10 @@
+"""The CUDA wing: the Triton and CUDA kernels of a CUDA engine, each a plug-in the plan chooses.
+
+``gemv.py``: one-row linears with the norm or activation folded in; ``split_k.py``: a narrow linear's inputs in
+slices; ``fused_qkv.py``: QK-norm, RoPE and the KV write in one launch; ``small_decode.py``: decode attention
+at small batches; ``paged_decode.py``: decode over fp8 pages (``split_merge_triton.py``: the split-KV helpers
+both share); ``fp8_decode.py``/``fp8_decode.cu``: the CUDA fp8 decode; ``fp8_gather.py``: an fp8 pool's
+sequences dequantised for prefill; ``race.py``: the sampler's picks; ``screened_head.py``: a greedy request's
+LM head through an int8 screen; ``triton_available.py``: whether Triton runs here. ``install.py`` puts on the
+model what sits there (the screen) in one call.
+"""

@@ -1,0 +1,108 @@
+"""The exponential race (core/engine/sampler.py) as two Triton kernels: temperature draws without torch.compile.
+
+A sampled step's draw reads every logit once: ``argmax(l / T - log(-log u))`` with ``u`` a hash of (the row's
+key, the column). torch.compile fuses it into one reduction per row, so 256 rows of a 152K vocabulary keep only
+256 programs busy, several times the greedy argmax's time. Here the vocabulary is cut into chunks:
+one program per (row, chunk) computes its chunk's scores and best column, a second kernel picks each row's best
+chunk (the first on ties, so the first maximal column wins, as ``argmax`` says). The hash is the sampler's, with
+the same 31-bit values: its products are taken modulo 2**32 in uint32, whose low 31 bits are the int64 product's.
+
+The row keys (a few integer ops on [rows]) and the hash's constants live here, below the sampler, which draws with
+them on every device; ``race_tokens`` is what the sampler calls where the engine's plan chose this kernel. Its
+first kernel derives each row's key itself from the seed and the position: in torch the keys were 25 kernels of
+a microsecond or two each, on every sampled step.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import torch
+
+from core.arith import next_pow2
+
+MASK31 = 0x7FFFFFFF
+MIX_MULTIPLIER = 0x45D9F3B
+COLUMN_MULTIPLIER = 0x27D4EB2D
+BLOCK = 2048  # columns per program
+# a race program's warps: two where the rows are many (programs enough to fill the device), four where they are
+# few (each program's arithmetic is then the step's length); docs/BENCHMARKS.md
+FEW_WARPS_FROM_ROWS = 64
+
+
+def mix(x: torch.Tensor) -> torch.Tensor:
+    """A 31-bit integer hash (products stay below 2**62, so int64 never overflows)."""
+    x = ((x ^ (x >> 16)) * MIX_MULTIPLIER) & MASK31
+    x = ((x ^ (x >> 16)) * MIX_MULTIPLIER) & MASK31
+    return x ^ (x >> 16)
+
+
+def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Each row's key, [rows] int64 below 2**31: its seed mixed thoroughly, then its position."""
+    seeds = seeds.to(torch.int64)
+    return mix(mix((seeds ^ (seeds >> 31)) & MASK31) ^ (positions.to(torch.int64) & MASK31))
+
+
+class RaceKernels(NamedTuple):
+    race_chunks: Any  # the race's first stage: each chunk's best noisy score and its column
+    argmax_chunks: Any  # the greedy pick's first stage: each chunk's largest logit and its column
+    pick: Any  # both second stages: each row's first best chunk
+
+
+@functools.cache
+def _kernels() -> RaceKernels:
+    from core.kernels.cuda.race_triton import argmax_chunks_kernel, race_chunks_kernel, race_pick_kernel  # imports triton
+
+    return RaceKernels(race_chunks_kernel, argmax_chunks_kernel, race_pick_kernel)
+
+
+def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
+                positions: torch.Tensor, block: int = BLOCK, num_warps: int | None = None,
+                screen: bool = True) -> torch.Tensor:
+    """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels. ``block`` (columns a
+    program), ``num_warps`` (a program's warps; by default by the row count) and ``screen`` (each chunk's best
+    found on cheap scores first, then made exact; race_chunks_kernel says why that is the same) change the time,
+    never the tokens."""
+    chunks_kernel = _kernels().race_chunks
+    if num_warps is None:
+        num_warps = 2 if logits.shape[0] >= FEW_WARPS_FROM_ROWS else 4
+    # the kernel derives each row's key from these (row_keys in torch was 25 small kernels a step)
+    seeds, positions = seeds.to(torch.int64).contiguous(), positions.to(torch.int64).contiguous()
+
+    def chunks(logits, parts, part_max, part_col) -> None:
+        chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), temperatures.to(torch.float32).contiguous(),
+                                                seeds, positions, logits.shape[1], part_max, part_col, parts,
+                                                BLOCK=block, MASK=MASK31, MIX=MIX_MULTIPLIER,
+                                                COLUMN=COLUMN_MULTIPLIER, SCREEN=screen,
+                                                HARDWARE_LOG=logits.is_cuda, num_warps=num_warps)
+
+    return _two_stages(logits, chunks, block)
+
+
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(-1)`` ([rows] int64, the first maximal column) on the same two-stage Triton kernels, without
+    the noise: one row of a 152K vocabulary is 76 programs instead of torch's one reduction."""
+    chunks_kernel = _kernels().argmax_chunks
+
+    def chunks(logits, parts, part_max, part_col) -> None:
+        chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), logits.shape[1], part_max, part_col, parts,
+                                                BLOCK=BLOCK, num_warps=4)
+
+    return _two_stages(logits, chunks)
+
+
+def _two_stages(logits: torch.Tensor, chunks, block: int = BLOCK) -> torch.Tensor:
+    """[rows] int64 tokens: ``chunks(logits, parts, part_max, part_col)`` launches the first stage (each chunk's
+    best score and column), then the pick takes each row's first best chunk."""
+    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
+    rows, vocab = logits.shape
+    parts = -(-vocab // block)
+    part_max = torch.empty(rows, parts, dtype=torch.float32, device=logits.device)
+    part_col = torch.empty(rows, parts, dtype=torch.int64, device=logits.device)
+    tokens = torch.empty(rows, dtype=torch.int64, device=logits.device)
+    if rows == 0:
+        return tokens
+    chunks(logits, parts, part_max, part_col)
+    _kernels().pick[(rows,)](part_max, part_col, tokens, parts, BLOCK_C=next_pow2(parts))
+    return tokens
