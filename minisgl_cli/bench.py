@@ -13,7 +13,7 @@ from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.workload import WORKLOADS, workload_spec
 from minisgl_cli.console import stdout_console
 from minisgl_cli.exits import INTERRUPTED
-from minisgl_cli.jobs import quiet_transformers
+from minisgl_cli.jobs import interrupted_load, quiet_transformers
 from minisgl_cli.engine_options import engine_option
 from minisgl_cli.options import FLAG
 from render.activity import Activity
@@ -110,7 +110,7 @@ def bench(
         return
     parse_baselines(baselines)
     activity = Activity(Console(stderr=True))
-    with activity.phase("loading torch and the engine"):
+    with interrupted_load(activity), activity.phase("loading torch and the engine"):
         from core.bench import BenchOptions, run_bench
 
         quiet_transformers()

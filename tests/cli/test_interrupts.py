@@ -59,3 +59,11 @@ def test_ctrl_c_in_bench_prints_what_was_measured(model_dirs):
     assert report["interrupted"] is True
     assert report["results"][0]["name"] == "minisgl" and report["results"][0]["output_tokens"] > 0
     assert "the runs measured so far follow" in err
+
+
+def test_ctrl_c_while_bench_loads_says_so(model_dirs):
+    process = start("bench", "--model", model_dirs["llama"], "--requests", "4")
+    out, err = interrupt_after(process, "loading torch")
+    assert process.returncode == 130, err
+    assert "interrupted while loading the model" in err
+    assert "Traceback" not in err and out == ""
