@@ -16,18 +16,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import zmq
 
 from core.config import EngineConfig
+from core.llm.orphan import exit_with_parent
 from core.llm.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_output, unpack_message
 from core.scheduler.reply import Reply
-
-PARENT_POLL_S = 0.5
-
 
 class Outbox:
     """One PUSH socket per client; replies go to the client whose uid space they are in."""
@@ -41,7 +38,6 @@ class Outbox:
             socket.connect(address)
             self.sockets.append(socket)
         self.stats: Any = None  # a callable for the engine's numbers, once it is built
-        self._lock = threading.Lock()  # the loop and the receiver thread (its error replies) both send
 
     def replies(self, replies: list[Reply]) -> None:
         n = len(self.sockets)
@@ -59,9 +55,7 @@ class Outbox:
             self._send(client, out)
 
     def _send(self, client: int, out: StepOutput) -> None:
-        data = pack_output(out)
-        with self._lock:
-            self.sockets[client].send(data, copy=False)
+        self.sockets[client].send(pack_output(out), copy=False)  # only the loop's thread sends
 
 
 def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addresses: list[str], trace: bool,
@@ -69,7 +63,7 @@ def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addr
     """The engine process's whole life: build, announce, serve until told to stop, exit. ``gpu``: under data
     parallelism, the one GPU (of those visible) this engine uses, set before torch is imported."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _exit_with_parent(parent_pid)
+    exit_with_parent(parent_pid)
     if gpu is not None:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         choices = visible.split(",") if visible else None
@@ -88,8 +82,7 @@ def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addr
 
         core = EngineCore(config, model_dir, log, outbox.replies)
     except BaseException as exc:  # noqa: BLE001 - the client turns it into its own error type
-        _fatal(outbox, exc)
-        return
+        _fatal(outbox, context, exc)
     scheduler = core.scheduler
     outbox.stats = scheduler.stats
     if trace:
@@ -105,14 +98,10 @@ def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addr
     try:
         core.serve_forever()
     except BaseException as exc:  # noqa: BLE001
-        _fatal(outbox, exc)
-        return
+        _fatal(outbox, context, exc)
     outbox.to_all(StepOutput([], stats=scheduler.stats()))
     core.close()
-    for socket in outbox.sockets:
-        socket.close(linger=2000)  # what is still queued goes out first
-    context.term()
-    os._exit(0)  # nothing left to tear down: skip the slow interpreter shutdown
+    _leave(outbox, context, 0)
 
 
 def _receive(inbox: zmq.Socket, core: Any) -> None:
@@ -129,19 +118,16 @@ def _receive(inbox: zmq.Socket, core: Any) -> None:
         inbox.close(linger=0)
 
 
-def _fatal(outbox: Outbox, exc: BaseException) -> None:
+def _fatal(outbox: Outbox, context: zmq.Context, exc: BaseException) -> NoReturn:
     text = str(exc).strip().splitlines()
     outbox.to_all(StepOutput([], fatal=(type(exc).__name__, text[0] if text else type(exc).__name__)))
-    time.sleep(0.2)  # let the I/O thread hand it over
-    os._exit(1)
+    _leave(outbox, context, 1)
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """If the API process disappears without stopping us (SIGKILL), leave instead of lingering."""
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)  # tensor-parallel ranks under it notice their own parent gone the same way
-
-    threading.Thread(target=watch, name="minisgl-parent-watch", daemon=True).start()
+def _leave(outbox: Outbox, context: zmq.Context, code: int) -> NoReturn:
+    """Exit once what is queued for the clients has gone out (or after the linger): closing the sockets and
+    ending the context waits for that, and interrupts the receiver thread's wait."""
+    for socket in outbox.sockets:
+        socket.close(linger=2000)
+    context.term()
+    os._exit(code)  # nothing left to tear down: skip the slow interpreter shutdown

@@ -27,7 +27,6 @@ from core.models.random_spec import ByteTokenizer, RandomSpec
 from core.models.weights import declared_tokenizer, resolve_model_dir
 from core.request import Prompt, Result, SamplingParams
 from core.llm.routes import ReplyCallback, Routes, tokenize
-from core.scheduler.reply import Reply
 
 
 def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
@@ -58,13 +57,11 @@ class LLM:
         model_dir = resolve_model_dir(model, log)
         self.model_dir = model_dir
         self.tokenizer = load_tokenizer(model_dir)
-        self._routes: Routes | None = None
-        self.core = EngineCore(config, model_dir, log, self._replies)
+        # the routes post to the engine and read its EOS ids; the engine hands them its replies
+        self._routes = Routes(self.tokenizer, lambda message: self.core.post(message),
+                              lambda: self.scheduler.eos_token_ids)
+        self.core = EngineCore(config, model_dir, log, self._routes.deliver)
         self.scheduler = self.core.scheduler
-        self._routes = Routes(self.tokenizer, self.core.post, lambda: self.scheduler.eos_token_ids)
-
-    def _replies(self, replies: list[Reply]) -> None:
-        self._routes.deliver(replies)
 
     # ---- what the engine is -------------------------------------------------------------------------------
     @property
@@ -107,7 +104,7 @@ class LLM:
     @property
     def capacity_tokens(self) -> int:
         """The most tokens one request can hold: the context, or the whole KV pool if that is smaller."""
-        return min(self.max_seq_len, self.scheduler.cache_manager.num_pages * self.page_size + 1)
+        return self.scheduler.limits.capacity_tokens
 
     def stats(self) -> dict[str, int | float]:
         """Rows and KV pages now, and the prefix cache's hit rate so far (core/scheduler/scheduler.py)."""

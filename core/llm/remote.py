@@ -170,7 +170,7 @@ class RemoteEngine:
 
     @property
     def capacity_tokens(self) -> int:
-        return min(self.info.max_seq_len, self.info.num_pages * self.info.page_size + 1)
+        return self._limits.capacity_tokens
 
     def stats(self) -> dict[str, Any]:
         return dict(self._stats)

@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from core.config import EngineConfig
 from core.distributed.groups import broadcast_object, init_groups, leave_groups
 from core.distributed.info import TPInfo, tp_scope
 from core.errors import MinisglError
+from core.llm.orphan import exit_with_parent
 from core.scheduler.inbox import Message
 from core.scheduler.scheduler import Scheduler
 
@@ -65,7 +64,7 @@ def worker_main(rank: int, size: int, port: int, backend: str, config: EngineCon
                 timeout_s: float, parent_pid: int, errors: mp.SimpleQueue) -> None:
     """Build this rank's slice of the model, then run the scheduler on each command until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group; rank 0 decides
-    _exit_with_parent(parent_pid)
+    exit_with_parent(parent_pid, poll_s=1.0)
     if backend == "nccl":
         torch.cuda.set_device(rank)
     else:  # the ranks share the CPU: don't oversubscribe it
@@ -87,14 +86,3 @@ def worker_main(rank: int, size: int, port: int, backend: str, config: EngineCon
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # nothing left to tear down: skip the slow interpreter shutdown
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """If rank 0's process disappears without stopping us (SIGKILL), leave instead of lingering."""
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="minisgl-parent-watch", daemon=True).start()

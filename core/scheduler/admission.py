@@ -18,6 +18,12 @@ class Limits:
     page_size: int
     num_pages: int
 
+    @property
+    def capacity_tokens(self) -> int:
+        """The most tokens one request can hold: the context, or the whole KV pool if that is smaller (the last
+        sampled token needs no page)."""
+        return min(self.max_seq_len, self.num_pages * self.page_size + 1)
+
 
 def rejection(input_ids: list[int], params: SamplingParams, limits: Limits) -> RequestRejected | None:
     """Why this request can never run within ``limits`` (an error to raise or to answer with), or None."""

@@ -145,7 +145,7 @@ def create_app(bridge: EngineBridge) -> FastAPI:
         piece = Piece()
         texts = []
         for reply in ready:
-            if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in eos):
+            if completion_token(reply):
                 piece.tokens += 1
             if reply.logprob is not None and reply.token not in eos:
                 piece.entries.append(reply)
@@ -166,7 +166,7 @@ def create_app(bridge: EngineBridge) -> FastAPI:
         return got
 
     def add_reply(got: Gathered, reply: Reply) -> None:
-        if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in eos):
+        if completion_token(reply):
             got.tokens.append(reply.token)
             if reply.logprob is not None:
                 got.logprobs.append(reply)
@@ -207,11 +207,19 @@ def create_app(bridge: EngineBridge) -> FastAPI:
         return {"content": [{**item(r.token, r.logprob),
                              "top_logprobs": [item(t, lp) for t, lp in r.top_logprobs or ()]} for r in entries]}
 
+    def completion_token(reply: Reply) -> bool:
+        """A token the completion counts: any but the EOS that ended it."""
+        return reply.token is not None and not (reply.finish_reason == "stop" and reply.token in eos)
+
+    def failure(error: str | None) -> ApiError:
+        """A request answered with an error: the client's fault (400) unless the engine failed (500)."""
+        engine_gone = error is None or bridge.llm.dead is not None
+        return ApiError(500 if engine_gone else 400, error or "the request failed",
+                        kind="server_error" if engine_gone else "invalid_request_error")
+
     def ended_badly(got: Gathered) -> None:
         if got.finish_reason == "error":
-            engine_gone = got.error is None or bridge.llm.dead is not None
-            raise ApiError(500 if engine_gone else 400, got.error or "the request failed",
-                           kind="server_error" if engine_gone else "invalid_request_error")
+            raise failure(got.error)
 
     def prompt_ids_of(prompt: str | list[int]) -> list[int]:
         try:
@@ -250,10 +258,7 @@ def create_app(bridge: EngineBridge) -> FastAPI:
                 piece = piece_of(ready)
                 completion_tokens += piece.tokens
                 if piece.finished and piece.finish_reason == "error":
-                    engine_gone = bridge.llm.dead is not None
-                    error = ApiError(500 if engine_gone else 400, piece.error or "the request failed",
-                                     kind="server_error" if engine_gone else "invalid_request_error")
-                    yield {"error": error.body()["error"]}
+                    yield {"error": failure(piece.error).body()["error"]}
                     return
                 chunk = make(piece, first)
                 first = False

@@ -97,7 +97,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
                             access_log=False)
     server = DrainingServer(config, bridge, shutdown_timeout, err)
     remote.on_death = server.engine_died
-    signals = _keep_signals()  # uvicorn re-raises the signal it stopped on: it must not kill us then
+    server.take_signals()
     err.print(f"minisgl serving [bold]{name}[/] on http://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
     if dashboard:
         err.print(f"dashboard: http://{host}:{port}/dashboard", highlight=False)
@@ -109,7 +109,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
             live.stop()
         if trace_file is not None:
             trace_file.close()
-        signals.restore()
+        server.release_signals()
     if server.engine_death is not None:
         err.print(f"minisgl: {server.engine_death}", highlight=False, markup=False)
         raise typer.Exit(1)
@@ -192,6 +192,7 @@ class DrainingServer:
         self._timeout_s = timeout_s
         self._err = err
         self._signals = 0
+        self._old: dict[int, Any] = {}
         self.engine_death: str | None = None
 
     @property
@@ -201,6 +202,16 @@ class DrainingServer:
     def run(self, sockets: list[socket.socket]) -> None:
         self._server.run(sockets=sockets)
 
+    def take_signals(self) -> None:
+        """From now until ``release_signals``, also before and after uvicorn runs (it hands the signals to the
+        same place while it does): SIGINT or SIGTERM starts the drain, a second one stops at once."""
+        self._old = {sig: signal.signal(sig, lambda sig, _frame: self._on_signal(sig))
+                     for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def release_signals(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
     def _on_signal(self, sig: int) -> None:
         self._signals += 1
         if self._signals > 1:  # the second Ctrl-C: no more waiting
@@ -208,9 +219,8 @@ class DrainingServer:
             self._bridge.llm.close()
             os._exit(INTERRUPTED)
         open_responses = self._bridge.in_flight
-        self._err.print(f"minisgl: shutting down; finishing {open_responses} response"
-                        f"{'' if open_responses == 1 else 's'} (up to {self._timeout_s:g} s; Ctrl-C again to stop "
-                        f"at once)", highlight=False)
+        self._err.print(f"minisgl: shutting down; finishing {plural(open_responses, 'response')} (up to "
+                        f"{self._timeout_s:g} s; Ctrl-C again to stop at once)", highlight=False)
         self._server.should_exit = True
         timer = threading.Timer(self._timeout_s, self._bridge.abort_all)
         timer.daemon = True
@@ -231,21 +241,6 @@ def default_model_name(model: str | None) -> str:
     if model.startswith("random:"):
         return model
     return Path(model.rstrip("/")).name
-
-
-class _keep_signals:
-    """While serving: SIGINT and SIGTERM are only noted here (uvicorn installs its own during ``run``)."""
-
-    def __init__(self) -> None:
-        self.received: list[int] = []
-        self._old = {sig: signal.signal(sig, self._note) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _note(self, sig: int, _frame: object) -> None:
-        self.received.append(sig)
-
-    def restore(self) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
 
 
 def start_trace(llm, cache: str, err: Console):

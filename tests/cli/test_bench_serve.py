@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from core.bench.serve_report import RateResult, RequestTiming, ServeReport
 from core.bench.workload import make_workload, redraw_ids, workload_spec
 from core.errors import InvalidParamsError
 from minisgl_cli.bench_serve import check_combination, check_url
+from tests.support.cli import interrupt_after
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "random:tiny-qwen3"
@@ -69,15 +69,8 @@ def test_every_rate_is_measured_and_the_server_is_stopped():
 def test_ctrl_c_prints_the_rates_measured_and_stops_the_server():
     process = subprocess.Popen(command("--rate", "inf,0.2", "--skip-offline"), cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    try:
-        for line in process.stderr:  # the slow rate's first answer: the inf rate is done, 0.2 under way
-            if line.startswith("rate 0.2:"):
-                break
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    # the slow rate's first answer: the inf rate is done, 0.2 under way
+    out, err = interrupt_after(process, "rate 0.2:", timeout_s=60)
     assert process.returncode == 130, err
     report = json.loads(out)
     assert report["interrupted"] is True and report["offline"] is None

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.support.cli import interrupt_after
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,22 +17,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def start(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "minisgl_cli", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"})
-
-
-def interrupt_after(process: subprocess.Popen, starts: str) -> tuple[str, str]:
-    """SIGINT as soon as stderr has a line starting with ``starts``; the rest of stdout and stderr."""
-    seen = []
-    try:
-        for line in process.stderr:
-            seen.append(line)
-            if line.startswith(starts):
-                break
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    return out, "".join(seen) + err
 
 
 def test_ctrl_c_while_the_model_loads_says_so(model_dirs, tmp_path):

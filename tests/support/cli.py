@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -44,3 +46,20 @@ def assert_user_error(result, fragment: str, after_load: bool = False) -> None:
     assert lines[0].startswith("error: "), lines[0]
     assert fragment in lines[0], lines[0]
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def interrupt_after(process: subprocess.Popen, starts: str, timeout_s: float = 120.0) -> tuple[str, str]:
+    """Ctrl-C (SIGINT) as soon as the process's stderr has a line starting with ``starts``; then the rest of
+    its stdout, and all of its stderr."""
+    seen = []
+    try:
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith(starts):
+                break
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=timeout_s)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return out, "".join(seen) + err
