@@ -74,7 +74,7 @@ def test_the_page_follows_the_engine_and_agrees_with_the_trace_file(model_dirs, 
         browser.get(server.base + "/dashboard")
         sent: dict[int, float] = {}
         # long enough that a viewer which skips to the newest step (a slow browser) still holds many of them
-        worker = threading.Thread(target=send_all, args=(server, 8, 48, sent))
+        worker = threading.Thread(target=send_all, args=(server, 8, 120, sent))
         worker.start()
         appeared: dict[int, float] = {}
         while worker.is_alive() or len(appeared) < 8:
