@@ -74,7 +74,7 @@ class EnginePlan:
 def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
     """On for CUDA, off on a CPU (where it gains nothing but runs the same bookkeeping), unless the config says;
     MINISGL_DISABLE_OVERLAP_SCHEDULING=1 turns it off regardless."""
-    if env.overlap_scheduling_disabled():
+    if env.disabled("OVERLAP_SCHEDULING"):
         return False
     return config.overlap if config.overlap is not None else device.type == "cuda"
 
@@ -102,7 +102,7 @@ def fp8_cuda_decode_runs(device: torch.device, attention: str, kv_fp8: bool, dty
     """The CUDA fp8 decode for an fp8 pool under flashinfer attention, where the kernel takes the model's heads,
     the GPU has fp8 conversions and nvcc builds the kernel (once, to know); MINISGL_DISABLE_CUDA_FP8_DECODE=1 keeps
     the Triton paged kernel."""
-    if not kv_fp8 or attention != "flashinfer" or env.cuda_fp8_decode_disabled():
+    if not kv_fp8 or attention != "flashinfer" or env.disabled("CUDA_FP8_DECODE"):
         return False
     if heads is not None and fp8_cuda_shape_unsupported(*heads, dtype):
         return False
@@ -135,22 +135,22 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
     engine)."""
     flashinfer = attention == "flashinfer"
     triton = flashinfer and triton_runs_on(device)
-    fused_qkv = triton and not env.fused_qkv_disabled()
+    fused_qkv = triton and not env.disabled("FUSED_QKV")
     features = cpu_features()
     c_gemm = not bf16_linears and not c_gemm_unavailable(device, dtype, features)
-    screened_head = c_gemm and not screen_unsupported(features.flags) and not env.screened_head_disabled()
-    packed = packing_available(device, dtype) and not env.cpu_weight_packing_disabled() and not c_gemm
-    gemv = triton and not env.gemv_disabled()
-    small_decode = fused_qkv and not kv_fp8 and not env.small_decode_disabled()
+    screened_head = c_gemm and not screen_unsupported(features.flags) and not env.disabled("SCREENED_HEAD")
+    packed = packing_available(device, dtype) and not env.disabled("CPU_WEIGHT_PACKING") and not c_gemm
+    gemv = triton and not env.disabled("GEMV")
+    small_decode = fused_qkv and not kv_fp8 and not env.disabled("SMALL_DECODE")
     return KernelChoices(
         flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=gemv, small_decode=small_decode,
-        pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.pdl_disabled(),
-        triton_sampler=triton and not env.triton_sampler_disabled(), fp8_gather=triton and kv_fp8,
+        pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.disabled("PDL"),
+        triton_sampler=triton and not env.disabled("TRITON_SAMPLER"), fp8_gather=triton and kv_fp8,
         split_k=env.split_k_slices() if triton else 0,
         packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1, c_gemm=c_gemm,
         four_bit_weights=(device.type == "cpu" and dtype == torch.float32 and not int8_weights and not bf16_linears
-                          and not env.four_bit_weights_disabled()),
-        screened_head=screened_head, gpu_screened_head=gemv and not env.screened_head_disabled(),
+                          and not env.disabled("FOUR_BIT_WEIGHTS")),
+        screened_head=screened_head, gpu_screened_head=gemv and not env.disabled("SCREENED_HEAD"),
         int8_weights=int8_weights, bf16_linears=bf16_linears)
 
 
@@ -172,14 +172,14 @@ def prefill_graph_runs(config: EngineConfig, attention: str, graph_bs: int, kv_f
     pool (an fp8 pool's prefill reads its sequences back through a ragged plan, not taken under graphs) and one
     rank (not yet measured under tensor parallelism); MINISGL_DISABLE_PREFILL_GRAPH=1 keeps every chunk eager."""
     return (graph_bs > 0 and attention == "flashinfer" and not kv_fp8 and config.tp == 1
-            and not env.prefill_graph_disabled())
+            and not env.disabled("PREFILL_GRAPH"))
 
 
 def head_major_kv_runs(attention: str, kv_fp8: bool, c_decode: bool) -> bool:
     """A head-major pool under flashinfer attention, whose readers (flashinfer's wrappers, the fused QKV write, the
     small decode, the pool's own store and gather) all take it; not for an fp8 pool or beside the CPU's C decode
     step, whose kernels read token-major rows. MINISGL_DISABLE_HEAD_MAJOR_KV=1 keeps it token-major."""
-    return attention == "flashinfer" and not kv_fp8 and not c_decode and not env.head_major_kv_disabled()
+    return attention == "flashinfer" and not kv_fp8 and not c_decode and not env.disabled("HEAD_MAJOR_KV")
 
 
 def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype,
@@ -201,6 +201,6 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype,
         c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
         fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8, dtype, heads),
         tensor_core_decode_rows=tensor_core_decode_rows(attention, kv_fp8, heads),
-        whole_request_decode=attention == "flashinfer" and not kv_fp8 and not env.whole_request_decode_disabled(),
+        whole_request_decode=attention == "flashinfer" and not kv_fp8 and not env.disabled("WHOLE_REQUEST_DECODE"),
         prefill_graph=prefill_graph_runs(config, attention, graph_bs, kv_fp8),
         head_major_kv=head_major_kv_runs(attention, kv_fp8, precision.c_decode))

@@ -96,7 +96,7 @@ def int8_c_step(dtype: torch.dtype, precision: str, bf16_linears: bool = False) 
     """The int8 C step with prefill and batches on float32 (on bf16 copies of the linears with
     ``bf16_linears``), as 'int8' and 'fast' pick it where the C step runs; ``precision`` names the choice in its
     note."""
-    dots = not env.int8_dots_disabled()
+    dots = not env.disabled("INT8_DOTS")
     inputs = "int8 inputs (integer dot products)" if dots else "float32 inputs"
     batches = (BF16_LINEARS if bf16_linears else
                "the float32 weights, kept beside them (torch's int8 weight-only kernel is slower than float32 for "
@@ -121,7 +121,7 @@ def int8_choice(config: EngineConfig, dtype: torch.dtype, features: CpuFeatures)
 
 def c_decode_unavailable(config: EngineConfig, features: CpuFeatures) -> str:
     """Why a float32 CPU engine cannot run the C decode step ('' when it can); builds it (once) to know."""
-    if env.cpu_decode_disabled():
+    if env.disabled("CPU_DECODE"):
         return "MINISGL_DISABLE_CPU_DECODE turned the C decode step off"
     if config.tp > 1:
         return "the C decode step runs on one rank only"
@@ -141,7 +141,7 @@ def c_attention_runs(device: torch.device, dtype: torch.dtype, attention: str, k
     MINISGL_DISABLE_CPU_DECODE=1 keeps SDPA (the switch of the C decode step, whose code it shares)."""
     if device.type != "cpu" or dtype != torch.float32 or attention != "torch" or kv_fp8:
         return False
-    return not env.cpu_decode_disabled() and not c_library_unavailable(cpu_features())
+    return not env.disabled("CPU_DECODE") and not c_library_unavailable(cpu_features())
 
 
 def c_gemm_unavailable(device: torch.device, dtype: torch.dtype, features: CpuFeatures) -> str:
@@ -149,6 +149,6 @@ def c_gemm_unavailable(device: torch.device, dtype: torch.dtype, features: CpuFe
     with AVX-512, where the library builds (once, to know)."""
     if device.type != "cpu" or dtype != torch.float32:
         return "the C GEMM is for a CPU engine in float32"
-    if env.cpu_gemm_disabled():
+    if env.disabled("CPU_GEMM"):
         return "MINISGL_DISABLE_CPU_GEMM turned the C GEMM off"
     return gemm.unsupported_reason(features.flags) or gemm.load_library().reason
