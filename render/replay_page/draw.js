@@ -176,6 +176,16 @@
     $("axis-end").textContent = "step " + last;
   };
   D.onPick = function () {};
+  // space plays or pauses, the arrows step: the same keys on the saved replay and the live page
+  D.listenKeys = function () {
+    document.addEventListener("keydown", function (ev) {
+      if (ev.target.tagName === "SELECT" || ev.target.tagName === "INPUT") return;
+      var button = { " ": "play", ArrowRight: "next", ArrowLeft: "prev" }[ev.key];
+      if (!button) return;
+      if (ev.key === " ") ev.preventDefault();
+      document.getElementById(button).click();
+    });
+  };
   D.listenGantt = function (count) {
     var bars = $("gantt-bars");
     bars.addEventListener("click", function (ev) {

@@ -122,12 +122,7 @@
     schedule();
     connect();  // the server asks the engine for the tree only while some viewer's stream wants it
   });
-  document.addEventListener("keydown", function (ev) {
-    if (ev.target.tagName === "SELECT" || ev.target.tagName === "INPUT") return;
-    if (ev.key === " ") { ev.preventDefault(); $("play").click(); }
-    else if (ev.key === "ArrowRight") $("next").click();
-    else if (ev.key === "ArrowLeft") $("prev").click();
-  });
+  D.listenKeys();
   D.onPick = function (i) { pause(); show(i); };
   D.onFollow = function () { render(); };
   D.listenGantt(function () { return steps.length; });

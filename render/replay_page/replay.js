@@ -74,12 +74,7 @@
   $("prev").addEventListener("click", function () { stop(); show(Math.max(0, current - 1)); });
   $("next").addEventListener("click", function () { stop(); show(Math.min(n - 1, current + 1)); });
   $("speed").addEventListener("change", function () { if (timer !== null) { stop(); play(); } });
-  document.addEventListener("keydown", function (ev) {
-    if (ev.target.tagName === "SELECT" || ev.target.tagName === "INPUT") return;
-    if (ev.key === " ") { ev.preventDefault(); $("play").click(); }
-    else if (ev.key === "ArrowRight") $("next").click();
-    else if (ev.key === "ArrowLeft") $("prev").click();
-  });
+  D.listenKeys();
   D.onPick = function (step) { stop(); show(step); };
   D.onFollow = function () { D.gantt(lives, n, label, 0, n - 1); show(current); };
   D.listenGantt(function () { return n; });
