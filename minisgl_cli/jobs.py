@@ -31,7 +31,7 @@ from render.progress import GenerationProgress
 if TYPE_CHECKING:
     from core.llm import LLM
     from minisgl_cli.output import StreamPrinter
-    from core.reference import Verdict
+    from core.bench.reference import Verdict
 
 
 
@@ -167,7 +167,7 @@ def generate_with_progress(llm: LLM, inputs: list[Prompt], job: Job, activity: A
 def check_against_reference(llm: LLM, inputs: list[Prompt], job: Job, results: list[Result],
                             activity: Activity) -> list[Verdict]:
     """transformers greedy, one prompt at a time, compared with each engine result (errors are not re-run)."""
-    from core.reference import HFReference, Verdict, compare
+    from core.bench.reference import HFReference, Verdict, compare
 
     with activity.phase("loading the transformers reference"):
         reference = HFReference(llm.model_dir)

@@ -18,7 +18,7 @@ from render.style import FINISH_STYLE, one_line, show_edges, titled_table
 from render.verify import verdict_mark
 
 if TYPE_CHECKING:
-    from core.reference import Verdict
+    from core.bench.reference import Verdict
 
 
 

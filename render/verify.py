@@ -13,7 +13,7 @@ from render.prompt_echo import PromptCell
 from render.style import one_line, titled_table
 
 if TYPE_CHECKING:  # the reference itself (torch, transformers) is loaded only by the commands that run it
-    from core.reference import Verdict
+    from core.bench.reference import Verdict
 
 _MARKS = {"match": ("✓ exact", "bold green"), "near-tie": ("≈ near-tie", "bold yellow"),
           "mismatch": ("✗ differs", "bold red"), "error": ("! error", "bold red")}

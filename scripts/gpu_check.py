@@ -227,7 +227,7 @@ def _junit_rows(path: Path) -> list[Row]:
 
 # ---- correctness on the real shape ---------------------------------------------------------------------------
 def backends_agree_on_real_shape(check: Check) -> tuple[str, str]:
-    from core.reference import near_tie_compare
+    from core.bench.reference import near_tie_compare
 
     rng = random.Random(1)
     model = _model(check)
@@ -250,7 +250,7 @@ def backends_agree_on_real_shape(check: Check) -> tuple[str, str]:
 
 def overlap_agrees_on_real_shape(check: Check) -> tuple[str, str]:
     """The overlap loop against the plain loop on one flashinfer engine with graphs, queueing included."""
-    from core.reference import near_tie_compare
+    from core.bench.reference import near_tie_compare
 
     rng = random.Random(2)
     model = _model(check)

@@ -1,6 +1,6 @@
 """How far an fp8 KV cache moves greedy tokens: the nano-vllm workload's prompts through a bf16-KV engine and an
 fp8-KV engine (both flashinfer with CUDA graphs, page 16), compared under the near-tie rule of the GPU checks
-(core/reference.py): exact when every token agrees, near-tie when at the first differing position each
+(core/bench/reference.py): exact when every token agrees, near-tie when at the first differing position each
 engine's token is among the other's five most likely, a mismatch otherwise. Also prints where the first
 differences fall. Greedy, so that a difference is the cache's and not the sampler's.
 
@@ -25,7 +25,7 @@ import torch  # noqa: E402
 
 from core import LLM, SamplingParams  # noqa: E402
 from core.bench.workload import make_workload, workload_spec  # noqa: E402
-from core.reference import near_tie_compare  # noqa: E402
+from core.bench.reference import near_tie_compare  # noqa: E402
 
 MODEL = "random:qwen3-0.6b"
 

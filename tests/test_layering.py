@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine",),
     ("scheduler",),
     ("llm", "prompts"),
-    ("bench", "reference", "__init__"),
+    ("bench", "__init__"),
 )
 LEVEL = {name: level for level, names in enumerate(LAYERS) for name in names}
 

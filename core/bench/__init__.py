@@ -1,4 +1,5 @@
-"""``minisgl bench``'s engine room: workloads, the engine run, the transformers baselines and the ceiling.
+"""``minisgl bench``'s engine room: workloads, the engine run, the transformers baselines and the ceiling; and
+the transformers reference with the near-tie rule that judges every comparison (reference.py).
 
 The runner (torch, transformers, the engine) is imported on first use, so the names and workloads can be
 listed without it.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.reference import HFReference, Reference, RefStep
+from core.bench.reference import HFReference, Reference, RefStep
 from tests.support.cli import json_lines, run, write
 
 KEYS = {"index", "prompt", "status", "position", "engine_token", "reference_token", "engine_rank_in_reference_top5",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core import LLM, SamplingParams
-from core.reference import HFReference, Reference, RefStep, compare
+from core.bench.reference import HFReference, Reference, RefStep, compare
 from tests.support.models import EOS_ID
 from tests.support.reference import hf_greedy
 

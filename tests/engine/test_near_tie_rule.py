@@ -1,11 +1,11 @@
-"""The near-tie rule that judges the GPU comparisons (core/reference.py, near_tie_compare), checked on the CPU."""
+"""The near-tie rule that judges the GPU comparisons (core/bench/reference.py, near_tie_compare), checked on the CPU."""
 
 from __future__ import annotations
 
 import torch
 
 from core import LLM, SamplingParams
-from core.reference import in_top, near_tie_compare, next_logits
+from core.bench.reference import in_top, near_tie_compare, next_logits
 
 
 def test_a_tie_with_the_kth_logit_counts_as_in_the_top_k():

@@ -18,7 +18,7 @@ from core.kernels.cpu import features as features_module
 from core.kernels.cpu.bf16_weights import Bf16Weight, bf16_linear
 from core.kernels.cpu.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
 from core.kernels.cpu.onednn_packed import PACKED_MAX_ROWS
-from core.reference import HFReference, compare
+from core.bench.reference import HFReference, compare
 from core.request import SamplingParams
 from tests.support.cli import assert_user_error, run, write
 

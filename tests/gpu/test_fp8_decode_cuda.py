@@ -117,7 +117,7 @@ def test_fp8_engine_on_the_cuda_decode_stays_near_the_triton_kernels_tokens(monk
     """The engine (flashinfer backend, CUDA graphs) with the CUDA fp8 decode against the same engine with the
     Triton paged kernel: greedy tokens part only at near-ties."""
     from core import LLM, SamplingParams
-    from core.reference import near_tie_compare
+    from core.bench.reference import near_tie_compare
 
     prompts = [list(range(10 + i, 200 + 3 * i)) for i in range(6)] + [list(range(5, 1300))]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)

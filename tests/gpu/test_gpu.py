@@ -15,7 +15,7 @@ from core.attention.torch_backend import TorchAttentionBackend
 from core.kvcache.pool import KVPool
 from core.request import Batch, Req
 from core.scheduler.cache import CacheManager
-from core.reference import near_tie_compare
+from core.bench.reference import near_tie_compare
 from tests.support.models import save_random_model
 from tests.support.reference import hf_greedy
 

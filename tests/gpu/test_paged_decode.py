@@ -66,7 +66,7 @@ def test_fp8_engine_greedy_tokens_stay_near_the_bf16_engines():
     graphs) parts from bf16 only where the two engines' next tokens are near-ties (each in the other's top 5);
     and so does the torch backend's fp8 path (eager, fresh keys in prefill)."""
     from core import LLM, SamplingParams
-    from core.reference import near_tie_compare
+    from core.bench.reference import near_tie_compare
 
     prompts = [list(range(10 + i, 200 + 3 * i)) for i in range(6)]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -89,7 +89,7 @@ def test_fp8_engine_on_the_all_heads_tile_stays_near_the_default_tiles(monkeypat
     gives an engine under CUDA graphs whose greedy tokens part from the default tile's only at near-ties."""
     from core import LLM, SamplingParams
     from core.kernels.cuda.paged_decode import TILES
-    from core.reference import near_tie_compare
+    from core.bench.reference import near_tie_compare
 
     prompts = [list(range(10 + i, 200 + 3 * i)) for i in range(6)]
     params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
@@ -109,7 +109,7 @@ def test_fp8_prefill_over_a_cached_prefix_matches_a_cold_one():
     """A prompt whose first pages are in the prefix cache (ragged prefill of the dequantised prefix plus the new
     tokens) continues as it does with nothing cached, near-ties allowed; chunked prefill takes the same path."""
     from core import LLM, SamplingParams
-    from core.reference import near_tie_compare
+    from core.bench.reference import near_tie_compare
 
     shared = list(range(100, 260))
     prompts = [shared + list(range(7 * i, 7 * i + 40)) for i in range(4)]

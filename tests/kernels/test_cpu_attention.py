@@ -14,7 +14,7 @@ from core.kernels.cpu import decode as cpu_decode
 from core.kernels.cpu.attention import AttentionRows, CDecodeAttention
 from core.kernels.cpu.features import cpu_features
 from core.kernels.cuda.fused_qkv import QKVSpec
-from core.reference import HFReference, compare
+from core.bench.reference import HFReference, compare
 from core.request import SamplingParams
 
 REASON = cpu_decode.unsupported_reason(cpu_features().flags) or cpu_decode.load_library().reason
