@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("engine",),
     ("scheduler",),
-    ("llm", "prompts"),
+    ("llm",),
     ("bench", "reference", "__init__"),
 )
 LEVEL = {name: level for level, names in enumerate(LAYERS) for name in names}
