@@ -1,8 +1,8 @@
 """minisgl's engine: continuous batching over a paged KV cache, with an ``LLM`` interface that takes requests
 while it runs.
 
-``LLM`` is imported on first use (PEP 562): importing ``core`` for its errors, options or prompt files costs
-no torch or transformers, which is what lets ``minisgl --help`` answer at once.
+``LLM`` is imported on first use (PEP 562): importing ``core`` for its errors or options costs no torch or
+transformers, which is what lets ``minisgl --help`` answer at once.
 """
 
 from __future__ import annotations

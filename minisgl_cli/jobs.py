@@ -19,7 +19,7 @@ import typer
 
 from core.errors import InvalidParamsError
 from core.words import plural
-from core.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
+from minisgl_cli.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
 from core.request import Result, SamplingParams
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.engine_options import EngineOptions, flag

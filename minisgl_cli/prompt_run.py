@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from core.llm.collect import UNANSWERED, Collected
-from core.prompts import Prompt
+from minisgl_cli.prompts import Prompt
 from core.request import Result, SamplingParams
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from core.errors import InvalidParamsError
 from core.words import plural
 from core.events import StepEvent
 from core.llm.arrivals import Arrival, every_n_steps, poisson
-from core.prompts import Prompt
+from minisgl_cli.prompts import Prompt
 from minisgl_cli.console import stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options

@@ -4,6 +4,9 @@ order and the whole graph for cycles.
 
 A module in a package takes the package's layer; the loose modules at the top of core are placed one by one,
 so a new one has to be given a place here before this test passes.
+
+The top-level packages are layered the same way: minisgl_cli over render and serving, both over core; core
+imports none of the others, and render and serving do not import each other or minisgl_cli.
 """
 
 from __future__ import annotations
@@ -21,10 +24,18 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models",),
     ("engine",),
     ("scheduler",),
-    ("llm", "prompts"),
+    ("llm",),
     ("bench", "__init__"),
 )
 LEVEL = {name: level for level, names in enumerate(LAYERS) for name in names}
+
+# each top-level package -> the others it may import
+PACKAGES: dict[str, set[str]] = {
+    "core": set(),
+    "render": {"core"},
+    "serving": {"core"},
+    "minisgl_cli": {"core", "render", "serving"},
+}
 
 
 def module_name(path: Path) -> str:
@@ -46,16 +57,17 @@ def is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def imports_of(path: Path, module_level_only: bool = False) -> list[tuple[int, str]]:
-    """(line, module) for every core module ``path`` imports, wherever the import statement stands (or only
-    those run when the module is imported)."""
+def imports_of(path: Path, module_level_only: bool = False, roots: tuple[str, ...] = ("core",)) \
+        -> list[tuple[int, str]]:
+    """(line, module) for every module under ``roots`` that ``path`` imports, wherever the import statement
+    stands (or only those run when the module is imported)."""
     found = []
     tree = ast.parse(path.read_text(), str(path))
     for node in tree.body if module_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "core"]
+            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] in roots]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
-                node.module.split(".")[0] == "core":
+                node.module.split(".")[0] in roots:
             subs = [f"{node.module}.{a.name}" for a in node.names if is_module(f"{node.module}.{a.name}")]
             found += [(node.lineno, m) for m in subs] if subs else [(node.lineno, node.module)]
     return found
@@ -110,3 +122,30 @@ def test_the_walk_sees_an_upward_import(tmp_path):
     source.write_text("def f():\n    from core.engine.engine import Engine\n    from core import env\n")
     assert imports_of(source) == [(2, "core.engine.engine"), (3, "core.env")]
     assert layer_of("core.engine.engine") > layer_of("core.layers.linear")
+
+
+def imports_across_packages(package: str, path: Path) -> list[tuple[int, str]]:
+    """(line, module) for each import in ``path``, a module of ``package``, of a top-level package it may not
+    import."""
+    return [(line, target) for line, target in imports_of(path, roots=tuple(PACKAGES))
+            if target.split(".")[0] not in PACKAGES[package] | {package}]
+
+
+def test_no_top_level_package_imports_one_it_may_not():
+    files = {package: sorted((CORE.parent / package).rglob("*.py")) for package in PACKAGES}
+    assert all(len(paths) >= 4 for paths in files.values())
+    wrong = [f"{path.relative_to(CORE.parent)}:{line} imports {target}"
+             for package, paths in files.items() for path in paths
+             for line, target in imports_across_packages(package, path)]
+    assert not wrong, "imports across the top-level packages that run up or sideways:\n" + "\n".join(wrong)
+
+
+def test_the_walk_sees_an_import_across_packages(tmp_path):
+    """The check itself: render imported inside a function, serving at module level, are found where they may
+    not be, and core is not."""
+    source = tmp_path / "probe.py"
+    source.write_text("import serving.wire\nfrom core.events import StepEvent\n\n"
+                      "def f():\n    from render.style import one_line\n")
+    assert imports_across_packages("serving", source) == [(5, "render.style")]
+    assert imports_across_packages("core", source) == [(1, "serving.wire"), (5, "render.style")]
+    assert imports_across_packages("minisgl_cli", source) == []

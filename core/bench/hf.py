@@ -22,7 +22,7 @@ import torch
 from core.arith import pages_for
 from core.bench.report import ProgressFn, RunResult
 from core.bench.workload import Workload
-from core.models.random_hf import random_hf_model
+from core.bench.random_hf import random_hf_model
 from core.models.random_spec import RandomSpec
 
 

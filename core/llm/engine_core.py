@@ -3,7 +3,7 @@
 This is the engine interface both clients use. Messages go in (``post``: requests, aborts, prefix-cache
 resets, from any thread), every step's replies come out through the ``send_result`` it was built with. The
 offline ``LLM`` holds one in its own process and runs the loop on the caller's thread; ``minisgl serve`` runs one
-in a process of its own (core/llm/engine_process.py) whose replies cross to the API process as one message a
+in a process of its own (serving/engine_process.py) whose replies cross to the API process as one message a
 step.
 """
 

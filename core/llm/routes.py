@@ -1,7 +1,7 @@
 """A client's side of the engine interface: every request it submitted and not yet saw answered.
 
 Both clients of the engine use it: the offline ``LLM`` (the engine in its own process) and ``minisgl serve``'s
-API process (the engine in another, core/llm/remote.py). It gives each request its uid and, if it has none, its
+API process (the engine in another, serving/remote.py). It gives each request its uid and, if it has none, its
 seed (the client decides every seed, so tensor-parallel ranks sample alike), follows its text when asked
 (incremental detokenizing and stop strings, core/llm/text.py: a stop string ends the request with 'stop' and
 aborts it in the engine) and hands every reply to the request's callback exactly once, the final one last.

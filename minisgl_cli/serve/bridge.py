@@ -1,4 +1,4 @@
-"""Between the HTTP side (one asyncio loop) and the engine (a process of its own, core/llm/remote.py).
+"""Between the HTTP side (one asyncio loop) and the engine (a process of its own, serving/remote.py).
 
 A request goes in with ``RemoteEngine.submit`` (returns at once); its replies come back on the receiver thread,
 one message a step, and are handed to the asyncio loop together, with one ``call_soon_threadsafe`` a step, into
@@ -18,7 +18,7 @@ from typing import Any
 
 from core import SamplingParams
 from core.errors import ContextLengthError, EngineDeadError
-from core.llm.remote import RemoteEngine
+from serving.remote import RemoteEngine
 from core.scheduler.reply import Reply
 from minisgl_cli.serve.metrics import Metrics
 from minisgl_cli.serve.protocol import ApiError

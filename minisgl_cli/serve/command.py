@@ -1,9 +1,9 @@
 """``minisgl serve``: the engine behind an OpenAI-compatible HTTP server.
 
-Two processes: the engine (core/llm/engine_process.py: the scheduler's loop and nothing else, with its
+Two processes: the engine (serving/engine_process.py: the scheduler's loop and nothing else, with its
 tensor-parallel ranks under it) and this one, the API process: uvicorn's asyncio loop on the main thread does
 HTTP, tokenizing, incremental text, stop strings and SSE; a receiver thread takes the engine's one message a
-step (core/llm/remote.py); with ``--trace``, Rich's live display. They talk over ZMQ on local sockets.
+step (serving/remote.py); with ``--trace``, Rich's live display. They talk over ZMQ on local sockets.
 
 SIGTERM or Ctrl-C stops accepting connections and says on stderr how many responses it is finishing; they run
 to their end for up to ``--shutdown-timeout`` seconds, then the rest are aborted (each stream still ends with a
@@ -33,7 +33,7 @@ from minisgl_cli.jobs import interrupted_load, quiet_transformers
 from render.activity import Activity
 
 if TYPE_CHECKING:
-    from core.llm.remote import RemoteEngine
+    from serving.remote import RemoteEngine
 
 ENGINE_DEATH_GRACE_S = 2.0  # how long a server whose engine died answers 503 before it exits
 
@@ -151,7 +151,7 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int
     with interrupted_load(activity), activity.phase(f"loading {name}"):
         from core.config import EngineConfig
         from core.llm.llm import load_tokenizer
-        from core.llm.remote import RemoteEngine
+        from serving.remote import RemoteEngine
         from core.models.weights import resolve_model_dir
 
         quiet_transformers()
@@ -161,7 +161,7 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int
         if dp == 1:
             remote = RemoteEngine(config, model_dir, tokenizer, trace=trace)
         else:
-            from core.llm.data_parallel import DataParallelEngines
+            from serving.data_parallel import DataParallelEngines
 
             threads = max(1, (os.cpu_count() or 1) // dp)  # on a CPU the engines share its cores
             remote = DataParallelEngines([RemoteEngine(config, model_dir, tokenizer, trace=trace, first_uid=i,

@@ -64,7 +64,7 @@ def test_random_spec_hf_twin_decodes_the_engines_greedy_tokens():
     import torch
 
     from core import LLM, SamplingParams
-    from core.models.random_hf import random_hf_model
+    from core.bench.random_hf import random_hf_model
     from core.models.random_spec import parse_random_spec
 
     prompts = [[5, 17, 200, 33, 90, 1, 2], [300, 4, 4, 4, 8]]
@@ -306,7 +306,7 @@ def test_bench_view_shows_the_floor_and_the_fraction():
 
 def test_a_baseline_time_limit_measures_the_tokens_made_so_far():
     from core.bench.hf import hf_static
-    from core.models.random_hf import random_hf_model
+    from core.bench.random_hf import random_hf_model
     from core.models.random_spec import parse_random_spec
     import torch
 
@@ -324,7 +324,7 @@ def test_continuous_baseline_stops_at_its_time_limit_instead_of_finishing_the_re
     import time
 
     from core.bench.hf import hf_continuous
-    from core.models.random_hf import random_hf_model
+    from core.bench.random_hf import random_hf_model
     from core.models.random_spec import parse_random_spec
     import torch
 

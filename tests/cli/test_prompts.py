@@ -9,7 +9,7 @@ import pytest
 import sample_prompts
 from core import SamplingParams
 from core.errors import PromptFileError
-from core.prompts import detect_format, read_prompts
+from minisgl_cli.prompts import detect_format, read_prompts
 from tests.support.cli import write
 
 

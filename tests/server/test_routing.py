@@ -1,6 +1,6 @@
-"""Which engine a request goes to under data parallelism (core/llm/data_parallel.py), without any engine."""
+"""Which engine a request goes to under data parallelism (serving/data_parallel.py), without any engine."""
 
-from core.llm.data_parallel import BLOCK, PrefixMemory, pick_engine, prefix_keys
+from serving.data_parallel import BLOCK, PrefixMemory, pick_engine, prefix_keys
 
 
 def test_a_prompt_goes_where_its_longest_prefix_was_sent():

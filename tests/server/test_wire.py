@@ -8,7 +8,7 @@ from pathlib import Path
 
 from core import SamplingParams
 from core.scheduler.inbox import AbortRequest, AddRequest, ResetPrefixCache
-from core.llm.wire import ReportRadix, Stop, pack_message, unpack_message
+from serving.wire import ReportRadix, Stop, pack_message, unpack_message
 
 
 def test_every_message_in_survives_packing():
@@ -21,7 +21,7 @@ def test_every_message_in_survives_packing():
 def test_the_radix_tree_is_in_step_events_only_while_asked(model_dirs):
     from core.config import EngineConfig
     from core.llm.llm import load_tokenizer
-    from core.llm.remote import RemoteEngine
+    from serving.remote import RemoteEngine
 
     model_dir = Path(model_dirs["llama"])
     remote = RemoteEngine(EngineConfig.from_options(cache="radix", page_size=2), model_dir,

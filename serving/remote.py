@@ -1,6 +1,6 @@
 """The engine in another process, as a client sees it: ``minisgl serve``'s API process holds one.
 
-``RemoteEngine.start`` spawns the engine process (core/llm/engine_process.py), waits for it to be built (its
+``RemoteEngine.start`` spawns the engine process (serving/engine_process.py), waits for it to be built (its
 log lines go to ``log`` meanwhile) and then offers what the server needs of an engine: ``submit`` and
 ``abort`` (through the same Routes as the offline LLM, so tokenizing, incremental text and stop strings happen
 here, off the engine's path), ``rejection`` (the engine's limits come with its ready message), ``stats`` (the
@@ -29,9 +29,9 @@ from core import errors
 from core.config import EngineConfig
 from core.errors import EngineDeadError
 from core.events import StepEvent
-from core.llm.engine_process import engine_main
+from serving.engine_process import engine_main
 from core.llm.routes import ReplyCallback, Routes, tokenize
-from core.llm.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_message, unpack_output
+from serving.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_message, unpack_output
 from core.request import SamplingParams
 from core.scheduler.admission import Limits, rejection
 from core.scheduler.inbox import Message

@@ -2,7 +2,7 @@
 
 The process builds an ``EngineCore`` (with its tensor-parallel ranks under it) and runs its loop on the main
 thread, doing nothing else. A receiver thread takes the clients' messages off a ZMQ socket and posts them to
-the engine's inbox; each step's replies leave as one message (core/llm/wire.py) on the socket of the client
+the engine's inbox; each step's replies leave as one message (serving/wire.py) on the socket of the client
 that sent each request (uid modulo the number of clients), sent without waiting: the loop never blocks on a
 client. While it loads, its log lines go to the first client; once built it tells every client its limits.
 
@@ -23,7 +23,7 @@ import zmq
 
 from core.config import EngineConfig
 from core.llm.orphan import exit_with_parent
-from core.llm.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_output, unpack_message
+from serving.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_output, unpack_message
 from core.scheduler.reply import Reply
 
 class Outbox:

@@ -1,6 +1,6 @@
 """Several engine processes behind one API front: ``minisgl serve --dp N``.
 
-Each engine is a whole model with its own KV cache and prefix cache (core/llm/remote.py). A request goes to the
+Each engine is a whole model with its own KV cache and prefix cache (serving/remote.py). A request goes to the
 engine whose prefix cache most likely holds the longest part of its prompt, else to the least loaded one. The
 front cannot see the engines' radix trees, so it remembers what it sent: per engine, the prompts' prefixes at
 every ``BLOCK`` tokens (hashed), the newest ``REMEMBERED`` of them. A prefix it sent an engine recently is most
@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 from core.errors import RequestRejected
 from core.events import StepEvent
-from core.llm.remote import RemoteEngine
+from serving.remote import RemoteEngine
 from core.llm.routes import ReplyCallback
 from core.request import SamplingParams
 
