@@ -84,13 +84,13 @@ def triton_sampler_disabled() -> bool:
 def whole_request_decode_disabled() -> bool:
     """MINISGL_DISABLE_WHOLE_REQUEST_DECODE=1 keeps flashinfer's split of the tensor-core decode under CUDA
     graphs even where its plan gives every request one chunk (float32 partials and a merge kernel a layer; see
-    core/attention/flashinfer_paged_backend.py, ``whole_request_rows``; for comparisons)."""
+    core/kernels/cuda/attention/flashinfer_paged.py, ``whole_request_rows``; for comparisons)."""
     return _flag("MINISGL_DISABLE_WHOLE_REQUEST_DECODE")
 
 
 def prefill_graph_disabled() -> bool:
     """MINISGL_DISABLE_PREFILL_GRAPH=1 runs every prefill chunk eagerly instead of replaying the captured graph of a
-    full chunk (core/engine/prefill_graph.py; for comparisons)."""
+    full chunk (core/kernels/cuda/graphs/prefill.py; for comparisons)."""
     return _flag("MINISGL_DISABLE_PREFILL_GRAPH")
 
 

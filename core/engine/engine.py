@@ -20,9 +20,9 @@ from core.attention.base import AttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
 from core.engine.describe import kernel_words, size_words, weight_words
-from core.engine.graph import CudaGraphRunner
+from core.kernels.cuda.graphs.decode import CudaGraphRunner
 from core.engine.kv_budget import default_kv_gb, pool_pages
-from core.engine.prefill_graph import PrefillGraphRunner
+from core.kernels.cuda.graphs.prefill import PrefillGraphRunner
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
@@ -168,18 +168,18 @@ class Engine:
         args = (self.kv_pool, self.page_table, cfg.num_heads // self.tp_info.size, self.num_kv_heads, cfg.head_dim)
         kernels = self.plan.kernels
         if self.plan.attention == "flashinfer" and self.plan.kv_fp8:
-            from core.attention.flashinfer_fp8_backend import FlashInferFp8Backend
+            from core.kernels.cuda.attention.flashinfer_fp8 import FlashInferFp8Backend
 
             return FlashInferFp8Backend(*args, cuda_decode=self.plan.fp8_cuda_decode, fast_gather=kernels.fp8_gather)
         if self.plan.attention == "flashinfer":
-            from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
+            from core.kernels.cuda.attention.flashinfer_paged import FlashInferPagedBackend
 
             return FlashInferPagedBackend(*args, small_decode=kernels.small_decode,
                                           pdl=kernels.pdl and kernels.small_decode,
                                           tensor_core_rows=self.plan.tensor_core_decode_rows,
                                           whole_request_decode=self.plan.whole_request_decode)
         if self.plan.fp8_paged_decode:
-            from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
+            from core.kernels.cuda.attention.paged_torch import PagedTorchBackend  # decode reads fp8 pages in place
 
             return PagedTorchBackend(*args)
         from core.attention.torch_backend import TorchAttentionBackend

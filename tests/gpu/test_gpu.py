@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core import LLM, SamplingParams
-from core.attention.flashinfer_common import flashinfer_available
+from core.kernels.cuda.attention.flashinfer_common import flashinfer_available
 from core.attention.torch_backend import TorchAttentionBackend
 from core.kvcache.pool import KVPool
 from core.request import Batch, Req
@@ -64,7 +64,7 @@ def _batch(cache: CacheManager, page_table: torch.Tensor, reqs: list[Req], phase
 @needs_flashinfer
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_size):
-    from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
+    from core.kernels.cuda.attention.flashinfer_paged import FlashInferPagedBackend
 
     torch.manual_seed(0)
     heads, kv_heads, dim = 8, 4, 128

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from core import LLM, SamplingParams
-from core.attention.flashinfer_common import FlashInferBase
-from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
+from core.kernels.cuda.attention.flashinfer_common import FlashInferBase
+from core.kernels.cuda.attention.flashinfer_paged import FlashInferPagedBackend
 from core.kernels.dispatch import TorchKernels
 from tests.support.prompts import varied_prompts
 
@@ -175,7 +175,7 @@ def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fa
     """flashinfer's tensor-core plan gives each request one KV chunk from ``whole_request_rows`` rows: batches
     that large are planned with ``disable_split_kv``, once a size (later steps only copy their page lists into
     the graph's buffers), smaller ones as flashinfer chooses at every step; tokens unchanged."""
-    from core.attention.flashinfer_paged_backend import whole_request_rows
+    from core.kernels.cuda.attention.flashinfer_paged import whole_request_rows
 
     assert whole_request_rows(132, 8) == 34 and whole_request_rows(132, 2) == 133
     prompts, params, ref, fi_llm = _shrinking_batches(model_dirs, seed=6)
@@ -210,7 +210,7 @@ def test_whole_request_decode_can_be_turned_off(monkeypatch, model_dirs, fake_fl
 
 
 def test_tensor_core_decode_by_heads_and_rows():
-    from core.attention.flashinfer_paged_backend import use_tensor_core_decode
+    from core.kernels.cuda.attention.flashinfer_paged import use_tensor_core_decode
 
     assert use_tensor_core_decode(32, 8) and use_tensor_core_decode(32, 8, rows=1, min_rows=160)
     assert not use_tensor_core_decode(16, 8, rows=256)  # no threshold: the plain kernel
@@ -230,7 +230,7 @@ def test_a_bad_tensor_core_threshold_is_refused(monkeypatch, raw):
 def test_fp8_decode_splits_count_programs_per_request_for_the_all_heads_variant():
     """The per-head kernel runs a program per (request, KV head, split), the all-heads one per (request,
     split): at 64 rows and 8 KV heads that is 512 programs unsplit against 64, which 4 splits bring to 256."""
-    from core.attention.flashinfer_fp8_backend import paged_splits
+    from core.kernels.cuda.attention.flashinfer_fp8 import paged_splits
 
     assert [paged_splits(rows, 8) for rows in (1, 16, 64, 256)] == [4, 4, 1, 1]
     assert [paged_splits(rows, 8, all_heads=True) for rows in (1, 64, 128, 256)] == [4, 4, 2, 1]
@@ -266,7 +266,7 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     through its fixed buffers, the request list is padded to its count with requests of no query tokens, the
     logits rows too; partial chunks run eagerly. The tokens stay the torch backend's."""
     import core.engine.plan as plan_module
-    from core.engine.prefill_graph import PrefillGraphRunner
+    from core.kernels.cuda.graphs.prefill import PrefillGraphRunner
 
     monkeypatch.setattr(plan_module, "prefill_graph_runs", lambda config, attention, *rest: attention == "flashinfer")
     monkeypatch.setattr(PrefillGraphRunner, "_record", _record_eagerly)
