@@ -275,7 +275,7 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     kwargs = dict(max_running_req=4, page_size=4, max_extend_tokens=24, device="cpu")
     ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
     fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
-    graph = fi_llm.engine.prefill_graph
+    graph = fi_llm.engine.graphs.prefill
     assert graph is not None and (graph.tokens, graph.max_reqs) == (24, 4)
     eager: list[int] = []  # the requests of each prefill planned eagerly
     backend = fi_llm.engine.attn_backend

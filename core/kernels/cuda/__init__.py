@@ -10,5 +10,6 @@ LM head through an int8 screen; ``triton_available.py``: whether Triton runs her
 The kernels sit here, each named by the wing's rule (``<thing>.py`` the wrapper, ``<thing>_triton.py`` or
 ``<thing>.cu`` its kernel); what plugs them into the engine sits in a subpackage named for the part of the engine
 it stands in for: ``attention/``, the attention backends beside the torch one, and ``graphs/``, the forward passes
-captured as CUDA graphs. ``install.py`` puts on the model what sits there (the screen) in one call.
+captured as CUDA graphs (``graphs/step.py``: the engine's fast step). ``install.py`` installs the wing in one
+call: the screen on the model's LM head, the attention backend and the graphs over it.
 """
