@@ -291,3 +291,77 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
     assert len(graph.graph.replays) >= 2 and min(graph.graph.replays) < 4, graph.graph.replays
     assert eager, "the last, partial chunk runs eagerly"
+
+
+class _EagerDecodeGraph:
+    """A decode 'graph' that replays by running the pass on the runner's fixed buffers, with the metadata the
+    backend planned for the graph (the CPU captures nothing): what padding, the input buffers, the greedy twin
+    and the engine's fast step give, without CUDA."""
+
+    def __init__(self, runner, bs: int, greedy: bool, pick) -> None:
+        self.runner, self.bs, self.greedy, self.pick = runner, bs, greedy, pick
+        self.replays: list[int] = []  # the requests of each batch replayed
+
+    def replay(self) -> None:
+        from core.attention.context import forward_context, get_context
+
+        runner, context = self.runner, get_context()
+        static = runner._static_batch(self.bs, context.batch.reqs)
+        static.attn_metadata = context.batch.attn_metadata
+        with forward_context(static, context.backend, greedy_logits=self.greedy):
+            logits = runner.model(static.input_ids, static.positions, None)
+        runner.logits[self.bs, self.greedy].copy_(logits)
+        if self.greedy:
+            runner.tokens[self.bs].copy_(self.pick(logits))
+        self.replays.append(context.batch.size)
+
+
+def _capture_decode_eagerly(runner, device, greedy_pick) -> None:
+    """Stands in for ``CudaGraphRunner._capture_all``: each size's (and greedy twin's) outputs and 'graph'."""
+    from core.attention.context import forward_context
+
+    for bs in runner.sizes:
+        for greedy in (False, True) if bs in runner.greedy_sizes else (False,):
+            batch = runner._static_batch(bs, [])
+            runner._pad(0, bs)
+            runner.backend.begin_forward(batch, graph=True)
+            with forward_context(batch, runner.backend, greedy_logits=greedy):
+                logits = runner.model(batch.input_ids, batch.positions, None)
+            runner.logits[bs, greedy] = logits.clone()
+            if greedy:
+                runner.tokens[bs] = greedy_pick(logits).clone()
+            runner.graphs[bs, greedy] = _EagerDecodeGraph(runner, bs, greedy, greedy_pick)
+
+
+def test_decode_batches_through_the_decode_graphs_keep_the_tokens(model_dirs, fake_flashinfer, monkeypatch):
+    """Decode batches of up to 4 rows run the decode graphs (here replayed eagerly) as the engine's fast step: padded
+    to a captured size, their tokens gathered into the graph's buffer, a greedy batch-1 step on the greedy twin,
+    which picks its token itself (the head's screen stood in for by a plain head), a sampled one on the plain graph;
+    larger batches eagerly. The tokens stay the torch backend's, and after release_cuda_graphs too."""
+    import core.engine.plan as plan_module
+    import core.kernels.cuda.install as install_module
+    from core.kernels.cuda.graphs.decode import CudaGraphRunner
+
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")  # every batch-1 step through the graphs
+    monkeypatch.setattr(plan_module, "graph_max_bs", lambda config, device, attention: 4 * (attention == "flashinfer"))
+    monkeypatch.setattr(install_module, "screen_head", lambda model, kernels, one_rank: True)
+    monkeypatch.setattr(CudaGraphRunner, "_capture_all", _capture_decode_eagerly)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    prompts, _ = varied_prompts(6, seed=5)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 9, 12, 4, 7)]
+    kwargs = dict(max_running_req=6, page_size=4, device="cpu")
+    ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
+    fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
+    engine = fi_llm.engine
+    runner = engine.graphs.decode
+    assert engine.fast_step is engine.graphs and runner.sizes == [1, 2, 4] and runner.greedy_sizes == (1,)
+    got = fi_llm.generate(prompts, params)
+    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
+    assert 3 in runner.graphs[4, False].replays and runner.graphs[1, True].replays, "3 rows padded to 4; greedy 1"
+    assert not runner.graphs[1, False].replays
+    fi_llm.generate(prompts[:1], SamplingParams(max_tokens=3, ignore_eos=True, temperature=0.7, seed=1))
+    assert runner.graphs[1, False].replays == [1, 1]  # sampled: the plain graph (the prefill's token is sampled)
+    engine.release_cuda_graphs()
+    assert engine.graphs is None and engine.fast_step is None
+    again = fi_llm.generate(prompts, params)
+    assert [r["token_ids"] for r in again] == [r["token_ids"] for r in ref]
