@@ -120,7 +120,7 @@ def env_info(check: Check) -> str:
 def warm_kernels(check: Check) -> str:
     """Build every flashinfer module the engine uses at once (each build is a separate ninja run, so in
     parallel they share the cores) and compile the sampler, instead of paying for them one after another."""
-    from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
+    from core.kernels.cuda.attention.flashinfer_paged import FlashInferPagedBackend
     from core.kernels.dispatch import FlashInferKernels
     from core.layers.rope import RotaryEmbedding
     from core.model_config import RopeScaling

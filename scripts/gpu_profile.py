@@ -83,7 +83,7 @@ def graph_replay_ms(llm: LLM, batch: int, context: int) -> float:
 def step_graph(llm: LLM, batch: int) -> torch.cuda.CUDAGraph:
     """The graph a decode step of ``batch`` rows replays as decode_steps runs it: greedy at batch 1 (where the
     screened LM head has a graph of its own), with temperature above."""
-    runner = llm.engine.graph_runner
+    runner = llm.engine.graphs.decode
     size = runner.padded_size(batch)
     return runner.graphs[size, batch == 1 and size in runner.greedy_sizes]
 
@@ -310,7 +310,7 @@ def timed_workload(llm: LLM, workload, record: bool) -> tuple[float, int, list[d
 
 def replay_grid(llm: LLM) -> list[dict]:
     """Device ms of one decode-graph replay at each grid batch and context, planned for a real batch."""
-    runner = llm.engine.graph_runner
+    runner = llm.engine.graphs.decode if llm.engine.graphs is not None else None
     points = []
     for batch in GRID_BATCHES:
         if runner is None or batch > max(runner.sizes):
@@ -336,7 +336,7 @@ def workload_budget(model: str, page_size: int, requests: int | None, device: st
         costs = ModelCosts.of(cfg, llm.engine.dtype.itemsize, llm.engine.kv_bytes_per_token)
         floor = workload_floor(costs, workload.requests, ceilings)
         cuda = llm.device.type == "cuda"
-        runner = llm.engine.graph_runner
+        runner = llm.engine.graphs.decode if llm.engine.graphs is not None else None
         result = {
             "model": model, "page_size": page_size, "requests": len(workload.requests), "tokens": tokens,
             "wall_s": wall, "wall_recorded_s": wall_recorded, "steps": steps,

@@ -148,7 +148,7 @@ def _body_bytes(llm: LLM, one_request: bool = False) -> float:
     4-bit codes where its C kernels hold them (core/kernels/cpu/four_bit.py: the same floats, so the work costs only
     those bytes), else its dtype's size."""
     engine = llm.engine
-    step = engine.cpu_decode
+    step = engine.cpu_paths.decode_step
     four_bit = (step is not None and isinstance(step.layers_kept[0].qkv, FourBitRows) if one_request
                 else four_bit_panels(engine.model) > 0)
     return FOUR_BIT_BYTES if four_bit else engine.dtype.itemsize

@@ -3,6 +3,11 @@
 It owns the weights, the KV pool, the page table, the attention backend and the sampler. The scheduler
 decides what to run; the engine runs one prepared batch and hands back the sampled tokens, both on the
 device (fed back into the token pool) and on their way to the host (for the scheduler's bookkeeping).
+
+Its reference step is the torch attention backend and the model. Each wing of fast paths (core/kernels/cpu/,
+core/kernels/cuda/) is installed by one call from the plan; a wing that runs some batches its own way end to end
+(the CUDA graphs' replays, the CPU's C decode step) hands over a fast step, which the engine tries first
+(core/engine/fast_step.py).
 """
 
 from __future__ import annotations
@@ -17,19 +22,20 @@ import torch
 from core.words import plural
 from core.arith import pages_for
 from core.attention.base import AttentionBackend
+from core.attention.torch_backend import TorchAttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
 from core.engine.describe import kernel_words, size_words, weight_words
-from core.engine.graph import CudaGraphRunner
+from core.engine.fast_step import FastStep, first_of
 from core.engine.kv_budget import default_kv_gb, pool_pages
-from core.engine.prefill_graph import PrefillGraphRunner
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary
 from core.kernels.cpu.install import install_cpu_fast_paths
-from core.kernels.cuda.install import install_cuda_fast_paths
+from core.kernels.cuda.graphs.step import CudaGraphs
+from core.kernels.cuda.install import EngineParts, install_cuda_fast_paths
 from core.kernels.dispatch import install_kernels, kernels_for
 from core.kernels.derived import DerivedCache, source_key
 from core.distributed.info import get_tp_info
@@ -102,21 +108,10 @@ class Engine:
         self.page_table = torch.zeros(config.max_running_req + 1, width, dtype=torch.int64, device=self.device)
         self.pad_row = config.max_running_req
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
-        # the fast paths the plan chose, each wing's in one call (with none, the torch layers as they are)
-        install_kernels(self.model, kernels_for(self.plan.kernels))
-        one_rank = self.tp_info.size == 1
-        self.cpu_paths = install_cpu_fast_paths(self.model, cfg, self.plan.kernels, self.plan.precision,
-                                                self.plan.c_attention, self.kv_pool, width, one_rank, derived)
-        self.cpu_decode = self.cpu_paths.decode_step  # a single request's decode step as one C call, or None
-        self.screened_head = (self.cpu_paths.screened_head or
-                              install_cuda_fast_paths(self.model, self.plan.kernels, one_rank))
-        self.attn_backend = self._make_backend()
-        derived.save()
         self.sampler = Sampler(self.device, triton_race=self.plan.kernels.triton_sampler)
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
-        self.graph_runner = self._make_graph_runner(log)
-        self.prefill_graph = self._make_prefill_graph(log)
+        self._install_fast_paths(heads, derived, log)
         # forward passes run on their own stream, so the scheduler's stream can prepare the next step meanwhile
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         if log:
@@ -154,8 +149,8 @@ class Engine:
             why = f"the {self.config.kv_cache_gb or default_kv_gb(self.device):.1f} GiB budget for the cache"
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
-        if self.prefill_graph is not None:
-            graphs += f" and for full prefill chunks of {plural(self.prefill_graph.tokens, 'token')}"
+        if self.graphs is not None and self.graphs.prefill is not None:
+            graphs += f" and for full prefill chunks of {plural(self.graphs.prefill.tokens, 'token')}"
         packed = weight_words(plan, self.cpu_paths.four_bit_panels, self.screened_head)
         layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
         size = size_words(tokens * per_token)
@@ -163,75 +158,46 @@ class Engine:
                 f"{plural(tokens, 'token')}{' in fp8' if plan.kv_fp8 else ''}{layout} ({size}; {why}), "
                 f"{plan.attention} attention with {kernel_words(plan)}{packed}, {graphs}")
 
-    def _make_backend(self) -> AttentionBackend:
-        cfg = self.model_config
-        args = (self.kv_pool, self.page_table, cfg.num_heads // self.tp_info.size, self.num_kv_heads, cfg.head_dim)
-        kernels = self.plan.kernels
-        if self.plan.attention == "flashinfer" and self.plan.kv_fp8:
-            from core.attention.flashinfer_fp8_backend import FlashInferFp8Backend
-
-            return FlashInferFp8Backend(*args, cuda_decode=self.plan.fp8_cuda_decode, fast_gather=kernels.fp8_gather)
-        if self.plan.attention == "flashinfer":
-            from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
-
-            return FlashInferPagedBackend(*args, small_decode=kernels.small_decode,
-                                          pdl=kernels.pdl and kernels.small_decode,
-                                          tensor_core_rows=self.plan.tensor_core_decode_rows,
-                                          whole_request_decode=self.plan.whole_request_decode)
-        if self.plan.fp8_paged_decode:
-            from core.attention.paged_torch_backend import PagedTorchBackend  # decode reads fp8 pages in place
-
-            return PagedTorchBackend(*args)
-        from core.attention.torch_backend import TorchAttentionBackend
-
-        return TorchAttentionBackend(*args, c_attention=self.cpu_paths.attention)
-
-    def _make_graph_runner(self, log: Callable[[str], None] | None) -> CudaGraphRunner | None:
-        """Decode graphs up to the plan's batch size (none when it is 0)."""
-        if not self.plan.cuda_graph_max_bs:
-            return None
-        assert self.attn_backend.supports_cuda_graph, "the plan allows graphs only with a backend that has them"
-        # a greedy request's step gets a graph of its own where the LM head screens it (one row)
-        greedy_sizes = (1,) if self.screened_head else ()
-        return CudaGraphRunner(self.model, self.attn_backend, self.plan.cuda_graph_max_bs,
-                               self.dummy_page * self.page_size, self.dummy_page, self.device, log, greedy_sizes,
-                               self.sampler.greedy)
-
-    def _make_prefill_graph(self, log: Callable[[str], None] | None) -> PrefillGraphRunner | None:
-        """The full prefill chunk's graph, where the plan takes it and a full chunk can happen at all (enough
-        rows of long enough sequences to fill one)."""
-        config = self.config
-        tokens = config.max_extend_tokens
-        if not self.plan.prefill_graph or tokens > config.max_running_req * self.max_seq_len:
-            return None
-        return PrefillGraphRunner(self.model, self.attn_backend, tokens, min(config.max_running_req, tokens),
-                                  self.dummy_page * self.page_size, self.dummy_page, self.device, log)
+    def _install_fast_paths(self, heads: AttentionShape, derived: DerivedCache,
+                            log: Callable[[str], None] | None) -> None:
+        """The fast paths the plan chose, each wing's in one call (with none, the torch layers, the torch attention
+        backend and the model as they are)."""
+        install_kernels(self.model, kernels_for(self.plan.kernels))
+        one_rank = self.tp_info.size == 1
+        self.cpu_paths = install_cpu_fast_paths(self.model, self.model_config, self.plan.kernels, self.plan.precision,
+                                                self.plan.c_attention, self.kv_pool, self.page_table, one_rank,
+                                                derived)
+        derived.save()
+        parts = EngineParts(self.kv_pool, self.page_table, heads, self.max_seq_len, self.dummy_page)
+        cuda = install_cuda_fast_paths(self.model, self.plan, self.config, parts, one_rank, self.sampler.greedy, log)
+        self.screened_head = self.cpu_paths.screened_head or cuda.screened_head
+        # the reference backend, unless the CUDA wing installed one of its own (which its graphs were captured on)
+        self.attn_backend: AttentionBackend = (
+            cuda.backend if cuda.backend is not None else
+            TorchAttentionBackend(self.kv_pool, self.page_table, *heads, c_attention=self.cpu_paths.attention))
+        self.graphs: CudaGraphs | None = cuda.graphs  # captured decode steps and full prefill chunks
+        # the wings' own steps (graph replays, the CPU's C decode step), tried on every batch before the model
+        self.fast_step: FastStep | None = first_of(self.graphs, self.cpu_paths.fast_step)
 
     def release_cuda_graphs(self) -> None:
         """Drop the captured graphs (every step runs eagerly from here on). Under tensor parallelism they hold
         NCCL work, and must be gone before the communicators are torn down."""
-        if self.graph_runner is None and self.prefill_graph is None:
+        if self.graphs is None:
             return
-        self.graph_runner = self.prefill_graph = None
+        self.graphs = None
+        self.fast_step = self.cpu_paths.fast_step  # what is left without them: the CPU wing's (None on CUDA)
         torch.cuda.synchronize(self.device)
         gc.collect()
 
     def padded_size(self, batch: Batch) -> int:
         """Rows the batch will run with: a decode batch under CUDA graphs is padded to a captured size, a full
         prefill chunk to the prefill graph's request count."""
-        if batch.is_prefill:
-            graph = self.prefill_graph
-            return graph.max_reqs if graph is not None and graph.fits(batch) else batch.size
-        if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            return self.graph_runner.padded_size(batch.size)
-        return batch.size
+        return batch.size if self.graphs is None else self.graphs.padded_size(batch)
 
     def gather_inputs(self, token_pool: torch.Tensor, places: torch.Tensor, batch: Batch) -> torch.Tensor:
         """A decode batch's input tokens from their places in the flat token pool: under a CUDA graph straight
         into its input buffer (one copy fewer a step)."""
-        if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            return self.graph_runner.gather_inputs(token_pool, places)
-        return token_pool[places]
+        return token_pool[places] if self.graphs is None else self.graphs.gather_inputs(token_pool, places, batch)
 
     def forward_batch(self, batch: Batch, sample_args: SampleArgs,
                       logits_indices: torch.Tensor) -> tuple[torch.Tensor, TokenLogprobs | None]:
@@ -239,19 +205,13 @@ class Engine:
         too (still on the device) when some request of the batch asked for them."""
         # a greedy step that wants no log-probabilities needs only each row's largest logit exact
         greedy = sample_args.all_greedy and sample_args.logprobs < 0
-        picked = None  # tokens a greedy graph picked itself: the sampler's greedy pick, captured
         with forward_context(batch, self.attn_backend, greedy_logits=greedy), torch.inference_mode():
-            if self.graph_runner is not None and self.graph_runner.can_run(batch):
-                logits, picked = self.graph_runner.run(batch)
-            elif self.prefill_graph is not None and self.prefill_graph.can_run(batch):
-                logits = self.prefill_graph.run(batch, logits_indices)
-            elif self.cpu_decode is not None and batch.is_decode and batch.size == 1:
-                req = batch.reqs[0]
-                logits = self.cpu_decode(batch.input_ids, batch.positions,
-                                         self.page_table[req.table_idx, :req.device_len], screen=greedy)
-            else:
+            fast = self.fast_step
+            ran = fast.run(batch, logits_indices, greedy) if fast is not None else None
+            if ran is None:  # no fast path takes the batch: the reference step
                 self.attn_backend.begin_forward(batch)
-                logits = self.model(batch.input_ids, batch.positions, logits_indices)
+                ran = self.model(batch.input_ids, batch.positions, logits_indices), None
+            logits, picked = ran  # picked: tokens a fast step picked itself (a greedy graph), else None
             # ranks sample identically from identical gathered logits; the broadcast makes agreement certain
             if picked is None:
                 picked = self.sampler.sample(logits, sample_args)

@@ -15,8 +15,8 @@ from typing import NamedTuple
 import torch
 
 from core import env
-from core.attention.flashinfer_common import HALF_DTYPES, flashinfer_available
-from core.attention.flashinfer_paged_backend import use_tensor_core_decode
+from core.kernels.cuda.attention.flashinfer_common import HALF_DTYPES, flashinfer_available
+from core.kernels.cuda.attention.flashinfer_paged import use_tensor_core_decode
 from core.config import EngineConfig
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
@@ -64,7 +64,8 @@ class EnginePlan:
     # from the batch size where flashinfer's tensor-core decode plan gives each request one KV chunk, plan it
     # unsplit (no float32 partials, no merge kernel); only under flashinfer attention on a bf16 pool
     whole_request_decode: bool = False
-    # a prefill chunk of exactly max_extend_tokens tokens replays a captured graph (core/engine/prefill_graph.py)
+    # a prefill chunk of exactly max_extend_tokens tokens replays a captured graph
+    # (core/kernels/cuda/graphs/prefill.py)
     prefill_graph: bool = False
     # the KV pool head-major (flashinfer's HND: each page one KV head's tokens side by side), which decode reads
     # faster at large pages (core/kvcache/pool.py); else token-major, what every other reader takes

@@ -148,7 +148,7 @@ class Sampler:
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
         """Each row's first maximal column: what ``sample`` gives an all-greedy batch (a decode graph may capture
-        it, core/engine/graph.py)."""
+        it, core/kernels/cuda/graphs/decode.py)."""
         return self._greedy(logits)
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:

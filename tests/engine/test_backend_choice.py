@@ -15,7 +15,7 @@ def test_cpu_defaults_to_torch_attention_and_kernels_without_graphs():
     engine = llm.engine
     assert type(engine.attn_backend).__name__ == "TorchAttentionBackend"
     assert engine.model.model.norm.kernels.name == "torch"
-    assert engine.graph_runner is None
+    assert engine.graphs is None
     assert engine.kv_pool.num_pages == engine.num_pages + 1  # the padding page is never handed out
     assert llm.stats()["total_pages"] == engine.num_pages
 

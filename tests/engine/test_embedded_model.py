@@ -50,16 +50,17 @@ def test_the_linears_run_on_their_four_bit_codes_with_the_float32_weights_result
     from core.kernels.cpu.decode import FourBitRows
     from core.kernels.cpu.gemm import four_bit_panels
 
-    if not smollm2.engine.plan.kernels.c_gemm or smollm2.engine.cpu_decode is None:
+    if not smollm2.engine.plan.kernels.c_gemm or smollm2.engine.cpu_paths.decode_step is None:
         pytest.skip("the C GEMM or the C decode step does not run here")
     assert four_bit_panels(smollm2.engine.model) == 120
     assert "120 of them as the 4-bit codes" in smollm2.engine.describe()
-    assert all(isinstance(getattr(layer, name), FourBitRows) for layer in smollm2.engine.cpu_decode.layers_kept
+    step = smollm2.engine.cpu_paths.decode_step
+    assert all(isinstance(getattr(layer, name), FourBitRows) for layer in step.layers_kept
                for name in ("qkv", "o_proj", "gate_up", "down"))
     monkeypatch.setenv("MINISGL_DISABLE_FOUR_BIT_WEIGHTS", "1")
     plain = LLM(max_running_req=8)
     assert four_bit_panels(plain.engine.model) == 0
-    assert not isinstance(plain.engine.cpu_decode.layers_kept[0].qkv, FourBitRows)
+    assert not isinstance(plain.engine.cpu_paths.decode_step.layers_kept[0].qkv, FourBitRows)
     # the bench's floor counts the bytes each reads: three quarters of a byte a weight against four
     from core.bench.runner import _body_bytes
 

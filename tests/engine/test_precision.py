@@ -117,7 +117,7 @@ def test_fast_where_the_c_step_runs_is_the_int8_step_with_float32_or_amx_batches
 def test_exact_with_the_c_decode_step_gives_transformers_tokens_on_the_embedded_model(smollm2_dir):
     prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
     with LLM(smollm2_dir, max_running_req=4) as llm:
-        assert llm.engine.cpu_decode is not None and "decode steps in C" in llm.engine.describe()
+        assert llm.engine.cpu_paths.decode_step is not None and "decode steps in C" in llm.engine.describe()
         assert llm.precision_note == ""
         ids = [llm.tokenizer.encode(p) for p in prompts]
         params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -212,12 +212,13 @@ def test_int8_with_the_c_decode_step_has_no_differences_against_transformers(smo
     prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of"]
     with LLM(smollm2_dir, precision="int8", max_running_req=4) as llm:
         engine = llm.engine
-        assert engine.cpu_decode is not None and isinstance(engine.cpu_decode.lm_head, Int8Weight)
+        step = engine.cpu_paths.decode_step
+        assert step is not None and isinstance(step.lm_head, Int8Weight)
         # the torch layers keep float32 for prefill and batches; the C step reads int8 copies
         assert engine.cpu_paths.int8_linears == 0 and engine.cpu_paths.packed_linears > 0
         assert "decode steps in C on int8 weights" in engine.describe()
         layer = engine.model.model.layers[0].mlp.down_proj
-        copy, expected = engine.cpu_decode.layers_kept[0].down, Int8Weight.quantize(layer.weight)
+        copy, expected = step.layers_kept[0].down, Int8Weight.quantize(layer.weight)
         if engine.plan.precision.int8_dots:  # the step reads it tiled (core/kernels/cpu/decode.c's tile_int8)
             expected = cpu_decode.tiled(cpu_decode.load_library().library, expected)
         assert torch.equal(copy.values, expected.values)

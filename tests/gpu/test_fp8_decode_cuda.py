@@ -124,7 +124,7 @@ def test_fp8_engine_on_the_cuda_decode_stays_near_the_triton_kernels_tokens(monk
     kw = dict(max_running_req=8, max_seq_len=2048, kv_cache_gb=1.0, page_size=16, kv_dtype="fp8")
     cuda = LLM("random:small-qwen3", **kw)
     assert cuda.engine.plan.fp8_cuda_decode and cuda.engine.attn_backend.cuda_decode
-    assert cuda.engine.graph_runner is not None and "CUDA fp8 decode" in cuda.engine.describe()
+    assert cuda.engine.graphs.decode is not None and "CUDA fp8 decode" in cuda.engine.describe()
     got = [o["token_ids"] for o in cuda.generate(prompts, params)]
     monkeypatch.setenv("MINISGL_DISABLE_CUDA_FP8_DECODE", "1")
     triton = LLM("random:small-qwen3", **kw)

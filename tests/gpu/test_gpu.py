@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from core import LLM, SamplingParams
-from core.attention.flashinfer_common import flashinfer_available
+from core.kernels.cuda.attention.flashinfer_common import flashinfer_available
 from core.attention.torch_backend import TorchAttentionBackend
 from core.kvcache.pool import KVPool
 from core.request import Batch, Req
@@ -64,7 +64,7 @@ def _batch(cache: CacheManager, page_table: torch.Tensor, reqs: list[Req], phase
 @needs_flashinfer
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_flashinfer_attention_matches_torch_over_cached_prefix_and_decode(page_size):
-    from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
+    from core.kernels.cuda.attention.flashinfer_paged import FlashInferPagedBackend
 
     torch.manual_seed(0)
     heads, kv_heads, dim = 8, 4, 128
@@ -164,10 +164,10 @@ def test_cuda_graphs_on_and_off_give_the_same_tokens(hd128_dir, monkeypatch):
                   **SMALL)
     eager = LLM(hd128_dir, cuda_graph_max_bs=0, **common)
     graphs = LLM(hd128_dir, cuda_graph_max_bs=16, **common)
-    assert graphs.engine.graph_runner is not None and eager.engine.graph_runner is None
+    assert graphs.engine.graphs.decode is not None and eager.engine.graphs is None
     assert generate(graphs, prompts, lengths) == generate(eager, prompts, lengths)
     # graphs larger than the running cap are never captured
-    runner = graphs.engine.graph_runner
+    runner = graphs.engine.graphs.decode
     assert runner.sizes[-1] == 11
     # where the LM head screens a greedy row, the batch-1 greedy graph picks its token itself (the tokens above)
     assert (1 in runner.tokens) == bool(graphs.engine.screened_head)
@@ -251,8 +251,8 @@ def test_full_prefill_chunks_under_a_graph_agree_with_eager_ones(hd128_dir, monk
     graphs = LLM(hd128_dir, **common)
     monkeypatch.setenv("MINISGL_DISABLE_PREFILL_GRAPH", "1")
     eager = LLM(hd128_dir, **common)
-    runner = graphs.engine.prefill_graph
-    assert runner is not None and eager.engine.prefill_graph is None and runner.max_reqs == 5
+    runner = graphs.engine.graphs.prefill
+    assert runner is not None and eager.engine.graphs.prefill is None and runner.max_reqs == 5
     replays: list[int] = []
     real_run = runner.run
     monkeypatch.setattr(runner, "run", lambda batch, rows: (replays.append(batch.size), real_run(batch, rows))[1])

@@ -76,7 +76,7 @@ def test_fp8_engine_greedy_tokens_stay_near_the_bf16_engines():
     for attention, backend in ((None, "FlashInferFp8Backend"), ("torch", "PagedTorchBackend")):
         llm = LLM("random:small-qwen3", kv_dtype="fp8", attention=attention, **kw)
         assert type(llm.engine.attn_backend).__name__ == backend
-        assert (llm.engine.graph_runner is not None) == (attention is None)
+        assert (llm.engine.graphs is not None) == (attention is None)
         fp8 = [o["token_ids"] for o in llm.generate(prompts, params)]
         assert all(len(t) == 24 for t in fp8)
         verdict = near_tie_compare(ref, llm, prompts, bf16, fp8)
@@ -98,7 +98,7 @@ def test_fp8_engine_on_the_all_heads_tile_stays_near_the_default_tiles(monkeypat
     want = [o["token_ids"] for o in default.generate(prompts, params)]
     monkeypatch.setitem(TILES, True, ALL_HEADS_TILE)
     all_heads = LLM("random:small-qwen3", **kw)
-    assert all_heads.engine.graph_runner is not None
+    assert all_heads.engine.graphs.decode is not None
     got = [o["token_ids"] for o in all_heads.generate(prompts, params)]
     verdict = near_tie_compare(default, all_heads, prompts, want, got)
     assert verdict.ok, verdict.details

@@ -110,15 +110,16 @@ def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], pre
         monkeypatch.setattr(int8_weights, "int8_linear", quantised_input_linear)
     with LLM(model, precision=precision, page_size=PAGE, max_running_req=4) as llm:
         engine = llm.engine
-        assert engine.cpu_decode is not None and "decode steps in C" in engine.describe()
+        assert engine.cpu_paths.decode_step is not None and "decode steps in C" in engine.describe()
         assert engine.cpu_paths.int8_linears == 0  # the torch layers keep float32: the C step reads int8 copies
-        step = engine.cpu_decode
+        step = engine.cpu_paths.decode_step
         if precision == "int8":  # the torch side quantised as the C step's copies were, LM head too
             assert isinstance(step.lm_head, Int8Weight)
             quantize_linears(engine.model)
             install_kernels(engine.model, kernels_for(replace(engine.plan.kernels, int8_weights=True)))
             engine.model.lm_head.forward = lambda hidden: quantised_input_linear(hidden, step.lm_head)
-        checked = engine.cpu_decode = Checked(step, engine, quantised_inputs=engine.plan.precision.int8_dots)
+        checked = Checked(step, engine, quantised_inputs=engine.plan.precision.int8_dots)
+        engine.cpu_paths.fast_step.step = checked
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
         llm.generate(prompts, params)
     return checked
@@ -232,11 +233,11 @@ def test_no_compiler_keeps_torch_and_says_so(monkeypatch, cpu_without_amx):
     cpu_decode.load_library.cache_clear()
     try:
         with LLM("random:tiny-qwen3", precision="fast") as llm:
-            assert llm.engine.cpu_decode is None
+            assert llm.engine.cpu_paths.decode_step is None
             assert "no C compiler found" in llm.precision_note and "\n" not in llm.precision_note
             assert llm.precision_note.startswith("precision fast: kept exact float32")
         with LLM("random:tiny-qwen3") as llm:
-            assert llm.engine.cpu_decode is None and "decode steps in C" not in llm.engine.describe()
+            assert llm.engine.cpu_paths.decode_step is None and "decode steps in C" not in llm.engine.describe()
     finally:
         cpu_decode.load_library.cache_clear()
 
@@ -251,12 +252,13 @@ def test_a_failed_build_is_one_line_and_leaves_no_object(tmp_path):
 
 def test_the_off_switch_keeps_the_torch_path(monkeypatch, cpu_without_amx):
     with LLM("random:tiny-qwen3") as llm:
-        assert llm.engine.cpu_decode is not None and "single-request decode steps in C" in llm.engine.describe()
+        assert llm.engine.cpu_paths.decode_step is not None
+        assert "single-request decode steps in C" in llm.engine.describe()
     monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
     with LLM("random:tiny-qwen3", precision="fast") as llm:
-        assert llm.engine.cpu_decode is None and "MINISGL_DISABLE_CPU_DECODE" in llm.precision_note
+        assert llm.engine.cpu_paths.decode_step is None and "MINISGL_DISABLE_CPU_DECODE" in llm.precision_note
     with LLM("random:tiny-qwen3") as llm:
-        assert llm.engine.cpu_decode is None
+        assert llm.engine.cpu_paths.decode_step is None
 
 
 class Screening:
@@ -291,7 +293,7 @@ def test_a_screened_greedy_step_keeps_the_full_products_largest_logit(model, mod
     gen = torch.Generator().manual_seed(4)
     prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (7, 30)]
     with LLM(path, page_size=PAGE, max_running_req=1) as llm:  # one request at a time: every step is the C step
-        screening = llm.engine.cpu_decode = Screening(llm.engine.cpu_decode)
+        screening = llm.engine.cpu_paths.fast_step.step = Screening(llm.engine.cpu_paths.decode_step)
         greedy = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
         assert screening.steps == 2 * 11
         if model == "smollm2":  # on a trained model's peaked logits the screen leaves almost every row out

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from core import LLM, SamplingParams
-from core.attention.flashinfer_common import FlashInferBase
-from core.attention.flashinfer_paged_backend import FlashInferPagedBackend
+from core.kernels.cuda.attention.flashinfer_common import FlashInferBase
+from core.kernels.cuda.attention.flashinfer_paged import FlashInferPagedBackend
 from core.kernels.dispatch import TorchKernels
 from tests.support.prompts import varied_prompts
 
@@ -175,7 +175,7 @@ def test_decode_batches_from_the_unsplit_size_are_planned_unsplit(model_dirs, fa
     """flashinfer's tensor-core plan gives each request one KV chunk from ``whole_request_rows`` rows: batches
     that large are planned with ``disable_split_kv``, once a size (later steps only copy their page lists into
     the graph's buffers), smaller ones as flashinfer chooses at every step; tokens unchanged."""
-    from core.attention.flashinfer_paged_backend import whole_request_rows
+    from core.kernels.cuda.attention.flashinfer_paged import whole_request_rows
 
     assert whole_request_rows(132, 8) == 34 and whole_request_rows(132, 2) == 133
     prompts, params, ref, fi_llm = _shrinking_batches(model_dirs, seed=6)
@@ -210,7 +210,7 @@ def test_whole_request_decode_can_be_turned_off(monkeypatch, model_dirs, fake_fl
 
 
 def test_tensor_core_decode_by_heads_and_rows():
-    from core.attention.flashinfer_paged_backend import use_tensor_core_decode
+    from core.kernels.cuda.attention.flashinfer_paged import use_tensor_core_decode
 
     assert use_tensor_core_decode(32, 8) and use_tensor_core_decode(32, 8, rows=1, min_rows=160)
     assert not use_tensor_core_decode(16, 8, rows=256)  # no threshold: the plain kernel
@@ -230,7 +230,7 @@ def test_a_bad_tensor_core_threshold_is_refused(monkeypatch, raw):
 def test_fp8_decode_splits_count_programs_per_request_for_the_all_heads_variant():
     """The per-head kernel runs a program per (request, KV head, split), the all-heads one per (request,
     split): at 64 rows and 8 KV heads that is 512 programs unsplit against 64, which 4 splits bring to 256."""
-    from core.attention.flashinfer_fp8_backend import paged_splits
+    from core.kernels.cuda.attention.flashinfer_fp8 import paged_splits
 
     assert [paged_splits(rows, 8) for rows in (1, 16, 64, 256)] == [4, 4, 1, 1]
     assert [paged_splits(rows, 8, all_heads=True) for rows in (1, 64, 128, 256)] == [4, 4, 2, 1]
@@ -266,7 +266,7 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     through its fixed buffers, the request list is padded to its count with requests of no query tokens, the
     logits rows too; partial chunks run eagerly. The tokens stay the torch backend's."""
     import core.engine.plan as plan_module
-    from core.engine.prefill_graph import PrefillGraphRunner
+    from core.kernels.cuda.graphs.prefill import PrefillGraphRunner
 
     monkeypatch.setattr(plan_module, "prefill_graph_runs", lambda config, attention, *rest: attention == "flashinfer")
     monkeypatch.setattr(PrefillGraphRunner, "_record", _record_eagerly)
@@ -275,7 +275,7 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     kwargs = dict(max_running_req=4, page_size=4, max_extend_tokens=24, device="cpu")
     ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
     fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
-    graph = fi_llm.engine.prefill_graph
+    graph = fi_llm.engine.graphs.prefill
     assert graph is not None and (graph.tokens, graph.max_reqs) == (24, 4)
     eager: list[int] = []  # the requests of each prefill planned eagerly
     backend = fi_llm.engine.attn_backend
@@ -291,3 +291,77 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
     assert len(graph.graph.replays) >= 2 and min(graph.graph.replays) < 4, graph.graph.replays
     assert eager, "the last, partial chunk runs eagerly"
+
+
+class _EagerDecodeGraph:
+    """A decode 'graph' that replays by running the pass on the runner's fixed buffers, with the metadata the
+    backend planned for the graph (the CPU captures nothing): what padding, the input buffers, the greedy twin
+    and the engine's fast step give, without CUDA."""
+
+    def __init__(self, runner, bs: int, greedy: bool, pick) -> None:
+        self.runner, self.bs, self.greedy, self.pick = runner, bs, greedy, pick
+        self.replays: list[int] = []  # the requests of each batch replayed
+
+    def replay(self) -> None:
+        from core.attention.context import forward_context, get_context
+
+        runner, context = self.runner, get_context()
+        static = runner._static_batch(self.bs, context.batch.reqs)
+        static.attn_metadata = context.batch.attn_metadata
+        with forward_context(static, context.backend, greedy_logits=self.greedy):
+            logits = runner.model(static.input_ids, static.positions, None)
+        runner.logits[self.bs, self.greedy].copy_(logits)
+        if self.greedy:
+            runner.tokens[self.bs].copy_(self.pick(logits))
+        self.replays.append(context.batch.size)
+
+
+def _capture_decode_eagerly(runner, device, greedy_pick) -> None:
+    """Stands in for ``CudaGraphRunner._capture_all``: each size's (and greedy twin's) outputs and 'graph'."""
+    from core.attention.context import forward_context
+
+    for bs in runner.sizes:
+        for greedy in (False, True) if bs in runner.greedy_sizes else (False,):
+            batch = runner._static_batch(bs, [])
+            runner._pad(0, bs)
+            runner.backend.begin_forward(batch, graph=True)
+            with forward_context(batch, runner.backend, greedy_logits=greedy):
+                logits = runner.model(batch.input_ids, batch.positions, None)
+            runner.logits[bs, greedy] = logits.clone()
+            if greedy:
+                runner.tokens[bs] = greedy_pick(logits).clone()
+            runner.graphs[bs, greedy] = _EagerDecodeGraph(runner, bs, greedy, greedy_pick)
+
+
+def test_decode_batches_through_the_decode_graphs_keep_the_tokens(model_dirs, fake_flashinfer, monkeypatch):
+    """Decode batches of up to 4 rows run the decode graphs (here replayed eagerly) as the engine's fast step: padded
+    to a captured size, their tokens gathered into the graph's buffer, a greedy batch-1 step on the greedy twin,
+    which picks its token itself (the head's screen stood in for by a plain head), a sampled one on the plain graph;
+    larger batches eagerly. The tokens stay the torch backend's, and after release_cuda_graphs too."""
+    import core.engine.plan as plan_module
+    import core.kernels.cuda.install as install_module
+    from core.kernels.cuda.graphs.decode import CudaGraphRunner
+
+    monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")  # every batch-1 step through the graphs
+    monkeypatch.setattr(plan_module, "graph_max_bs", lambda config, device, attention: 4 * (attention == "flashinfer"))
+    monkeypatch.setattr(install_module, "screen_head", lambda model, kernels, one_rank: True)
+    monkeypatch.setattr(CudaGraphRunner, "_capture_all", _capture_decode_eagerly)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    prompts, _ = varied_prompts(6, seed=5)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (3, 6, 9, 12, 4, 7)]
+    kwargs = dict(max_running_req=6, page_size=4, device="cpu")
+    ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
+    fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
+    engine = fi_llm.engine
+    runner = engine.graphs.decode
+    assert engine.fast_step is engine.graphs and runner.sizes == [1, 2, 4] and runner.greedy_sizes == (1,)
+    got = fi_llm.generate(prompts, params)
+    assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
+    assert 3 in runner.graphs[4, False].replays and runner.graphs[1, True].replays, "3 rows padded to 4; greedy 1"
+    assert not runner.graphs[1, False].replays
+    fi_llm.generate(prompts[:1], SamplingParams(max_tokens=3, ignore_eos=True, temperature=0.7, seed=1))
+    assert runner.graphs[1, False].replays == [1, 1]  # sampled: the plain graph (the prefill's token is sampled)
+    engine.release_cuda_graphs()
+    assert engine.graphs is None and engine.fast_step is None
+    again = fi_llm.generate(prompts, params)
+    assert [r["token_ids"] for r in again] == [r["token_ids"] for r in ref]

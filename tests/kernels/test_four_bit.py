@@ -64,14 +64,14 @@ def test_the_four_bit_reading_gives_the_float32_weights_log_probabilities(model_
     prompts, lengths = varied_prompts(4, seed=3)
     params = [SamplingParams(max_tokens=n + 4 * i, ignore_eos=True, logprobs=0) for i, n in enumerate(lengths)]
     four = LLM(path, max_running_req=4)
-    assert four.engine.cpu_decode is not None
-    assert all(isinstance(layer.down, FourBitRows) for layer in four.engine.cpu_decode.layers_kept)
+    assert four.engine.cpu_paths.decode_step is not None
+    assert all(isinstance(layer.down, FourBitRows) for layer in four.engine.cpu_paths.decode_step.layers_kept)
     if four.engine.plan.kernels.c_gemm:  # batches too: 4 fused linears a layer
         assert four_bit_panels(four.engine.model) == 4 * four.engine.model_config.num_layers
     got = four.generate(prompts, params)
     monkeypatch.setenv("MINISGL_DISABLE_FOUR_BIT_WEIGHTS", "1")
     plain = LLM(path, max_running_req=4)
-    assert not isinstance(plain.engine.cpu_decode.layers_kept[0].down, FourBitRows)
+    assert not isinstance(plain.engine.cpu_paths.decode_step.layers_kept[0].down, FourBitRows)
     want = plain.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
     assert [r["logprobs"] for r in got] == [r["logprobs"] for r in want]

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from core.attention.paging import packed_page_lists, paged_layout
-from core.engine.graph import adjacent_span, batch_size_ladder
+from core.kernels.cuda.graphs.decode import adjacent_span, batch_size_ladder
 from core.request import Req, SamplingParams
 from core.scheduler.cache import CacheManager
 

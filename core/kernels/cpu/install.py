@@ -2,8 +2,8 @@
 
 Every fast path of a float32 CPU engine is a plug-in beside the torch reference: another form of a linear's
 weight in its ``packed`` slot (which the kernels table, core/kernels/dispatch.py, runs), a screen on the LM head,
-the whole single-request decode step as one C call, and decode attention in C for the torch backend. With every
-switch off this does nothing and the model runs on torch alone.
+the whole single-request decode step as one C call (the engine's fast step, single_request.py), and decode
+attention in C for the torch backend. With every switch off this does nothing and the model runs on torch alone.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from core.kernels.cpu.int8_weights import quantize_linears
 from core.kernels.cpu.onednn_packed import pack_linears
 from core.kernels.cpu.precision import PrecisionChoice
 from core.kernels.cpu.screened_head import ScreenedHead
+from core.kernels.cpu.single_request import SingleRequestDecode
 from core.kernels.derived import DerivedCache
 from core.kvcache.pool import KVPool
 from core.model_config import ModelConfig
@@ -34,8 +35,8 @@ from core.model_config import ModelConfig
 @dataclass
 class CpuFastPaths:
     """What ``install_cpu_fast_paths`` put in place: how many linears took each other form of their weight, how
-    many of the C GEMM's are 4-bit codes, whether the LM head screens greedy rows, the C decode step and the C
-    decode attention (None where not chosen)."""
+    many of the C GEMM's are 4-bit codes, whether the LM head screens greedy rows, the C decode step, the engine's
+    fast step that runs it, and the C decode attention (None where not chosen)."""
 
     int8_linears: int = 0
     bf16_linears: int = 0
@@ -43,15 +44,16 @@ class CpuFastPaths:
     four_bit_panels: int = 0
     screened_head: bool = False
     decode_step: CpuDecodeStep | None = None
+    fast_step: SingleRequestDecode | None = None
     attention: CDecodeAttention | None = None
 
 
 def install_cpu_fast_paths(model: nn.Module, cfg: ModelConfig, kernels: KernelChoices, precision: PrecisionChoice,
-                           c_attention: bool, pool: KVPool, max_len: int, one_rank: bool,
+                           c_attention: bool, pool: KVPool, page_table: torch.Tensor, one_rank: bool,
                            derived: DerivedCache) -> CpuFastPaths:
     """Put the plan's CPU choices in place on ``model`` (the decoder, core/models/decoder.py): ``kernels`` and
     ``precision`` say which, ``c_attention`` whether decode attention runs in C (returned for the torch backend
-    to take); ``pool`` and ``max_len`` (the page table's width) are what the C decode step reads and writes;
+    to take); ``pool`` and ``page_table`` are what the C decode step reads and writes;
     ``one_rank``: no tensor parallelism (the screen needs the whole head); ``derived``: where what is derived
     from the weights is read back from (core/kernels/derived.py)."""
     threads = torch.get_num_threads()
@@ -74,8 +76,9 @@ def install_cpu_fast_paths(model: nn.Module, cfg: ModelConfig, kernels: KernelCh
         head.screen = ScreenedHead.of(head.weight, head.packed, derived)
     # a single request's decode step as one C call (decode.py), under int8 or fast on int8 copies of the weights
     if precision.c_decode:
-        paths.decode_step = build_cpu_decode(model, cfg, pool, max_len, threads, int8=precision.c_int8,
+        paths.decode_step = build_cpu_decode(model, cfg, pool, page_table.shape[1], threads, int8=precision.c_int8,
                                              int8_dots=precision.int8_dots, four_bit=codes, cache=derived)
+        paths.fast_step = SingleRequestDecode(paths.decode_step, page_table)
     if c_attention:
         paths.attention = CDecodeAttention(decode.load_library().library, threads,
                                            avx512="avx512f" in cpu_features().flags)

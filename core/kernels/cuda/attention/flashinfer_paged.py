@@ -7,14 +7,13 @@ and new tokens together, causal with the queries aligned to the end of each sequ
 
 Planning (flashinfer's ``plan``: split-k decisions and their metadata) happens in ``begin_forward``. Under
 CUDA graphs each captured batch size has its own decode wrapper whose metadata lives in the fixed page-list
-buffers (core/attention/flashinfer_common.py), and the graph is re-planned for the real batch before every
-replay. A decode batch runs flashinfer's tensor-core decode from the plan's ``tensor_core_decode_rows`` rows up
+buffers (flashinfer_common.py), and the graph is re-planned for the real batch before every replay. A decode batch runs flashinfer's tensor-core decode from the plan's ``tensor_core_decode_rows`` rows up
 (by default every size: it reads the cache faster even for 2 query heads per KV head at mixed lengths) and its
 plain kernel below, each captured size with the kernel its size takes. From ``whole_request_rows`` rows a
 captured tensor-core decode is planned unsplit, and that plan, a function of the size alone, is made once.
 
-Captured batches of a few rows can run the small decode instead (core/attention/small_decode.py), and a full
-prefill chunk can run under a graph of its own (core/engine/prefill_graph.py), on a prefill wrapper with fixed
+Captured batches of a few rows can run the small decode instead (small_decode_graphs.py), and a full prefill
+chunk can run under a graph of its own (core/kernels/cuda/graphs/prefill.py), on a prefill wrapper with fixed
 buffers.
 """
 
@@ -26,9 +25,9 @@ from typing import Any
 import torch
 
 from core.arith import pages_for
-from core.attention.flashinfer_common import FlashInferBase
+from core.kernels.cuda.attention.flashinfer_common import FlashInferBase
 from core.attention.paging import PagedLayout
-from core.attention.small_decode import SmallDecodeGraphs, SmallDecodeMetadata
+from core.kernels.cuda.attention.small_decode_graphs import SmallDecodeGraphs, SmallDecodeMetadata
 from core.kernels.cuda.fused_qkv import QKVSpec
 from core.kernels.cuda.small_decode import small_decode_attention
 from core.kvcache.pool import KVPool
@@ -206,7 +205,7 @@ class FlashInferPagedBackend(FlashInferBase):
     # ---- a full prefill chunk under a CUDA graph -----------------------------------------------------------
     def init_prefill_graph(self, max_reqs: int, tokens: int, dummy_page: int) -> None:
         """A prefill wrapper with fixed buffers for a chunk of ``tokens`` tokens from up to ``max_reqs`` requests
-        (core/engine/prefill_graph.py). flashinfer's graph mode fixes the number of requests, so a chunk's list
+        (core/kernels/cuda/graphs/prefill.py). flashinfer's graph mode fixes the number of requests, so a chunk's list
         is padded to ``max_reqs`` with requests of no query tokens that read one token of ``dummy_page``: its plan
         gives them no work."""
         self._dummy_page = dummy_page

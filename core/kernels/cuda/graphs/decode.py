@@ -11,10 +11,10 @@ captured size: padding rows read token 0 at position 0 and write their KV into a
 and their logits are dropped. Prefill and batches over the cap run eagerly.
 
 A batch-1 step is well under a millisecond, and every small copy before the replay costs a few microseconds of
-it. So the scheduler pads a batch as it prepares it (``Engine.padded_size``) and gathers its input tokens
-straight into the graph's buffer (``gather_inputs``); a size's positions and KV slots are adjacent in one
-buffer, as they are in the scheduler's upload, so they arrive in one copy; the attention backend's plan fills
-its page lists.
+it. So the scheduler pads a batch as it prepares it (``Engine.padded_size``, through step.py) and gathers its
+input tokens straight into the graph's buffer (``gather_inputs``); a size's positions and KV slots are adjacent
+in one buffer, as they are in the scheduler's upload, so they arrive in one copy; the attention backend's plan
+fills its page lists.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from core.attention.base import AttentionBackend
-from core.attention.context import forward_context, get_context
+from core.attention.context import forward_context
 from core.request import Batch
 
 Pick = Callable[[torch.Tensor], torch.Tensor]  # logits [rows, vocab] -> tokens [rows]
@@ -61,9 +61,6 @@ class CudaGraphRunner:
             greedy = f", greedy ones for {', '.join(map(str, self.greedy_sizes))}" if self.greedy_sizes else ""
             log(f"captured CUDA graphs for decode batch sizes {self.sizes[0]}..{self.sizes[-1]} "
                 f"({len(self.sizes)} sizes{greedy})")
-
-    def can_run(self, batch: Batch) -> bool:
-        return batch.is_decode and batch.size <= self.max_bs
 
     def padded_size(self, n: int) -> int:
         """The smallest captured batch size that holds ``n`` rows."""
@@ -108,9 +105,11 @@ class CudaGraphRunner:
             self.graphs[bs, greedy] = graph
         torch.cuda.synchronize(device)
 
-    def run(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def run(self, batch: Batch, greedy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Logits for the batch's rows, from the graph of the smallest captured size that holds it, and their
-        greedy tokens where that graph picked them (a greedy graph with the sampler's pick), else None."""
+        greedy tokens where that graph picked them (a greedy graph with the sampler's pick), else None.
+        ``greedy``: the step wants only each row's largest logit exact (the forward context's ``greedy_logits``),
+        so a size with a greedy graph replays that one."""
         n = batch.size
         bs = self.padded_size(n)
         rows = len(batch.input_ids)  # bs when the scheduler padded the batch, else n
@@ -126,7 +125,7 @@ class CudaGraphRunner:
             self._pad(rows, bs)
         batch.padded_size = bs
         self.backend.begin_forward(batch, graph=True)
-        greedy = bs in self.greedy_sizes and get_context().greedy_logits
+        greedy = greedy and bs in self.greedy_sizes
         self.graphs[bs, greedy].replay()
         tokens = self.tokens.get(bs) if greedy else None
         return self.logits[bs, greedy][:n], None if tokens is None else tokens[:n]

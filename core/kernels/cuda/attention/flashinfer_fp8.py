@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from core.attention.flashinfer_common import FlashInferBase
+from core.kernels.cuda.attention.flashinfer_common import FlashInferBase
 from core.attention.paging import PagedLayout
 from core.kernels.cuda.fp8_gather import fp8_gather
 from core.kernels.cuda.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
