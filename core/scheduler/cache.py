@@ -159,7 +159,11 @@ class CacheManager:
         """Pages a request no longer needs; an in-flight batch may still write them, hence the fence."""
         self.fence.free(self._free_pages, pages)
 
-    def reset_prefix_cache(self) -> None:
+    def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache and return the pages freed. Safe at any step: pages that a running request reads
+        are locked and stay until it lets go of them."""
         # no fence needed for the cache's pages: only the device writes a page's KV, in launch order, so a new
         # owner's writes come after every batch that read the page before
-        self._free_pages.extend(self.prefix_cache.reset())
+        freed = self.prefix_cache.reset()
+        self._free_pages.extend(freed)
+        return len(freed)

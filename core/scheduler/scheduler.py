@@ -117,7 +117,7 @@ class Scheduler:
             elif isinstance(message, AbortRequest):
                 self._abort(message.uid)
             else:
-                self._freed_by_reset = self._reset_prefix_cache()
+                self._freed_by_reset = self.cache_manager.reset_prefix_cache()
         return True
 
     def _add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
@@ -272,10 +272,3 @@ class Scheduler:
     def stats(self) -> dict[str, int | float]:
         """Rows and KV pages now, and the prefix cache's hit rate so far (core/scheduler/stats.py)."""
         return scheduler_stats(self.table_manager, self.cache_manager, self.prefill_manager)
-
-    def _reset_prefix_cache(self) -> int:
-        """Empty the prefix cache and return the pages freed. Safe at any step: pages that a running request
-        reads are locked and stay until it lets go of them."""
-        before = self.cache_manager.free_pages
-        self.cache_manager.reset_prefix_cache()
-        return self.cache_manager.free_pages - before
