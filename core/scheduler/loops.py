@@ -1,8 +1,7 @@
 """The two loops that run the scheduler's steps, and the stream a launch runs on.
 
-The plain loop finishes each step before it schedules the next. The overlap loop launches step N and only then
-handles step N-1's results, so the host's work (results, scheduling, metadata) hides behind the device's. What
-makes that safe:
+The plain loop finishes each step before it schedules the next; the overlap loop launches step N and only then
+handles step N-1's results, so the host's work hides behind the device's. What makes that safe:
 
 * the scheduler's bookkeeping moves on when a batch is launched (``Req.complete_step``), not when its result
   comes back, and sampled tokens go from device to device through the token pool;

@@ -268,7 +268,6 @@ class Scheduler:
         return {*self.decode_manager.running,
                 *(p.admitted for p in self.prefill_manager.pending if p.admitted is not None)}
 
-    # ---- introspection ------------------------------------------------------------------------------------
     def stats(self) -> dict[str, int | float]:
         """Rows and KV pages now, and the prefix cache's hit rate so far (core/scheduler/stats.py)."""
         return scheduler_stats(self.table_manager, self.cache_manager, self.prefill_manager)
