@@ -183,7 +183,7 @@ class RadixPrefixCache:
             self._refresh_leaf(node)
 
     def evictable_in(self, handle: object) -> int:
-        """Pages on the handle's path that nobody has locked: locking the handle takes them out of the evictable."""
+        """Pages on the handle's path nobody has locked, which locking it takes out of ``evictable_pages``."""
         return sum(len(node.pages) for node in self._path(handle) if node.ref == 0)
 
     def owned_prefix_pages(self, handle: object) -> int:
@@ -249,7 +249,7 @@ class RadixPrefixCache:
         while stack:
             node = stack.pop()
             for child in list(node.children.values()):
-                if child.ref == 0:  # so is every node below it: remove them all, children first
+                if child.ref == 0:  # unlocked, and so is every node below it: remove them all, children first
                     freed += [page for each in reversed(self._subtree(child)) for page in self._remove(each)]
                 else:
                     stack.append(child)
