@@ -1,23 +1,22 @@
 """The KV pool: per layer, one K and one V buffer of ``num_pages * page_size`` token slots.
 
-A slot index is ``page * page_size + offset``. The page table maps (request row, position) to a slot; the pool
-itself knows nothing about requests. Two layouts, in flashinfer's names:
+A slot index is ``page * page_size + offset``; the page table maps (request row, position) to a slot, and the
+pool knows nothing about requests. Two layouts, in flashinfer's names:
 
-* NHD (the default): token-major, [slots, kv_heads, head_dim]; it views directly as [pages, page_size, kv_heads,
-  head_dim]. A token's heads sit side by side, so a slot is one row: what the CPU kernels and the fp8 ones read.
-* HND (``head_major``): [pages, kv_heads, page_size, head_dim], each page holding one KV head's tokens side by
-  side. A decode kernel reads one KV head of a request at a time, so a page is one contiguous run of
-  ``page_size * head_dim`` values instead of ``page_size`` rows strided by every head: fewer, longer reads, which
-  flashinfer's decode takes faster at large pages (docs/BENCHMARKS.md).
+* NHD (the default): token-major, [slots, kv_heads, head_dim], viewed as [pages, page_size, kv_heads,
+  head_dim]. A slot is one row: what the CPU kernels and the fp8 ones read.
+* HND (``head_major``): [pages, kv_heads, page_size, head_dim]. A decode kernel reads one KV head of a request
+  at a time, so a page is one contiguous run of ``page_size * head_dim`` values, not ``page_size`` strided rows:
+  fewer, longer reads, which flashinfer's decode takes faster at large pages (docs/BENCHMARKS.md).
 
 NHD is HND with one token per head block, so kernels address both with one formula: a token's head starts at
 ``(slot // head_block) * kv_heads * head_block * head_dim + head * head_block * head_dim + (slot % head_block) *
 head_dim``, ``head_block`` being 1 (NHD) or ``page_size`` (HND).
 
-With ``fp8`` the pool stores float8 e4m3 values and one float32 scale per (slot, KV head): each head's vector
-is divided by its largest magnitude over 448 (e4m3's largest finite value) when written, so no value saturates
-and every head keeps e4m3's ~2 significant digits whatever its range. That halves the bytes a decode step
-reads against bf16 (plus 4 bytes of scale per 128 values at head dim 128). Readers multiply the scale back.
+With ``fp8`` the pool stores float8 e4m3 values and one float32 scale per (slot, KV head): each head's vector is
+divided by its largest magnitude over 448 (e4m3's largest finite value) when written, so no value saturates and
+every head keeps e4m3's ~2 significant digits whatever its range, in half the bytes of bf16. Readers multiply
+the scale back.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import torch
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0
-
 
 CPU_ALIGN = 64  # bytes: a cache line, the widest vector the C kernels load
 

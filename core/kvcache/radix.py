@@ -2,16 +2,14 @@
 
 The tree is keyed by token ids, one whole KV page at a time: a node's edge is ``len(pages) * page_size`` tokens
 and it owns exactly those pages. Only full pages are cached, because a partly written page cannot be shared
-(the next request would write its own tokens into the free slots). Edges are compared and split at page
-boundaries only, so with ``page_size == 1`` this is an ordinary token radix tree.
+(the next request would write its own tokens into the free slots); edges are compared and split at page
+boundaries only (with ``page_size == 1``, an ordinary token radix tree).
 
-Ownership: pages handed to ``insert`` at positions the tree did not have become the tree's; the tree gives
-them back only through ``evict`` and ``reset``. A handle is a node; ``lock`` counts a reader on every node from
-it up to the root, so a locked node's whole path stays put and an unlocked node (ref 0) has no locked
-descendant. That is why "evictable" is simply "in a node with ref 0", and why both counters can be kept
-up to date on every change instead of recounted on every scheduling step.
-
-LRU uses a monotonic tick rather than wall time, so that eviction order is deterministic and testable.
+Pages handed to ``insert`` at positions the tree did not have become the tree's until ``evict`` or ``reset``
+gives them back. A handle is a node; ``lock`` counts a reader on every node from it up to the root, so a locked
+node's whole path stays put and an unlocked node (ref 0) has no locked descendant: "evictable" is simply "in a
+node with ref 0", and both counters are kept up to date on every change instead of recounted every step. LRU
+uses a monotonic tick rather than wall time, so that eviction order is deterministic and testable.
 """
 
 from __future__ import annotations
@@ -73,11 +71,9 @@ class RadixPrefixCache:
 
     # ---- lookup and insertion ------------------------------------------------------------------------------
     def match(self, token_ids: list[int]) -> PrefixMatch:
-        """The longest cached whole-page prefix of ``token_ids``; marks that path as recently used.
-
-        A match that ends inside an edge splits the edge there, so that the handle's path covers exactly the
-        matched pages: locking it then protects them without pinning the unmatched rest of the edge.
-        """
+        """The longest cached whole-page prefix of ``token_ids``; marks that path as recently used. A match that
+        ends inside an edge splits the edge there, so that the handle's path covers exactly the matched pages:
+        locking it then protects them without pinning the unmatched rest of the edge."""
         tokens = self._full_pages(token_ids)
         self._clock += 1
         node = self._descend(tokens)
@@ -86,10 +82,8 @@ class RadixPrefixCache:
 
     def insert(self, token_ids: list[int], pages: list[int], handle: object) -> InsertResult:
         """Cache the full pages of ``token_ids``; the tree keeps its own page wherever it already had one.
-
-        ``handle`` (the request's current lock) is not needed to find the path and refcounts are left alone:
-        the caller unlocks its old handle and locks the returned one itself.
-        """
+        ``handle`` (the request's current lock) is not needed to find the path and refcounts are left alone: the
+        caller unlocks its old handle and locks the returned one itself."""
         tokens = self._full_pages(token_ids)
         num_pages = len(tokens) // self.page_size
         if len(pages) < num_pages:
@@ -110,10 +104,8 @@ class RadixPrefixCache:
         return tuple(token_ids[: len(token_ids) // self.page_size * self.page_size])
 
     def _descend(self, tokens: Tokens) -> _Node:
-        """Follow ``tokens`` from the root as far as the tree holds them, touching each node on the way.
-
-        Returns the node whose end is exactly the end of the match (splitting an edge if needed).
-        """
+        """Follow ``tokens`` from the root as far as the tree holds them, touching each node on the way: the node
+        whose end is exactly the end of the match (an edge is split if needed)."""
         size = self.page_size
         node, pos = self._root, 0
         while pos < len(tokens):
@@ -138,11 +130,9 @@ class RadixPrefixCache:
         return count
 
     def _split(self, node: _Node, num_pages: int) -> _Node:
-        """Cut ``node``'s edge after ``num_pages`` pages; the new upper node is returned.
-
-        ``node`` keeps the lower part, so a handle held on it still names the same path and depth; the upper
-        part carries the same readers (every lock through ``node`` passes through it), so counters do not move.
-        """
+        """Cut ``node``'s edge after ``num_pages`` pages; the new upper node is returned. ``node`` keeps the lower
+        part, so a handle held on it still names the same path and depth; the upper part carries the same readers
+        (every lock through ``node`` passes through it), so counters do not move."""
         parent = node.parent
         assert parent is not None, "the root is never split"
         cut = num_pages * self.page_size
@@ -165,11 +155,7 @@ class RadixPrefixCache:
         return leaf
 
     def _path_pages(self, node: _Node) -> list[int]:
-        chunks: list[list[int]] = []
-        while node is not self._root:
-            chunks.append(node.pages)
-            node = node.parent
-        return [page for chunk in reversed(chunks) for page in chunk]
+        return [page for each in reversed(self._path(node)) for page in each.pages]
 
     def _handle(self, node: _Node) -> _Node | None:
         return None if node is self._root else node
@@ -197,8 +183,7 @@ class RadixPrefixCache:
             self._refresh_leaf(node)
 
     def evictable_in(self, handle: object) -> int:
-        """Pages on the handle's path that nobody has locked: locking the handle takes them out of
-        ``evictable_pages``."""
+        """Pages on the handle's path nobody has locked, which locking it takes out of ``evictable_pages``."""
         return sum(len(node.pages) for node in self._path(handle) if node.ref == 0)
 
     def owned_prefix_pages(self, handle: object) -> int:
@@ -216,13 +201,16 @@ class RadixPrefixCache:
 
     def owned_pages(self) -> list[int]:
         """Every page the tree owns, for audits (walks the whole tree)."""
-        pages: list[int] = []
-        stack = list(self._root.children.values())
-        while stack:
-            node = stack.pop()
-            pages += node.pages
-            stack.extend(node.children.values())
-        return pages
+        return [page for node in self._subtree(self._root) for page in node.pages]
+
+    def _subtree(self, node: _Node) -> list[_Node]:
+        """``node`` and every node below it, each parent before its children."""
+        order: list[_Node] = []
+        stack = [node]
+        while stack:  # iterative: a long chain of single-page branches must not hit the recursion limit
+            order.append(stack.pop())
+            stack.extend(order[-1].children.values())
+        return order
 
     def spans(self) -> list[CachedSpan]:
         """Every node, parents before children and siblings in creation order, for views of the tree."""
@@ -242,9 +230,7 @@ class RadixPrefixCache:
     # ---- giving pages back ---------------------------------------------------------------------------------
     def evict(self, num_pages: int) -> list[int]:
         """Free unlocked leaves, least recently used first, until ``num_pages`` pages are freed or none are left.
-
-        A leaf goes whole (all its pages); a parent left without children becomes a candidate in turn.
-        """
+        A leaf goes whole (all its pages); a parent left without children becomes a candidate in turn."""
         heap = [_lru_key(node) for node in self._evictable_leaves]
         heapq.heapify(heap)
         freed: list[int] = []
@@ -263,20 +249,11 @@ class RadixPrefixCache:
         while stack:
             node = stack.pop()
             for child in list(node.children.values()):
-                if child.ref == 0:
-                    freed += self._remove_subtree(child)
+                if child.ref == 0:  # unlocked, and so is every node below it: remove them all, children first
+                    freed += [page for each in reversed(self._subtree(child)) for page in self._remove(each)]
                 else:
                     stack.append(child)
         return freed
-
-    def _remove_subtree(self, node: _Node) -> list[int]:
-        """Remove an unlocked subtree bottom-up (unlocked means no node in it is locked either)."""
-        order: list[_Node] = []
-        stack = [node]
-        while stack:  # iterative: a long chain of single-page branches must not hit the recursion limit
-            order.append(stack.pop())
-            stack.extend(order[-1].children.values())
-        return [page for each in reversed(order) for page in self._remove(each)]
 
     def _remove(self, node: _Node) -> list[int]:
         """Detach an unlocked childless node and give back its pages."""

@@ -29,8 +29,7 @@ def rejection(input_ids: list[int], params: SamplingParams, limits: Limits) -> R
     """Why this request can never run within ``limits`` (an error to raise or to answer with), or None."""
     if not input_ids:
         return RequestRejected("empty prompt: give at least one token")
-    if not 0 <= min(input_ids) <= max(input_ids) < limits.vocab_size:  # in C: a loop in Python over every prompt
-        # id is host time before the first step
+    if not 0 <= min(input_ids) <= max(input_ids) < limits.vocab_size:  # min and max run in C: no Python loop
         bad = next(t for t in input_ids if not 0 <= t < limits.vocab_size)
         return RequestRejected(f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})")
     total = len(input_ids) + params.max_tokens

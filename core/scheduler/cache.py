@@ -1,32 +1,22 @@
 """CacheManager: KV page allocation, and the face of the prefix cache.
 
 Pages are handed out from a free list and recorded in the page table (position -> slot) for the request that
-holds them. What happens to a request's pages when it is done is the prefix cache's business: the naive
-cache frees them all; the radix cache keeps full pages of known tokens for later requests to reuse.
+holds them; what becomes of them once it is done is the prefix cache's business (core/kvcache/).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import torch
 
 from core.arith import pages_for
 from core.kvcache.naive import NaivePrefixCache
 from core.kvcache.prefix import PrefixCache, PrefixMatch
+from core.kvcache.radix import RadixPrefixCache
 from core.request import Req
 from core.scheduler.fence import ReleaseFence
 from core.transfer import upload_list
-
-
-@dataclass
-class _PageTableWrites:
-    """New pages gathered over a batch, one entry per page, written into the page table in one indexing op."""
-
-    rows: list[int] = field(default_factory=list)
-    first_cols: list[int] = field(default_factory=list)  # the position of each page's first slot
-    pages: list[int] = field(default_factory=list)
 
 
 class OutOfPagesError(RuntimeError):
@@ -46,15 +36,8 @@ class CacheManager:
         self._free_pages: list[int] = list(range(num_pages - 1, -1, -1))
         self.fence = fence or ReleaseFence()
         self.evicted_pages = 0  # cumulative: cached pages taken back to make room
-        self.prefix_cache: PrefixCache = self._make_prefix_cache(cache_type)
+        self.prefix_cache: PrefixCache = RadixPrefixCache(page_size) if cache_type == "radix" else NaivePrefixCache()
         self.reuses_prefixes = cache_type != "naive"
-
-    def _make_prefix_cache(self, cache_type: str) -> PrefixCache:
-        if cache_type == "radix":
-            from core.kvcache.radix import RadixPrefixCache
-
-            return RadixPrefixCache(self.page_size)
-        return NaivePrefixCache()
 
     # ---- accounting ----------------------------------------------------------------------------------------
     @property
@@ -91,7 +74,7 @@ class CacheManager:
         self.prefix_cache.lock(match.handle)
         req.cache_handle = match.handle
         req.pages = list(match.pages)
-        self._record(req, 0, len(match.pages))
+        self._write_page_table([(req, 0, len(match.pages))])
 
     # ---- allocation ----------------------------------------------------------------------------------------
     def allocate(self, reqs: list[Req]) -> None:
@@ -103,14 +86,13 @@ class CacheManager:
         if not needs:
             return
         taken = self._take(sum(n for _, n in needs))
-        writes = _PageTableWrites()
+        spans: list[tuple[Req, int, int]] = []
         start = 0
         for req, n in needs:
-            first = len(req.pages)
+            spans.append((req, len(req.pages), len(req.pages) + n))
             req.pages.extend(taken[start:start + n])
             start += n
-            self._collect(req, first, first + n, writes)
-        self._flush(writes)
+        self._write_page_table(spans)
 
     def _take(self, n: int) -> list[int]:
         free = self._free_pages
@@ -125,36 +107,28 @@ class CacheManager:
         taken.reverse()
         return taken
 
-    def _record(self, req: Req, first: int, last: int) -> None:
-        writes = _PageTableWrites()
-        self._collect(req, first, last, writes)
-        self._flush(writes)
-
-    def _collect(self, req: Req, first: int, last: int, writes: _PageTableWrites) -> None:
+    def _write_page_table(self, spans: list[tuple[Req, int, int]]) -> None:
+        """Record each (req, first, last)'s pages [first, last) in the page table: one upload of one entry per
+        page, whose ``page_size`` slots are spread out on the device."""
         size = self.page_size
-        writes.rows.extend([req.table_idx] * (last - first))
-        writes.first_cols.extend(range(first * size, last * size, size))
-        writes.pages.extend(req.pages[first:last])
-
-    def _flush(self, writes: _PageTableWrites) -> None:
-        """One upload of one entry per page; the page's ``page_size`` slots are spread out on the device."""
-        if not writes.rows:
+        rows: list[int] = []
+        first_cols: list[int] = []  # the position of each page's first slot
+        pages: list[int] = []
+        for req, first, last in spans:
+            rows += [req.table_idx] * (last - first)
+            first_cols += range(first * size, last * size, size)
+            pages += req.pages[first:last]
+        if not rows:
             return
         device = self.page_table.device
-        size = self.page_size
-        per_page = upload_list(writes.rows + writes.first_cols + writes.pages, torch.int64, device).view(3, -1)
-        rows, first_cols, pages = per_page[0], per_page[1], per_page[2]
+        per_page = upload_list(rows + first_cols + pages, torch.int64, device).view(3, -1)
         offsets = torch.arange(size, device=device)
-        self.page_table[rows[:, None], first_cols[:, None] + offsets] = pages[:, None] * size + offsets
+        self.page_table[per_page[0, :, None], per_page[1, :, None] + offsets] = per_page[2, :, None] * size + offsets
 
     # ---- release -------------------------------------------------------------------------------------------
     def cache_req(self, req: Req, finished: bool) -> None:
-        """Hand the request's computed KV to the prefix cache; when finished, release what it does not keep.
-
-        KV exists for positions [0, cached_len). The cache may keep some of the request's pages (returned by
-        ``insert`` as the number of leading pages it now owns) and the rest of a finished request's pages are
-        freed.
-        """
+        """Hand the request's computed KV (positions [0, cached_len)) to the prefix cache, which may keep its
+        leading pages; when finished, free the pages the cache does not keep."""
         # A finished request's last token was never fed back, so has no KV: under overlap scheduling cached_len
         # can already count it (the request was in the next step when it stopped on EOS), so cap it here.
         known = min(req.cached_len, len(req.input_ids) - 1 if finished else len(req.input_ids))
@@ -163,7 +137,7 @@ class CacheManager:
         if result.duplicate_pages:  # an identical prefix was cached meanwhile: read the cache's copy from now on
             req.pages[: len(result.pages)] = result.pages
             if not finished:
-                self._record(req, 0, len(result.pages))
+                self._write_page_table([(req, 0, len(result.pages))])
         self.prefix_cache.unlock(req.cache_handle)
         req.cache_handle = None
         if finished:
@@ -185,7 +159,11 @@ class CacheManager:
         """Pages a request no longer needs; an in-flight batch may still write them, hence the fence."""
         self.fence.free(self._free_pages, pages)
 
-    def reset_prefix_cache(self) -> None:
+    def reset_prefix_cache(self) -> int:
+        """Empty the prefix cache and return the pages freed. Safe at any step: pages that a running request reads
+        are locked and stay until it lets go of them."""
         # no fence needed for the cache's pages: only the device writes a page's KV, in launch order, so a new
         # owner's writes come after every batch that read the page before
-        self._free_pages.extend(self.prefix_cache.reset())
+        freed = self.prefix_cache.reset()
+        self._free_pages.extend(freed)
+        return len(freed)

@@ -40,8 +40,7 @@ class DecodeManager:
 
 
 def decode_order(req: Req) -> tuple[int, int]:
-    """A decode batch's rows, shortest sequence first (then by uid: a set's order differs between processes, and
-    every tensor-parallel rank must agree). Attention's kernels hand out their work row by row, and with the short
-    rows first the long ones start last yet the batch ends sooner (longest first was the slowest order;
-    docs/BENCHMARKS.md)."""
+    """A decode batch's rows, shortest sequence first: attention's kernels hand out their work row by row, and so
+    the batch ends sooner (docs/BENCHMARKS.md). Then by uid: a set's order differs between processes, and every
+    tensor-parallel rank must agree."""
     return req.device_len, req.uid

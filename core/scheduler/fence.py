@@ -1,11 +1,9 @@
 """ReleaseFence: rows and pages given back while batches are in flight wait until those batches are done.
 
-Under overlap scheduling the host handles step N's results while step N+1 runs on the device. A request that
-stopped on EOS at step N was already part of step N+1, which still writes its sampled token into the request's
-token-pool row and its KV into the request's pages. If that row or page went to a new request at once, the new
-request's metadata (written from the scheduler's own stream while step N+1 runs) could race with those writes.
-So a free made while a batch is in flight is held until the last batch launched before it has completed; the
-plain loop, which finishes every batch before it schedules the next, never holds anything.
+Under overlap scheduling a request that stopped on EOS at step N is already part of step N+1, which still writes
+its sampled token into the request's token-pool row and its KV into its pages: a new owner's metadata, written
+from the scheduler's stream meanwhile, would race with those writes. So a free made while a batch is in flight
+is held until every batch launched before it has completed (the plain loop never holds anything).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The inbox: the one way anything reaches a running scheduler from outside its loop.
 
-Requests to run, aborts and cache resets are messages. Any thread may post them; only the loop takes them, at
-the top of each step, so the scheduler's state is only ever touched by the thread that runs the loop. With
-tensor parallelism, rank 0 takes its messages and sends the same list to every other rank, which applies it at
-the same point of the same step: all ranks keep forming the same batches.
+Any thread may post messages (requests, aborts, cache resets); only the loop takes them, at the top of each
+step. With tensor parallelism rank 0 sends the list it took to every other rank, which applies it at the same
+point of the same step: all ranks keep forming the same batches.
 """
 
 from __future__ import annotations

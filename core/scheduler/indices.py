@@ -1,10 +1,7 @@
-"""The index vectors one step sends to the device, packed into a single upload.
-
-A step needs several int64 vectors on the device (positions, KV slots, token-pool places, ...). Uploading
-each one alone would cost a copy apiece, so they travel as one flat tensor. The host side builds a
-``PrefillIndices`` or ``DecodeIndices`` of named vectors and packs it; the device side unpacks the uploaded
-tensor into the same class. Both follow the class's field order and the lengths ``pack`` recorded, so the
-producer and the consumer cannot disagree about where a segment starts.
+"""The int64 vectors one step sends to the device (positions, KV slots, token-pool places, ...), packed into one
+upload instead of a copy apiece. The host packs a ``PrefillIndices`` or ``DecodeIndices``; the device side
+unpacks the upload into the same class. Both follow the class's field order and the lengths ``pack`` recorded,
+so the producer and the consumer cannot disagree about where a segment starts.
 """
 
 from __future__ import annotations

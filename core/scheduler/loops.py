@@ -1,8 +1,7 @@
-"""The two loops that run the scheduler's steps, and the streams they run on.
+"""The two loops that run the scheduler's steps, and the stream a launch runs on.
 
-The plain loop finishes each step (launch, wait, handle results) before it schedules the next. The overlap
-loop launches step N and only then handles step N-1's results, so the host's work (results, scheduling,
-metadata) hides behind the device's. What makes that safe:
+The plain loop finishes each step before it schedules the next; the overlap loop launches step N and only then
+handles step N-1's results, so the host's work hides behind the device's. What makes that safe:
 
 * the scheduler's bookkeeping moves on when a batch is launched (``Req.complete_step``), not when its result
   comes back, and sampled tokens go from device to device through the token pool;
@@ -17,7 +16,7 @@ metadata) hides behind the device's. What makes that safe:
 
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Iterator, Protocol
 
 import torch
@@ -77,13 +76,6 @@ def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
         elif current is None:
             steps._fail_stuck_requests()  # nothing in flight, nothing held: the head can never fit
         last = current
-
-
-@contextmanager
-def on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
-    """Run on ``stream`` (the scheduler's metadata stream), or on the current one off CUDA."""
-    with torch.cuda.stream(stream) if stream is not None else nullcontext():
-        yield
 
 
 @contextmanager

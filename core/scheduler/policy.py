@@ -1,9 +1,6 @@
-"""Which phase runs next: one phase per step, prefill first, decode never starved.
-
-Prefill goes first whenever something is waiting and fits, except that after ``max_streak`` prefill steps in
-a row while requests are decoding, one decode step is forced: a steady stream of prompts can delay decoding,
-never stall it.
-"""
+"""Which phase runs next, one per step: prefill whenever something waits and fits, except that after
+``max_streak`` prefill steps in a row while requests decode one decode step is forced, so a steady stream of
+prompts can delay decoding but never stall it."""
 
 from __future__ import annotations
 

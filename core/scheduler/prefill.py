@@ -1,15 +1,13 @@
 """PrefillManager: the FCFS queue of requests waiting to prefill, and admission into a prefill batch.
 
-Admission (PrefillAdder) takes requests from the head of the queue until the first one that does not fit:
-no free table row, not enough KV pages for its whole life (prompt plus max_tokens, after what the prefix
-cache already holds and after the pages promised to the requests already decoding), or no token budget left
-this step. Stopping at the first misfit rather than skipping it keeps the queue fair: nothing is jumped over.
-A prompt longer than the remaining budget is cut into chunks; the chunked request keeps its row and pages and
-stays at the head of the queue until its last chunk is done.
+Admission (PrefillAdder) takes requests from the head of the queue until the first that does not fit: no free
+table row, too few KV pages for its whole life (prompt plus max_tokens, less what the prefix cache holds, after
+the pages promised to running requests), or no token budget left this step. Stopping there, rather than
+skipping the misfit, keeps the queue fair. A prompt longer than the remaining budget is cut into chunks: the
+request keeps its row and pages and stays at the head of the queue until its last chunk is done.
 
-With a prefix cache, one more reason to wait: a request that shares a long prefix, not yet cached, with a
-request already in this batch would compute that prefix a second time. It waits one step instead, by which
-time the first one's prompt is in the cache, and then prefills only what differs.
+With a prefix cache, a request that shares a long uncached prefix with one already in this batch waits one
+step, by which time that prefix is cached, rather than compute it a second time.
 """
 
 from __future__ import annotations
@@ -60,8 +58,7 @@ class PrefillAdder:
     token_pool_writes: list[tuple[int, int, list[int]]] = field(default_factory=list)
     admitted_prompt_tokens: int = 0  # prompts of requests admitted this step, and the part of them found cached
     admitted_cached_tokens: int = 0
-    batch_prompts: list[list[int]] = field(default_factory=list)  # prompts of the requests in this batch so far
-    batch_uids: list[int] = field(default_factory=list)
+    batch: list[tuple[int, list[int]]] = field(default_factory=list)  # (uid, prompt) of each request so far
     refusal: WaitReason | None = None  # why the last request tried was not admitted
 
     def try_add(self, pending: PendingReq) -> Req | None:
@@ -76,8 +73,7 @@ class PrefillAdder:
         req.device_len = req.cached_len + extend
         self.token_budget -= extend
         self.token_pool_writes.append((req.table_idx, req.cached_len, pending.input_ids[req.cached_len:req.device_len]))
-        self.batch_prompts.append(pending.input_ids)
-        self.batch_uids.append(pending.uid)
+        self.batch.append((pending.uid, pending.input_ids))
         return req
 
     def _admit(self, pending: PendingReq) -> Req | None:
@@ -115,7 +111,7 @@ class PrefillAdder:
         """The request already in this batch that, once cached, would let this one reuse many more tokens."""
         if not self.cache.reuses_prefixes:
             return None
-        for uid, other in zip(self.batch_uids, self.batch_prompts):
+        for uid, other in self.batch:
             # what the cache could match once ``other`` is in it: whole pages, never the last prompt token
             shared = common_prefix_len(prompt[:-1], other) // self.page_size * self.page_size
             if shared - cached_len >= IN_BATCH_SHARED_TOKENS:

@@ -7,11 +7,8 @@ from dataclasses import dataclass
 
 @dataclass(slots=True)
 class Reply:
-    """One token (or the end) of one request, as the scheduler reports it.
-
-    Treated as a value (changed only through ``dataclasses.replace``) but not declared frozen: a step builds one
-    per request, and a frozen dataclass costs several times as much to build, which adds up over a large batch's
-    step."""
+    """Treated as a value (changed only through ``dataclasses.replace``) but not declared frozen: a step builds one
+    per request, and a frozen dataclass costs several times as much to build."""
 
     uid: int
     token: int | None

@@ -1,8 +1,6 @@
-"""What a step event tells a watcher beyond the batch itself: why each queued request waits, how the KV pool
-is split between requests, the prefix cache and free pages, and the radix tree.
-
-Only built when someone registered for step events; the scheduler's decisions never depend on any of it.
-"""
+"""What a step event tells a watcher beyond the batch itself: why each queued request waits, how the KV pool is
+split between requests, the prefix cache and free pages, and the radix tree. Only built when someone registered
+for step events; the scheduler's decisions never depend on any of it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""A launched step's sampled tokens, handed to their requests: one Reply per sampled token, and who finished.
-
-Whether a request samples this step, and whether it is finished, are judged from what was scheduled and from
-the tokens the host has received, never from lengths that a later launch already moved on (overlap safety,
-core/scheduler/loops.py).
-"""
+"""A launched step's sampled tokens, handed to their requests: judged from what was scheduled and from the tokens
+the host has received, never from lengths a later launch already moved on (core/scheduler/loops.py)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """The Scheduler: four managers and a loop of receive, pick a batch, prepare, forward, handle results.
 
-Requests, aborts and cache resets arrive as messages in the scheduler's inbox (core/scheduler/inbox.py) from
-any thread; the loop takes them in at the top of every step, so only the loop's thread touches its state and a
-request posted while the engine runs joins the very next batch it fits in. Every request that enters gets
-exactly one final reply, an error included.
-
-Each job has its own module: admission.py (requests that can never run), policy.py (prefill or decode next),
-indices.py (the step's index vectors, packed into one upload), loops.py (the plain and the overlap loop, and
-why overlapping is safe), results.py (sampled tokens to replies), report.py (step events).
+Only the loop's thread touches the scheduler's state: requests, aborts and cache resets posted from any thread
+wait in its inbox (core/scheduler/inbox.py) until the top of the next step, so one posted while the engine runs
+joins the very next batch it fits in. Every request that enters gets exactly one final reply, an error included.
 """
 
 from __future__ import annotations
@@ -15,6 +10,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -23,16 +19,15 @@ import torch
 from core.arith import pages_for
 from core.config import EngineConfig
 from core.engine.engine import Engine
-from core.engine.sampler import TokenLogprobs
 from core.errors import RequestRejected
-from core.events import RadixNodeView, ReqStep, StepCallback
+from core.events import ReqStep, StepCallback
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.admission import Limits, rejection
 from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager
 from core.scheduler.fence import ReleaseFence
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
-from core.scheduler.loops import after_current_stream, on_stream, overlap_loop, plain_loop
+from core.scheduler.loops import after_current_stream, overlap_loop, plain_loop
 from core.scheduler.policy import PhasePolicy
 from core.scheduler.prefill import PendingReq, PrefillManager
 from core.scheduler.prepare import prepare_batch
@@ -70,7 +65,6 @@ class Scheduler:
         self.decode_manager = DecodeManager(self.page_size)
         self.prefill_manager = PrefillManager(self.cache_manager, self.table_manager, self.decode_manager,
                                               self.page_size)
-        self.token_pool = self.table_manager.token_pool
         self.eos_token_ids = frozenset(self.engine.model_config.eos_token_ids)
         self.vocab_size = self.engine.model_config.vocab_size
         self.limits = Limits(self.vocab_size, self.max_seq_len, self.page_size, self.cache_manager.num_pages)
@@ -123,7 +117,7 @@ class Scheduler:
             elif isinstance(message, AbortRequest):
                 self._abort(message.uid)
             else:
-                self._freed_by_reset = self._reset_prefix_cache()
+                self._freed_by_reset = self.cache_manager.reset_prefix_cache()
         return True
 
     def _add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
@@ -141,23 +135,21 @@ class Scheduler:
         fixed when the engine is built, so any thread may ask before submitting."""
         return rejection(input_ids, params, self.limits)
 
-    def _abort(self, uid: int) -> bool:
+    def _abort(self, uid: int) -> None:
         """Stop a request wherever it is; its row and pages are freed and it is answered with 'abort'."""
         pending = self.prefill_manager.find(uid)
-        req = None
         if pending is not None:
             self.prefill_manager.remove(pending)
             req = pending.admitted
         else:
             req = self.decode_manager.find(uid)
             if req is None:
-                return False
+                return
             self.decode_manager.remove(req)
         if req is not None:
             req.done = True  # a batch in flight may still hold it: its result is dropped
             self._release(req)
         self.send_result([Reply(uid, None, True, "abort")])
-        return True
 
     @property
     def busy(self) -> bool:
@@ -169,7 +161,8 @@ class Scheduler:
         self._run_loop(stop_when_idle=True)
 
     def _run_loop(self, stop_when_idle: bool) -> None:
-        with on_stream(self.stream), torch.inference_mode():
+        stream = torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
+        with stream, torch.inference_mode():
             (overlap_loop if self.overlap else plain_loop)(self, stop_when_idle)
 
     def _schedule_next_batch(self) -> Prepared | None:
@@ -230,18 +223,13 @@ class Scheduler:
         """Wait for a launched batch, hand back what waited for it, and handle its tokens."""
         tokens = flight.output.wait().tolist()
         self.fence.complete(flight.ticket)
-        finished = self._process_results(flight.prepared, tokens, flight.output.logprobs)
-        self._emit(flight.prepared, finished)
-
-    def _process_results(self, prepared: Prepared, tokens: list[int],
-                         logprobs: TokenLogprobs | None = None) -> list[int]:
-        replies, finished = take_tokens(prepared, tokens, logprobs, self.eos_token_ids)
+        replies, finished = take_tokens(flight.prepared, tokens, flight.output.logprobs, self.eos_token_ids)
         for req in finished:
             self.decode_manager.remove(req)
             self.cache_manager.cache_req(req, finished=True)
             self.table_manager.free(req.table_idx)
         self.send_result(replies)
-        return [req.uid for req in finished]
+        self._emit(flight.prepared, tuple(req.uid for req in finished))
 
     def _release(self, req: Req) -> None:
         self.cache_manager.release(req)
@@ -260,40 +248,26 @@ class Scheduler:
                                 f"({pages_for(pending.max_kv_len, self.page_size)} needed, "
                                 f"{self.cache_manager.num_pages} in the pool)")])
 
-    def _emit(self, prepared: Prepared, finished: list[int]) -> None:
+    def _emit(self, prepared: Prepared, finished: tuple[int, ...]) -> None:
         """Report the step. Its time runs from when it was scheduled, or, when steps overlap, from the previous
         step's result: the time between results, which is what a step costs once the pipeline is full."""
         now = time.perf_counter()
         elapsed = now - max(prepared.started, self._last_result_at)
         self._last_result_at = now
+        step, self._step = self._step, self._step + 1
         if not self.step_callbacks:
-            self._step += 1
             return
-        event = step_event(self._step, prepared, tuple(finished), elapsed, self.cache_manager.num_pages,
-                           self.config.tp, self._radix_now() if self.report_radix else None,
+        radix = radix_view(self._running(), self.cache_manager.prefix_cache) if self.report_radix else None
+        event = step_event(step, prepared, finished, elapsed, self.cache_manager.num_pages, self.config.tp, radix,
                            prepared.started - self._born)
-        self._step += 1
         for fn in self.step_callbacks:
             fn(event)
-
-    def _radix_now(self) -> tuple[RadixNodeView, ...]:
-        return radix_view(self._running(), self.cache_manager.prefix_cache)
 
     def _running(self) -> set[Req]:
         """Requests holding a row and pages: those decoding, and those part way through a chunked prompt."""
         return {*self.decode_manager.running,
                 *(p.admitted for p in self.prefill_manager.pending if p.admitted is not None)}
 
-    # ---- introspection ------------------------------------------------------------------------------------
     def stats(self) -> dict[str, int | float]:
         """Rows and KV pages now, and the prefix cache's hit rate so far (core/scheduler/stats.py)."""
         return scheduler_stats(self.table_manager, self.cache_manager, self.prefill_manager)
-
-    def _reset_prefix_cache(self) -> int:
-        """Empty the prefix cache; returns the pages freed.
-
-        Safe at any step: pages that a running request reads are locked and stay until it lets go of them.
-        """
-        before = self.cache_manager.free_pages
-        self.cache_manager.reset_prefix_cache()
-        return self.cache_manager.free_pages - before

@@ -9,7 +9,6 @@ from core.scheduler.table import TableManager
 
 
 def scheduler_stats(table: TableManager, cache: CacheManager, prefill: PrefillManager) -> dict[str, int | float]:
-    """Rows and KV pages now, and the prefix cache's hit rate so far (cached prompt tokens / prompt tokens)."""
     return {
         "free_rows": table.available,
         "total_rows": table.total_rows,

@@ -8,13 +8,11 @@ from core.scheduler.fence import ReleaseFence
 
 
 class TableManager:
-    """Hands out row indices. The token pool holds each row's token ids on the device, so the next step's
-    inputs are gathered there and sampled ids are written back there without a trip through the host.
-
-    The token pool has one spare row and one spare column at the end: padding rows of a CUDA-graph batch read
-    the spare row, and writes that must go nowhere (a chunk that samples no token) land in the spare column.
-    It holds int64, the sampler's own dtype, so writing a sample back is one kernel with no conversion; the
-    scheduler addresses it through ``flat`` with ``row * width + column`` indices computed on the host.
+    """Hands out rows. The token pool keeps each row's token ids on the device, so the next step's inputs are
+    gathered there and sampled ids written back there without a trip through the host. It is int64, the
+    sampler's own dtype, so writing a sample back is one kernel with no conversion, and is addressed through
+    ``flat`` with ``row * width + column`` indices computed on the host. Padding rows of a CUDA-graph batch read
+    its spare last row; writes that must go nowhere (a chunk that samples no token) land in its spare last column.
     """
 
     def __init__(self, max_running_req: int, max_seq_len: int, device: torch.device,
