@@ -114,8 +114,7 @@ class EngineConfig:
     @classmethod
     def from_options(cls, **options: Any) -> "EngineConfig":
         """The config from keyword options; an unknown name is refused with the list of valid ones."""
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
+        if unknown := sorted(set(options) - set(OPTIONS)):
             raise InvalidParamsError(f"unknown engine option{'s' if len(unknown) > 1 else ''} "
                                      f"{', '.join(map(repr, unknown))}; valid options: {', '.join(OPTIONS)}")
         return cls(**options)

@@ -96,8 +96,7 @@ class ModelConfig:
 def _rope_parameters(hf: Any) -> dict:
     """transformers 5 keeps theta and scaling in ``rope_parameters``; 4.x had ``rope_theta``/``rope_scaling``."""
     params = dict(getattr(hf, "rope_parameters", None) or {})
-    legacy = getattr(hf, "rope_scaling", None)
-    if legacy and not params.get("rope_type"):
+    if (legacy := getattr(hf, "rope_scaling", None)) and not params.get("rope_type"):
         params.update(legacy)
     if "rope_theta" not in params and getattr(hf, "rope_theta", None) is not None:
         params["rope_theta"] = hf.rope_theta

@@ -1,8 +1,8 @@
-"""Rank 0's engine: the scheduler, its tensor-parallel ranks, and the one loop that runs it.
+"""Rank 0's engine, the interface both clients use: the scheduler, its tensor-parallel ranks and the one loop.
 
-The engine interface both clients use: messages go in through ``post`` (requests, aborts, prefix-cache resets,
-from any thread); every step's replies come out through the ``send_result`` it was built with. The ``LLM`` holds
-one in its own process; ``minisgl serve`` runs one in a process of its own (serving/engine_process.py).
+Messages go in through ``post`` (requests, aborts, prefix-cache resets, from any thread); every step's replies
+come out through ``send_result``. The ``LLM`` holds one in its own process; ``minisgl serve`` runs one in a
+process of its own (serving/engine_process.py).
 """
 
 from __future__ import annotations

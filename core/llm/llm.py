@@ -267,10 +267,8 @@ class LLM:
 
 def params_per_prompt(prompts: Sequence[Prompt], params: Any) -> list[SamplingParams]:
     """One SamplingParams per prompt: the defaults, one for all, or a list as long as the prompts."""
-    if params is None:
-        return [SamplingParams()] * len(prompts)
-    if isinstance(params, SamplingParams):
-        return [params] * len(prompts)
+    if params is None or isinstance(params, SamplingParams):
+        return [params or SamplingParams()] * len(prompts)
     params = list(params)
     if len(params) != len(prompts):
         raise InvalidParamsError(f"got {len(params)} sampling params for {len(prompts)} prompts")

@@ -63,8 +63,7 @@ class TPGroup:
     def __init__(self, config: EngineConfig, model_dir: Path) -> None:
         if dist.is_initialized():
             raise InvalidParamsError("a tensor-parallel LLM is already running in this process; close() it first")
-        problem = read_model_config(model_dir).tp_split_problem(config.tp)
-        if problem is not None:
+        if (problem := read_model_config(model_dir).tp_split_problem(config.tp)) is not None:
             raise InvalidParamsError(f"tp={config.tp}: {problem}; choose a tp size that divides them")
         self.size = config.tp
         self.info = TPInfo(0, self.size)
@@ -118,8 +117,7 @@ class TPGroup:
         dist.all_gather_object([None] * self.size, "ready", group=self._control)
 
     def share(self, messages: list, eos_token_ids: frozenset[int]) -> list:
-        """Send the messages rank 0's loop took in before this step to every worker; rank 0 applies the same
-        list itself."""
+        """Send the messages rank 0's loop took in before this step to every worker (rank 0 applies them too)."""
         broadcast_object(Command(tuple(messages), frozenset(eos_token_ids)), self._control)
         return messages
 
@@ -203,8 +201,7 @@ class TPGroup:
 
 # ---- starting the workers ----------------------------------------------------------------------------------
 def _backend_for(config: EngineConfig) -> str:
-    device = pick_device(config.device)
-    if device.type != "cuda":
+    if pick_device(config.device).type != "cuda":
         return "gloo"
     if torch.cuda.device_count() < config.tp:
         raise InvalidParamsError(f"tp={config.tp} needs {config.tp} GPUs but {torch.cuda.device_count()} are visible")

@@ -28,13 +28,8 @@ from core.models.random_spec import RandomSpec, fill_random
 from core.models.weights import model_config_cache_path
 
 # checkpoint module name -> (decoder module name, shard)
-_FUSED = {
-    "q_proj": ("qkv_proj", "q"),
-    "k_proj": ("qkv_proj", "k"),
-    "v_proj": ("qkv_proj", "v"),
-    "gate_proj": ("gate_up_proj", "gate"),
-    "up_proj": ("gate_up_proj", "up"),
-}
+_FUSED = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+          "gate_proj": ("gate_up_proj", "gate"), "up_proj": ("gate_up_proj", "up")}
 
 
 def read_model_config(model_dir: Path | RandomSpec) -> ModelConfig:
@@ -129,16 +124,14 @@ def load_model(model_dir: Path | RandomSpec, cfg: ModelConfig, device: torch.dev
     if derived is not None and device.type == "cpu":
         for name, module in fused.items():
             derived.get(f"fused:{name}.weight", lambda: (module.weight.data,))
-    missing = sorted(set(params) - filled)
-    if missing:
+    if missing := sorted(set(params) - filled):
         raise ModelLoadError(f"checkpoint in {model_dir} lacks {len(missing)} tensors, e.g. {missing[0]}; "
                              "is the download complete?")
     return model.eval()
 
 
 def _checkpoint_tensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
+    if not (files := sorted(model_dir.glob("*.safetensors"))):
         raise ModelLoadError(f"{model_dir} has no .safetensors weights")
     for file in files:
         try:
@@ -168,9 +161,7 @@ def _load_one(model: CausalLM, params: dict[str, torch.nn.Parameter], name: str,
         return set()
     module_path, _, kind = name.rpartition(".")
     parent, _, leaf = module_path.rpartition(".")
-    shard = ""
-    if leaf in _FUSED:
-        leaf, shard = _FUSED[leaf]
+    leaf, shard = _FUSED.get(leaf, (leaf, ""))
     target_path = f"{parent}.{leaf}" if parent else leaf
     try:
         module = model.get_submodule(target_path)

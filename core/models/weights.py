@@ -120,15 +120,12 @@ def _gguf_context(path: Path) -> int | None:
                 raise ValueError("truncated GGUF header")
             return struct.unpack("<" + fmt, data)[0]
 
-        def text() -> str:
-            return f.read(read("Q")).decode("utf-8", "replace")
-
         def value(kind: int) -> Any:
             if kind in scalars:
                 return read(scalars[kind])
-            if kind == 8:
-                return text()
-            if kind == 9:
+            if kind == 8:  # a string
+                return f.read(read("Q")).decode("utf-8", "replace")
+            if kind == 9:  # an array, skipped
                 item, count = read("I"), read("Q")
                 if item in scalars:
                     f.seek(count * struct.calcsize("<" + scalars[item]), 1)
@@ -140,11 +137,10 @@ def _gguf_context(path: Path) -> int | None:
 
         if f.read(4) != b"GGUF":
             return None
-        read("I")  # version
-        read("Q")  # tensors
+        f.seek(12, 1)  # the version (4 bytes) and the tensor count (8)
         arch, lengths = None, {}
         for _ in range(read("Q")):
-            key, got = text(), value(read("I"))
+            key, got = value(8), value(read("I"))  # a string key, then a typed value
             if key == "general.architecture":
                 arch = got
             elif key.endswith(".context_length"):
@@ -200,14 +196,9 @@ def declared_tokenizer(model_dir: Path) -> Any | None:
     return TokenizersBackend.from_pretrained(model_dir)
 
 
-def _cache_key(gguf: Path) -> str:
-    stat = gguf.stat()
-    ident = f"{gguf.resolve()}:{stat.st_size}:{int(stat.st_mtime)}"
-    return f"{gguf.stem}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
-
-
 def _converted_gguf(gguf: Path, progress: Callable[[str], None] | None) -> Path:
-    target = home_dir() / "models" / _cache_key(gguf)
+    ident = f"{gguf.resolve()}:{(stat := gguf.stat()).st_size}:{int(stat.st_mtime)}"
+    target = home_dir() / "models" / f"{gguf.stem}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
     if (target / "config.json").is_file() and (target / ".complete").is_file():
         return target
     if progress:
