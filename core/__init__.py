@@ -1,9 +1,6 @@
 """minisgl's engine: continuous batching over a paged KV cache, with an ``LLM`` interface that takes requests
-while it runs.
-
-``LLM`` is imported on first use (PEP 562): importing ``core`` for its errors or options costs no torch or
-transformers, which is what lets ``minisgl --help`` answer at once.
-"""
+while it runs. ``LLM`` is imported on first use (PEP 562), so importing ``core`` for its errors or options costs
+no torch or transformers, which lets ``minisgl --help`` answer at once."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Integer arithmetic the engine repeats: ceiling division, the KV pages that hold a number of tokens, and the
-power-of-two sizes kernel blocks take."""
+"""Integer arithmetic the engine repeats."""
 
 from __future__ import annotations
 

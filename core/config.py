@@ -1,18 +1,22 @@
-"""Engine options, each declared once: its name, type, default, help and check.
+"""Engine options, each declared once in ``EngineConfig``: name, type, default, help and check.
 
-``EngineConfig`` is the one list. ``LLM(model, **options)`` and the command line's engine options are both
-made from it (the command line by name, through ``OPTIONS``), and it validates itself at
-construction, so a bad value fails before any model is loaded. This module imports no torch: the command line
-checks options with it before it imports anything heavy.
-"""
+``LLM(model, **options)`` and the command line (by name, through ``OPTIONS``) are both made from it. It validates
+itself at construction, so a bad value fails before any model loads, and imports no torch, so the command line
+checks options before anything heavy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
-from core.choices import ATTENTION_BACKENDS, CACHE_TYPES, DTYPE_NAMES, KV_DTYPES, PRECISIONS, check_dtype_name
 from core.errors import InvalidParamsError
+
+# the named choices (the precision and KV dtype are explained in their options' help)
+CACHE_TYPES = ("naive", "radix")
+KV_DTYPES = ("auto", "fp8")
+ATTENTION_BACKENDS = ("torch", "flashinfer")
+PRECISIONS = ("exact", "fast", "int8")
+DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")  # the names parse_dtype takes
 
 
 @dataclass(frozen=True)
@@ -110,8 +114,7 @@ class EngineConfig:
     @classmethod
     def from_options(cls, **options: Any) -> "EngineConfig":
         """The config from keyword options; an unknown name is refused with the list of valid ones."""
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
+        if unknown := sorted(set(options) - set(OPTIONS)):
             raise InvalidParamsError(f"unknown engine option{'s' if len(unknown) > 1 else ''} "
                                      f"{', '.join(map(repr, unknown))}; valid options: {', '.join(OPTIONS)}")
         return cls(**options)
@@ -160,5 +163,7 @@ def parse_dtype(value: Any) -> Any:
 
     if value is None or isinstance(value, torch.dtype):
         return value
+    if (name := str(value).lower()) not in DTYPE_NAMES:
+        raise InvalidParamsError(f"unknown dtype {value!r}; use one of {', '.join(DTYPE_NAMES)}")
     return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-            "float16": torch.float16, "fp16": torch.float16}[check_dtype_name(value)]
+            "float16": torch.float16, "fp16": torch.float16}[name]

@@ -1,17 +1,12 @@
 """The one place that reads environment variables (MINISGL_*, and where the Hugging Face cache is), so every
-knob is discoverable here.
-
-The MINISGL_DISABLE_* switches are read once, when an engine is built, into its plan (core/engine/plan.py).
-"""
+knob is discoverable here."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-
-def _flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+from core.errors import InvalidParamsError
 
 
 def home_dir() -> Path:
@@ -23,8 +18,7 @@ def home_dir() -> Path:
 def hf_hub_cache() -> Path:
     """The local Hugging Face hub cache where ``--model ORG/NAME`` is looked up (never downloaded into):
     $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub, as huggingface_hub lays it out."""
-    hub = os.environ.get("HF_HUB_CACHE")
-    if hub:
+    if hub := os.environ.get("HF_HUB_CACHE"):
         return Path(hub).expanduser()
     home = os.environ.get("HF_HOME")
     return (Path(home).expanduser() if home else Path.home() / ".cache" / "huggingface") / "hub"
@@ -56,26 +50,18 @@ FAST_PATH_SWITCHES: dict[str, str] = {
 def disabled(name: str) -> bool:
     """Whether MINISGL_DISABLE_<name> is set (``name`` a key of FAST_PATH_SWITCHES)."""
     assert name in FAST_PATH_SWITCHES, f"no fast-path switch {name!r}"
-    return _flag(f"MINISGL_DISABLE_{name}")
-
-
-def derived_cache_disabled() -> bool:
-    return disabled("DERIVED_CACHE")
+    return os.environ.get(f"MINISGL_DISABLE_{name}", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def tp_timeout_s() -> float:
-    """MINISGL_TP_TIMEOUT: seconds a tensor-parallel collective may wait for a silent rank (default 120).
-
-    A worker that dies is noticed at once through its process sentinel; this bounds the wait for one that hangs.
-    """
+    """MINISGL_TP_TIMEOUT: seconds a tensor-parallel collective may wait for a silent rank (default 120). A worker
+    that dies is noticed at once through its process sentinel; this bounds the wait for one that hangs."""
     raw = os.environ.get("MINISGL_TP_TIMEOUT", "").strip()
     try:
         value = float(raw) if raw else 120.0
     except ValueError:
         value = -1.0
     if not value > 0:
-        from core.errors import InvalidParamsError
-
         raise InvalidParamsError(f"MINISGL_TP_TIMEOUT must be a number of seconds > 0, got {raw!r}")
     return value
 
@@ -85,28 +71,19 @@ def _count(name: str, default: int, most: int, what: str) -> int:
     if not raw:
         return default
     if not raw.isdigit() or int(raw) > most:
-        from core.errors import InvalidParamsError
-
         raise InvalidParamsError(f"{name} must be {what}, got {raw!r}")
     return int(raw)
-
-
-DEFAULT_SPLIT_K = 2
 
 
 def split_k_slices() -> int:
     """MINISGL_SPLIT_K=S (0 to 16, default 2) runs the narrow linears (o_proj, down) of CUDA decode steps as S slices
     of their inputs, the sum folded into the add+RMSNorm after them (core/kernels/cuda/split_k.py); 0 runs each as
     one cuBLAS GEMM. A narrow linear's few output tiles leave most SMs idle; slices give them work."""
-    return _count("MINISGL_SPLIT_K", DEFAULT_SPLIT_K, 16, "a number of slices from 0 to 16")
-
-
-DEFAULT_TENSOR_CORE_DECODE_ROWS = 1
+    return _count("MINISGL_SPLIT_K", 2, 16, "a number of slices from 0 to 16")
 
 
 def tensor_core_decode_rows() -> int:
     """MINISGL_TENSOR_CORE_DECODE_ROWS=N (default 1: every size): bf16 decode batches of at least N rows run
     flashinfer's tensor-core (prefill-style) decode instead of its plain one; 0 keeps the plain kernel throughout
     (a model with 4 or more query heads per KV head takes tensor cores at every size, flashinfer's advice)."""
-    return _count("MINISGL_TENSOR_CORE_DECODE_ROWS", DEFAULT_TENSOR_CORE_DECODE_ROWS, 1 << 30,
-                  "a number of rows (0: never)")
+    return _count("MINISGL_TENSOR_CORE_DECODE_ROWS", 1, 1 << 30, "a number of rows (0: never)")

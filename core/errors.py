@@ -1,8 +1,5 @@
-"""Exception types raised at the engine's boundary.
-
-Every error a user can cause has its own type and a message that says what was wrong and what to do, so the
-CLI can print it as one line and API callers can catch exactly what they expect.
-"""
+"""Every error a user can cause has its own type and a message that says what was wrong and what to do, so the
+CLI can print it as one line and API callers can catch exactly what they expect."""
 
 
 class MinisglError(Exception):

@@ -1,7 +1,5 @@
-"""Step events: one plain record per scheduled batch, for whoever wants to watch the scheduler work.
-
-The trace view, the benchmarks and the tests all consume these instead of reaching into the scheduler.
-"""
+"""Step events: one plain record per scheduled batch, so the trace view, the benchmarks and the tests watch the
+scheduler work without reaching into it."""
 
 from __future__ import annotations
 
@@ -26,13 +24,11 @@ WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", 
 @dataclass(frozen=True)
 class WaitReason:
     """Why a queued request was not admitted in a step, as a kind for programs and words for a learner.
-
-    ``rows``: every table row is taken (the most requests that run at once); ``kv_pages``: the pages for its
-    whole life are more than free plus evictable (after those promised to running requests); ``token_budget``:
-    this step's prefill tokens are used up; ``forced_decode``: the step is a decode forced so running requests
-    are not starved; ``fcfs``: an earlier request did not fit, and nobody jumps the queue; ``shared_prefix``:
-    it waits one step for a request in this batch to cache the prefix they share.
-    """
+    ``rows``: every table row is taken; ``kv_pages``: the pages for its whole life are more than free plus
+    evictable (after those promised to running requests); ``token_budget``: this step's prefill tokens are used
+    up; ``forced_decode``: the step is a decode forced so running requests are not starved; ``fcfs``: an earlier
+    request did not fit, and nobody jumps the queue; ``shared_prefix``: it waits one step for a request in this
+    batch to cache the prefix they share."""
 
     uid: int
     kind: WaitKind
@@ -95,8 +91,7 @@ class StepEvent:
 
     @classmethod
     def from_dict(cls, d: dict) -> "StepEvent":
-        """The event ``to_dict`` made, from its plain form (lists where it had tuples), as it crosses a process
-        boundary."""
+        """The event from ``to_dict``'s plain form (lists where it had tuples), as it crosses a process boundary."""
         d = dict(d)
         d["reqs"] = tuple(ReqStep(*r) if isinstance(r, (list, tuple)) else ReqStep(**r) for r in d["reqs"])
         d["finished"], d["arrived"] = tuple(d["finished"]), tuple(d["arrived"])

@@ -1,8 +1,5 @@
-"""The model shape the engine needs, read from a Hugging Face config through one function.
-
-transformers 5 moved fields around (``rope_theta`` now lives in ``rope_parameters``, ``torch_dtype`` became
-``dtype``); ``ModelConfig.from_hf`` accepts either spelling so the rest of the engine never has to care.
-"""
+"""The model shape the engine needs, read from a Hugging Face config by ``ModelConfig.from_hf``, which accepts
+transformers 4's and 5's spellings so the rest of the engine never has to care."""
 
 from __future__ import annotations
 
@@ -50,11 +47,9 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
 
     def tp_split_problem(self, size: int) -> str | None:
-        """Why this model cannot be split over ``size`` tensor-parallel ranks, or None if it can.
-
-        Attention heads and the MLP's intermediate size are divided evenly; KV heads too, unless there are
-        fewer of them than ranks, in which case each is replicated on ``size / num_kv_heads`` ranks.
-        """
+        """Why this model cannot be split over ``size`` tensor-parallel ranks, or None if it can. Attention heads,
+        the MLP's intermediate size and KV heads are divided evenly, except that fewer KV heads than ranks are each
+        replicated on ``size / num_kv_heads`` ranks."""
         if self.num_heads % size:
             return f"the model's {self.num_heads} attention heads cannot be split over {size} ranks"
         if self.intermediate_size % size:
@@ -101,8 +96,7 @@ class ModelConfig:
 def _rope_parameters(hf: Any) -> dict:
     """transformers 5 keeps theta and scaling in ``rope_parameters``; 4.x had ``rope_theta``/``rope_scaling``."""
     params = dict(getattr(hf, "rope_parameters", None) or {})
-    legacy = getattr(hf, "rope_scaling", None)
-    if legacy and not params.get("rope_type"):
+    if (legacy := getattr(hf, "rope_scaling", None)) and not params.get("rope_type"):
         params.update(legacy)
     if "rope_theta" not in params and getattr(hf, "rope_theta", None) is not None:
         params["rope_theta"] = hf.rope_theta
@@ -115,10 +109,7 @@ def _rope_scaling(rope: dict) -> RopeScaling:
         return RopeScaling()
     if kind != "llama3":
         raise UnsupportedModelError(f"unsupported RoPE scaling {kind!r}; supported: default, llama3")
-    return RopeScaling(
-        kind="llama3",
-        factor=float(rope["factor"]),
-        low_freq_factor=float(rope.get("low_freq_factor", 1.0)),
-        high_freq_factor=float(rope.get("high_freq_factor", 4.0)),
-        original_max_position_embeddings=int(rope.get("original_max_position_embeddings", 8192)),
-    )
+    return RopeScaling(kind="llama3", factor=float(rope["factor"]),
+                       low_freq_factor=float(rope.get("low_freq_factor", 1.0)),
+                       high_freq_factor=float(rope.get("high_freq_factor", 4.0)),
+                       original_max_position_embeddings=int(rope.get("original_max_position_embeddings", 8192)))

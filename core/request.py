@@ -39,22 +39,19 @@ class Result(TypedDict):
     stop: NotRequired[str]  # the stop string that ended it, if one did
     logprobs: NotRequired[list[TokenLogprob]]  # when the request asked for them
 
+
 MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's API allows
 MAX_STOP_STRINGS = 16
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How one request is sampled and when it stops. Validated at construction.
-
-    ``temperature == 0`` (the default) is greedy. ``top_k == -1`` keeps every token. ``seed`` makes sampling
-    reproducible for this request alone, whatever else is in the batch.
-
-    ``stop``: strings that end the request when its text contains one (finish_reason 'stop'); the text is cut
-    before it. ``logprobs``: None for none (the fast path), else every generated token comes with its own
-    log-probability and the ``logprobs`` most likely alternatives (0 for the token's own only), taken from
-    the model's distribution before temperature, top-k and top-p.
-    """
+    """How one request is sampled and when it stops, validated at construction. ``temperature == 0`` (the
+    default) is greedy; ``top_k == -1`` keeps every token; ``seed`` makes sampling reproducible for this request
+    alone, whatever else is in the batch. ``stop``: strings that end the request when its text contains one
+    (finish_reason 'stop'), the text cut before it. ``logprobs``: None for none (the fast path), else every
+    generated token comes with its log-probability and the ``logprobs`` most likely alternatives (0: its own
+    only), from the model's distribution before temperature, top-k and top-p."""
 
     max_tokens: int = 16
     temperature: float = 0.0
@@ -113,10 +110,8 @@ class Req:
     pages: list[int] = field(default_factory=list)  # KV pages held, in position order
     cache_handle: object = None  # what the prefix cache locked for this request (None for the naive cache)
     output_ids: list[int] = field(default_factory=list)
-    # answered (finished or aborted): results still on their way from batches in flight are dropped
-    done: bool = False
-    # what the sampler reads of this request at every step, fixed for its life: made at its first sampled step
-    # (core/engine/sampler.py, sample_row)
+    done: bool = False  # answered (finished or aborted): results of batches still in flight are dropped
+    # what the sampler reads of it every step, fixed for its life: made at its first sampled step (sampler.py)
     sample_row: tuple | None = None
 
     @property

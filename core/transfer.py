@@ -1,10 +1,7 @@
-"""Host-to-device copies that never make the host wait.
-
-Every step the scheduler sends a little metadata to the device (rows, positions, page-table entries). Copied
-from ordinary (pageable) host memory, a copy may wait for the device to drain its queue, which would undo
-overlap scheduling. Staged through pinned memory it is queued like a kernel instead. torch's pinned-memory
-cache records each copy on its stream, so a staging block is not handed out again before its copy has run.
-"""
+"""Host-to-device copies that never make the host wait: a step's metadata copied from pageable host memory may
+wait for the device to drain its queue, undoing overlap scheduling; staged through pinned memory it is queued
+like a kernel. torch's pinned-memory cache records each copy on its stream, so a staging block is not handed out
+again before its copy has run."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ class BenchOptions:
     # each baseline stops after this long, its tokens/s measured on what it made; None: CUDA_BASELINE_SECONDS
     # on CUDA, no limit on a CPU
     baseline_seconds: float | None = None
-    # the engine's precision (core/choices.py); other than 'exact', the exact engine runs first in the same run
+    # the engine's precision (core/config.py); other than 'exact', the exact engine runs first in the same run
     # as 'minisgl exact', so the two compare side by side
     precision: str = "exact"
     page_size: int | None = None  # the engine's KV page; None: CUDA_PAGE_SIZE on CUDA, the engine's default else

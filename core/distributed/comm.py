@@ -1,8 +1,6 @@
-"""Collectives the tensor-parallel layers and the engine need; no-ops on a single rank.
-
+"""Collectives the tensor-parallel layers and the engine need, on the default process group; no-ops on one rank.
 Each caller passes the tensor-parallel size it was built with, so a layer never asks a global whether to
-communicate. They run on the default process group: NCCL on CUDA, gloo on the CPU.
-"""
+communicate."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Process-group plumbing for tensor parallelism: join, broadcast a command, leave, abort.
 
-Two process groups:
-
-* the default group (NCCL on CUDA, gloo on the CPU) carries the layers' collectives. It has a timeout, so a
-  rank that hangs cannot hold the others forever;
-* a gloo control group carries rank 0's commands (requests to run, stop). Idle workers wait on it with no
-  practical deadline, since the caller may pause as long as it likes between two ``generate`` calls.
+The default group (NCCL on CUDA, gloo on the CPU) carries the layers' collectives, with a timeout so a rank that
+hangs cannot hold the others forever. A gloo control group carries rank 0's commands; idle workers wait on it
+with no practical deadline, since the caller may pause as long as it likes between two ``generate`` calls.
 """
 
 from __future__ import annotations
@@ -46,9 +43,8 @@ def broadcast_object(obj: T, control: dist.ProcessGroup) -> T:
 
 
 def leave_groups() -> None:
-    """destroy_process_group, bounded in time. NCCL's teardown can wait on peers (it did, with collectives
-    captured in CUDA graphs, once a peer had gone); past the wait this rank goes on without it, since a
-    closed group is never used again."""
+    """destroy_process_group, bounded in time: NCCL's teardown can wait on peers that have gone; past the wait
+    this rank goes on without it, since a closed group is never used again."""
     if not dist.is_initialized():
         return
 

@@ -32,9 +32,6 @@ class SelfAttention(nn.Module):
         self.rope = rope
         self.kernels = TorchKernels()
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_qkv(positions, self.qkv_proj(x))
-
     def forward_after_norm(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None,
                            norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
         """Attention over ``norm(x + residual)``, and the new residual: the norm runs inside the QKV projection's

@@ -27,8 +27,7 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.zeros(self.part, dim), requires_grad=False)
 
     def load(self, tensor: torch.Tensor, shard: str, kind: str) -> None:
-        rows = tensor[self.start:self.start + self.part]
-        fill(self.weight, rows)
+        fill(self.weight, tensor[self.start:self.start + self.part])
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self.tp_size == 1:

@@ -1,9 +1,8 @@
 """Putting a checkpoint tensor into a parameter: adopted as it is when it is the whole parameter, else copied.
 
-Why: a tensor read from safetensors on the CPU is a copy-on-write map of the file, so adopting it loads the weight
-without copying it (on the embedded model that copy was a large part of a warm start), its pages are read from
-the page cache when first used, and a linear whose products run on panels or 4-bit codes made elsewhere may never
-read them. Writing to an adopted weight changes the process's copy only, never the file.
+A tensor read from safetensors on the CPU is a copy-on-write map of the file: adopting it loads the weight without
+a copy, its pages are read when first used (a linear that runs on panels or 4-bit codes made elsewhere may never
+read them), and writing to it changes the process's copy, never the file.
 """
 
 from __future__ import annotations

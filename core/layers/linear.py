@@ -1,9 +1,8 @@
-"""Linear layers that know how to take their slice of a full checkpoint tensor.
+"""Linear layers that take their slice of a full checkpoint tensor while loading, so no rank holds a whole layer.
 
-On one rank they are plain linears. Under tensor parallelism a column-parallel layer keeps a slice of the
-output features (whole heads, or a slice of the MLP's intermediate size) and a row-parallel layer keeps the
-matching slice of the input features and all-reduces its output, so each attention block and MLP needs one
-all-reduce. Weights are cut while loading, so no rank ever holds the whole layer.
+On one rank they are plain linears. Under tensor parallelism a column-parallel layer keeps a slice of the output
+features (whole heads, or a slice of the MLP's intermediate size) and a row-parallel one the matching slice of
+the input features, all-reducing its output: one all-reduce per attention block and per MLP.
 """
 
 from __future__ import annotations
@@ -23,14 +22,9 @@ def _param(*shape: int) -> nn.Parameter:
 
 
 class ColumnParallelLinear(nn.Module):
-    """A linear whose output features (columns of the product) are split over the ranks, as named blocks.
-
-    Its twin, RowParallelLinear, splits the input features instead; a column-parallel layer followed by a
-    row-parallel one needs a single all-reduce, at the end.
-
-    ``blocks`` maps a checkpoint shard name (e.g. 'q', 'k', 'v') to (rows kept on this rank, start row in the
-    full tensor). Loading a shard copies those rows into the block's place in the fused weight.
-    """
+    """A linear whose output features are split over the ranks, as named blocks: ``blocks`` maps a checkpoint
+    shard name ('q', 'k', 'v') to (rows kept on this rank, start row in the full tensor). Loading a shard copies
+    those rows into the block's place in the fused weight. Each one sits behind a norm, so it runs only with it."""
 
     def __init__(self, in_features: int, blocks: dict[str, tuple[int, int]], bias: bool) -> None:
         super().__init__()
@@ -50,15 +44,11 @@ class ColumnParallelLinear(nn.Module):
         target = self.weight if kind == "weight" else self.bias
         if target is None:
             raise KeyError(f"layer has no {kind}")
-        offset = self.offsets[shard]
-        fill(target, tensor[start:start + rows], offset)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.kernels.linear(x, self.weight, self.bias, self.packed)
+        fill(target, tensor[start:start + rows], self.offsets[shard])
 
     def forward_after_norm(self, x: torch.Tensor, residual: torch.Tensor | None,
                            norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
-        """``self(norm(x + residual))`` and the new residual ``x + residual``: at small batch one kernel."""
+        """This linear of ``norm(x + residual)``, and the new residual ``x + residual``: at small batch one kernel."""
         return self.kernels.rms_norm_linear(x, residual, norm.weight, norm.eps, self.weight, self.bias, self.packed)
 
 

@@ -16,9 +16,6 @@ class GatedMLP(nn.Module):
             hidden_size, column_blocks({"gate": intermediate_size, "up": intermediate_size}), bias=False)
         self.down_proj = RowParallelLinear(intermediate_size, hidden_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj.forward_after_silu_mul(self.gate_up_proj(x))
-
     def forward_after_norm(self, x: torch.Tensor, residual: torch.Tensor,
                            norm: RMSNorm) -> tuple[torch.Tensor, torch.Tensor]:
         """The MLP of ``norm(x + residual)``, and the new residual: the norm runs inside gate_up's kernel when

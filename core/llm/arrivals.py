@@ -82,14 +82,12 @@ class ArrivalFeeder:
 
     def next_when_idle(self) -> list[int]:
         """The engine has nothing to do: the next step-based arrivals now, else wait for the next time-based one."""
-        steps = [a.step for _, a in self._queue if a is not None and a.step is not None]
-        if steps:
-            first = min(steps)
-            ready = [i for i, a in self._queue if a is not None and a.step == first]
-        else:
+        first = min((a.step for _, a in self._queue if a is not None and a.step is not None), default=None)
+        if first is None:
             wait = min(a.after_s for _, a in self._queue) - (time.perf_counter() - self._started)
             if wait > 0:
                 time.sleep(wait)
             return self.due(step=self._first_step)
+        ready = [i for i, a in self._queue if a is not None and a.step == first]
         self._queue = [(i, a) for i, a in self._queue if i not in ready]
         return ready

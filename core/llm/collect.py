@@ -60,7 +60,7 @@ class Collected:
         so it never passes silently."""
         reason, error = (self.finish_reason, self.error) if self.finished else unanswered
         result: Result = {"text": self.decoded(tokenizer), "token_ids": list(self.token_ids), "finish_reason": reason,
-                  "error": error, "prompt_tokens": self.prompt_tokens}
+                          "error": error, "prompt_tokens": self.prompt_tokens}
         if self.stop_string is not None:
             result["stop"] = self.stop_string
         if self.logprobs is not None:

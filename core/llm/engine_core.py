@@ -1,10 +1,8 @@
-"""Rank 0's engine: the scheduler, its tensor-parallel ranks, and the one loop that runs it.
+"""Rank 0's engine, the interface both clients use: the scheduler, its tensor-parallel ranks and the one loop.
 
-This is the engine interface both clients use. Messages go in (``post``: requests, aborts, prefix-cache
-resets, from any thread), every step's replies come out through the ``send_result`` it was built with. The
-offline ``LLM`` holds one in its own process and runs the loop on the caller's thread; ``minisgl serve`` runs one
-in a process of its own (serving/engine_process.py) whose replies cross to the API process as one message a
-step.
+Messages go in through ``post`` (requests, aborts, prefix-cache resets, from any thread); every step's replies
+come out through ``send_result``. The ``LLM`` holds one in its own process; ``minisgl serve`` runs one in a
+process of its own (serving/engine_process.py).
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from typing import Callable, Iterator
 from core.config import EngineConfig
 from core.distributed.info import tp_scope
 from core.errors import EngineBusyError
-from core.llm.tp_group import start_group
+from core.llm.tp_group import LocalGroup, TPGroup
 from core.scheduler.inbox import Message, ResetPrefixCache
 from core.scheduler.scheduler import ReplySink, Scheduler
 
@@ -28,7 +26,7 @@ class EngineCore:
 
     def __init__(self, config: EngineConfig, model_dir: Path, log: Callable[[str], None] | None,
                  send_result: ReplySink) -> None:
-        self._group = start_group(config, model_dir)
+        self._group = TPGroup(config, model_dir) if config.tp > 1 else LocalGroup(config)
         weakref.finalize(self, self._group.close)
         with self._group.guard(), tp_scope(self._group.info):
             self.scheduler = Scheduler(self._group.config, model_dir, log, send_result=send_result,
@@ -56,7 +54,7 @@ class EngineCore:
             self.scheduler.run_until_idle()
 
     def serve_forever(self) -> None:
-        """Run the loop on this thread, waiting for messages when there are none, until ``stop()``; then it
+        """Run the loop on this thread until ``stop()``, waiting for messages when there are none; then it
         finishes every request already taken in and returns."""
         self.scheduler.stop_requested.clear()
         with self._owning_the_loop():
@@ -66,10 +64,6 @@ class EngineCore:
         """Have ``serve_forever`` return once every request is answered. Safe from any thread."""
         self.scheduler.stop_requested.set()
         self.scheduler.inbox.wake()
-
-    @property
-    def loop_running(self) -> bool:
-        return self._loop_thread is not None
 
     @property
     def loop_running_elsewhere(self) -> bool:
@@ -93,7 +87,7 @@ class EngineCore:
         """Empty the prefix cache on every rank (pages running requests read stay). With no loop running it
         happens now and returns the pages rank 0 freed; while a loop runs, before its next step, and None."""
         self.post(ResetPrefixCache())
-        if self.loop_running:
+        if self._loop_thread is not None:
             return None
         self.scheduler._freed_by_reset = 0
         self.run_until_idle()

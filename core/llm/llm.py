@@ -1,14 +1,9 @@
 """The engine's interface: submit requests while its loop runs, or complete a list of prompts with generate().
 
-The LLM is a client of the engine (core/llm/engine_core.py), held in this process: ``submit`` (any thread)
-tokenizes, posts a request to the engine and returns its uid; the loop (``run_until_idle``, or ``serve_forever``
-on a thread of its own) takes it in before its next step, and every token and the final reply reach the request's ``on_reply`` callback. ``generate`` is
-submit for each prompt, then the loop until idle: the same path a server takes, so testing the offline
-interface tests the online one.
-
-With ``tp=N > 1`` the LLM is rank 0 of N tensor-parallel ranks: it starts the other N-1 as worker processes,
-sends each call's requests to them, and every rank runs this same loop (core/llm/tp_group.py starts and
-drives them, core/llm/tp_worker.py is their side).
+The LLM is a client of the engine (core/llm/engine_core.py) held in this process: ``submit`` (any thread)
+tokenizes, posts a request and returns its uid; the loop (``run_until_idle``, or ``serve_forever`` on a thread of
+its own) takes it in before its next step, and every reply reaches the request's ``on_reply``. ``generate`` is
+submit for each prompt, then the loop until idle: the path a server takes, so testing one tests the other.
 """
 
 from __future__ import annotations
@@ -42,25 +37,23 @@ def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
 
 class LLM:
     """``LLM(model=None | path | 'random:NAME', **options)``: None is the embedded SmolLM2-135M-Instruct; a random
-    spec builds a known shape with random weights and reads prompts as token ids or UTF-8 bytes. The options
-    are ``EngineConfig``'s (core/config.py); an unknown one is refused with the list of valid ones.
+    spec builds a known shape with random weights and reads prompts as token ids or UTF-8 bytes. The options are
+    ``EngineConfig``'s (core/config.py); an unknown one is refused with the list of valid ones.
 
-    ``tp=N`` splits the model over N ranks: N-1 worker processes on the CPU (gloo) or N GPUs (NCCL, rank r on
-    GPU r). Call ``close()`` (or use ``with LLM(...) as llm``) to stop them; they are also stopped when the LLM
-    is garbage-collected and at interpreter exit. A script that uses ``tp > 1`` needs the usual
-    ``if __name__ == "__main__":`` guard, since the workers are started with spawn.
+    ``tp=N`` splits the model over N ranks: N-1 worker processes on the CPU (gloo) or N GPUs (NCCL, rank r on GPU
+    r), stopped by ``close()`` (or ``with LLM(...) as llm``), garbage collection or interpreter exit. They are
+    started with spawn, so a script that uses ``tp > 1`` needs the ``if __name__ == "__main__":`` guard.
     """
 
     def __init__(self, model: str | None = None, *, log: Callable[[str], None] | None = None,
                  **options: Any) -> None:
         config = EngineConfig.from_options(model=model, **options)
-        model_dir = resolve_model_dir(model, log)
-        self.model_dir = model_dir
-        self.tokenizer = load_tokenizer(model_dir)
+        self.model_dir = resolve_model_dir(model, log)
+        self.tokenizer = load_tokenizer(self.model_dir)
         # the routes post to the engine and read its EOS ids; the engine hands them its replies
         self._routes = Routes(self.tokenizer, lambda message: self.core.post(message),
                               lambda: self.scheduler.eos_token_ids)
-        self.core = EngineCore(config, model_dir, log, self._routes.deliver)
+        self.core = EngineCore(config, self.model_dir, log, self._routes.deliver)
         self.scheduler = self.core.scheduler
 
     # ---- what the engine is -------------------------------------------------------------------------------
@@ -137,24 +130,17 @@ class LLM:
     # ---- requests in: any thread -------------------------------------------------------------------------
     def submit(self, prompt: Prompt, sampling_params: SamplingParams | None = None, *,
                on_reply: ReplyCallback | None = None, text: bool = False) -> int:
-        """Queue one request and return its uid. Safe from any thread, also while the loop runs: the loop takes
-        it in before its next step. ``on_reply`` gets every token and then exactly one final reply (finished,
-        with finish_reason 'stop', 'length', 'abort' or 'error' and its message), on the loop's thread.
-
-        With ``text=True`` (implied by stop strings) every reply also carries the text it adds (``Reply.text``),
-        detokenized incrementally; the pieces join to the request's whole text. A stop string ends the request
-        with finish_reason 'stop', its text cut before the stop string (``Reply.stop_string`` says which).
-
-        A prompt that can never run here (too long, a token outside the vocabulary) is answered with an
-        'error' reply; ``rejection()`` tells that before submitting."""
+        """Queue one request and return its uid, from any thread, also while the loop runs (it takes the request in
+        before its next step). ``on_reply`` gets every token, then exactly one final reply (finish_reason 'stop',
+        'length', 'abort' or 'error' with its message), on the loop's thread. With ``text=True`` (implied by stop
+        strings) every reply also carries the text it adds (``Reply.text``), detokenized incrementally, the pieces
+        joining to the whole text; a stop string ends the request with 'stop', its text cut before the stop string
+        (``Reply.stop_string`` says which). A prompt that can never run here (too long, a token outside the
+        vocabulary) is answered with an 'error' reply; ``rejection()`` tells that before submitting."""
         params = sampling_params if sampling_params is not None else SamplingParams()
         if not isinstance(params, SamplingParams):
             raise InvalidParamsError("sampling_params must be SamplingParams")
-        return self._submit_ids(self.tokenize(prompt), params, on_reply, text)
-
-    def _submit_ids(self, input_ids: list[int], params: SamplingParams, on_reply: ReplyCallback | None,
-                    text: bool = False) -> int:
-        return self._routes.add(input_ids, params, on_reply, text)
+        return self._routes.add(self.tokenize(prompt), params, on_reply, text)
 
     def abort(self, uid: int) -> bool:
         """Stop request ``uid``, from any thread. True if it was still unanswered: its final reply (finish_reason
@@ -203,10 +189,9 @@ class LLM:
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, *,
                  arrivals: Sequence[Arrival | None] | None = None) -> list[Result]:
         """Complete every prompt; results come back in prompt order, one per prompt, errors included.
-
         ``arrivals`` (one per prompt, None for "at the start") lets requests enter while the others run: before a
-        given step, or some seconds after the start (core/llm/arrivals.py). If ``serve_forever`` runs on another
-        thread, the requests join its loop and this waits for them; otherwise this thread runs the loop."""
+        given step, or some seconds after the start. If ``serve_forever`` runs on another thread, the requests
+        join its loop and this waits for them; otherwise this thread runs the loop."""
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise InvalidParamsError("prompts must be a list of strings or of token-id lists")
         params = params_per_prompt(prompts, sampling_params)
@@ -218,7 +203,7 @@ class LLM:
 
         def submit(indices: list[int]) -> None:
             for i in indices:
-                uids[i] = self._submit_ids(prompt_ids[i], params[i], collected[i].on_reply)
+                uids[i] = self._routes.add(prompt_ids[i], params[i], collected[i].on_reply)
 
         try:
             if arrivals is None or self.loop_running_elsewhere:
@@ -282,10 +267,8 @@ class LLM:
 
 def params_per_prompt(prompts: Sequence[Prompt], params: Any) -> list[SamplingParams]:
     """One SamplingParams per prompt: the defaults, one for all, or a list as long as the prompts."""
-    if params is None:
-        return [SamplingParams()] * len(prompts)
-    if isinstance(params, SamplingParams):
-        return [params] * len(prompts)
+    if params is None or isinstance(params, SamplingParams):
+        return [params or SamplingParams()] * len(prompts)
     params = list(params)
     if len(params) != len(prompts):
         raise InvalidParamsError(f"got {len(params)} sampling params for {len(prompts)} prompts")

@@ -1,17 +1,10 @@
 """Tensor-parallel worker processes, rank 0's side: started by the LLM, driven by rank 0, stopped on every way out.
 
-Rank 0 is the caller's own process: it tokenizes, decides every request's seed and returns the results.
-Ranks 1..N-1 are processes started here (torch.multiprocessing, spawn). Every rank builds the model with its
-own slice of the weights and runs the same scheduler loop on the same requests, so all ranks form the same
-batch at every step; only rank 0 reports anything.
-
-They talk over two process groups (core/distributed/groups.py): the default one for the layers' collectives,
-a gloo control group for rank 0's commands. The worker's side is core/llm/tp_worker.py.
-
-A worker that dies is noticed at once: a watchdog thread in rank 0 waits on the workers' process sentinels and,
-when one exits unexpectedly, stops the others, so rank 0's pending collective fails within moments rather than
-at the timeout; rank 0 then raises WorkerError naming the rank. Workers ignore Ctrl-C (rank 0 shuts them down)
-and exit by themselves if their parent disappears.
+Rank 0, the caller's process, tokenizes, decides every request's seed and reports the results; ranks 1..N-1 are
+spawned here (core/llm/tp_worker.py is their side). Every rank builds its slice of the model and runs the same
+scheduler loop on the same messages, so all form the same batch at every step. A watchdog thread waits on the
+workers' process sentinels: when one exits unexpectedly it stops the others, so rank 0's pending collective
+fails within moments rather than at the timeout, and rank 0 raises WorkerError naming the rank.
 """
 
 from __future__ import annotations
@@ -64,18 +57,13 @@ class LocalGroup:
         pass
 
 
-def start_group(config: EngineConfig, model_dir: Path) -> LocalGroup | TPGroup:
-    return TPGroup(config, model_dir) if config.tp > 1 else LocalGroup(config)
-
-
 class TPGroup:
     """Rank 0's handle on the workers: start them, send them requests, notice their death, stop them."""
 
     def __init__(self, config: EngineConfig, model_dir: Path) -> None:
         if dist.is_initialized():
             raise InvalidParamsError("a tensor-parallel LLM is already running in this process; close() it first")
-        problem = read_model_config(model_dir).tp_split_problem(config.tp)
-        if problem is not None:
+        if (problem := read_model_config(model_dir).tp_split_problem(config.tp)) is not None:
             raise InvalidParamsError(f"tp={config.tp}: {problem}; choose a tp size that divides them")
         self.size = config.tp
         self.info = TPInfo(0, self.size)
@@ -104,15 +92,17 @@ class TPGroup:
         with self.guard():
             self._control = init_groups(0, self.size, port, self.backend, self.timeout_s)
 
-    # ---- used by the LLM --------------------------------------------------------------------------------
+    # ---- used by the engine -----------------------------------------------------------------------------
     @contextmanager
     def guard(self) -> Iterator[None]:
-        """Run rank 0's side of a collective step; on any failure the workers are stopped, never left waiting.
-
-        A failure caused by a dead or silent worker becomes WorkerError; rank 0's own errors (a callback that
-        raised, Ctrl-C) pass through unchanged, after the shutdown.
-        """
-        self._check_usable()
+        """Run rank 0's side of a collective step; on any failure the workers are stopped, never left waiting. A
+        failure caused by a dead or silent worker becomes WorkerError; rank 0's own errors (a callback that raised,
+        Ctrl-C) pass through unchanged, after the shutdown."""
+        if self._failure is not None:
+            raise WorkerError(f"{self._failure}; create a new LLM")
+        if self._closed:
+            raise WorkerError("the tensor-parallel workers were shut down (closed, or stopped after an error); "
+                              "create a new LLM")
         try:
             yield
         except BaseException as exc:
@@ -127,8 +117,7 @@ class TPGroup:
         dist.all_gather_object([None] * self.size, "ready", group=self._control)
 
     def share(self, messages: list, eos_token_ids: frozenset[int]) -> list:
-        """Send the messages rank 0's loop took in before this step to every worker; rank 0 applies the same
-        list itself."""
+        """Send the messages rank 0's loop took in before this step to every worker (rank 0 applies them too)."""
         broadcast_object(Command(tuple(messages), frozenset(eos_token_ids)), self._control)
         return messages
 
@@ -143,8 +132,8 @@ class TPGroup:
                 broadcast_object(Command(stop=True), self._control)
             except Exception:  # noqa: BLE001 - a worker already gone; the terminate below covers it
                 polite = False
-        if polite:  # the workers leave the groups now too: NCCL's teardown wants every rank at it together
-            leave_groups()
+            else:  # the workers leave the groups now too: NCCL's teardown wants every rank at it together
+                leave_groups()
         started = [proc for proc in self._procs if proc.pid is not None]
         deadline = time.monotonic() + (_STOP_JOIN_S if polite else 0.0)
         for proc in started:
@@ -164,13 +153,6 @@ class TPGroup:
         return [p.pid for p in self._procs if p.pid is not None]
 
     # ---- failure handling -------------------------------------------------------------------------------
-    def _check_usable(self) -> None:
-        if self._failure is not None:
-            raise WorkerError(f"{self._failure}; create a new LLM")
-        if self._closed:
-            raise WorkerError("the tensor-parallel workers were shut down (closed, or stopped after an error); "
-                              "create a new LLM")
-
     def _watch(self) -> None:
         """Wait on the workers' sentinels; on the first unexpected exit, record it and stop the rest."""
         sentinels = {proc.sentinel: rank for rank, proc in enumerate(self._procs, start=1)}
@@ -219,8 +201,7 @@ class TPGroup:
 
 # ---- starting the workers ----------------------------------------------------------------------------------
 def _backend_for(config: EngineConfig) -> str:
-    device = pick_device(config.device)
-    if device.type != "cuda":
+    if pick_device(config.device).type != "cuda":
         return "gloo"
     if torch.cuda.device_count() < config.tp:
         raise InvalidParamsError(f"tp={config.tp} needs {config.tp} GPUs but {torch.cuda.device_count()} are visible")

@@ -1,9 +1,5 @@
-"""A tensor-parallel worker process (ranks 1..N-1): build this rank's slice of the model, then follow rank 0.
-
-The worker runs the same scheduler loop as rank 0, fed before every step with the messages rank 0's loop took
-in (core/llm/tp_group.py sends them), so every rank forms the same batch; its replies go nowhere. It ignores
-Ctrl-C (rank 0 shuts it down) and exits by itself if its parent disappears.
-"""
+"""A tensor-parallel worker process (ranks 1..N-1): build this rank's slice of the model, then follow rank 0
+(core/llm/tp_group.py). It ignores Ctrl-C (rank 0 shuts it down) and exits by itself if its parent disappears."""
 
 from __future__ import annotations
 
@@ -39,15 +35,12 @@ class Command:
 
 
 class Follower(Scheduler):
-    """A scheduler that takes its messages from rank 0 before every step and whose replies go nowhere: rank 0
-    reports the results. It runs one endless loop; when it has nothing to do it waits in the broadcast."""
+    """A scheduler fed before every step with the messages rank 0's loop took in, whose replies go nowhere (rank
+    0 reports the results). It runs one endless loop, waiting in the broadcast when it has nothing to do."""
 
     def __init__(self, config: EngineConfig, model_dir: Path, control: dist.ProcessGroup) -> None:
         super().__init__(config, model_dir, exchange=self._follow_rank0)
         self._control = control
-
-    def follow(self) -> None:
-        self._run_loop(stop_when_idle=False)
 
     def _follow_rank0(self, messages: list[Message]) -> list[Message] | None:
         command = broadcast_object(Command(), self._control)
@@ -74,7 +67,7 @@ def worker_main(rank: int, size: int, port: int, backend: str, config: EngineCon
         with tp_scope(TPInfo(rank, size)):
             scheduler = Follower(config, model_dir, control)
         dist.all_gather_object([None] * size, "ready", group=control)
-        scheduler.follow()  # until rank 0 says stop
+        scheduler._run_loop(stop_when_idle=False)  # until rank 0 says stop
         scheduler.engine.release_cuda_graphs()  # graphs hold NCCL work: free them before the communicators
         leave_groups()
     except BaseException as exc:  # noqa: BLE001 - report, then leave: rank 0 turns this into WorkerError

@@ -1,8 +1,5 @@
-"""One decoder for every supported family: Llama, Qwen2 and Qwen3 differ only by flags in ModelConfig.
-
-Module names follow the Hugging Face checkpoints (``model.layers.N.self_attn`` ...) so the loader can map
-checkpoint tensors onto them by name; q/k/v and gate/up are fused and filled shard by shard.
-"""
+"""One decoder for every supported family: Llama, Qwen2 and Qwen3 differ only by flags in ModelConfig. Module
+names follow the Hugging Face checkpoints (``model.layers.N.self_attn`` ...), so the loader maps tensors by name."""
 
 from __future__ import annotations
 
@@ -61,9 +58,8 @@ class CausalLM(nn.Module):
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 logits_indices: torch.Tensor | None) -> torch.Tensor:
-        """Logits only at ``logits_indices`` (each request's last token): the rest would be thrown away; None is
-        every row (a decode step under CUDA graphs, where gathering all rows would be a kernel for nothing). They
-        stay in the model's dtype; the sampler reads them in float32 inside its own fused pass, which saves
-        writing a float32 copy of [batch, vocab] every step."""
+        """Logits only at ``logits_indices`` (each request's last token), or every row for None (a graphed decode
+        step, where gathering all rows would be a kernel for nothing). They stay in the model's dtype: the sampler
+        reads them in float32 inside its own fused pass, saving a float32 copy of [batch, vocab] every step."""
         hidden = self.model(input_ids, positions)
         return self.lm_head(hidden if logits_indices is None else hidden[logits_indices])

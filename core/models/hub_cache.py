@@ -1,8 +1,5 @@
 """The local Hugging Face cache, read as files: a model named ORG/NAME is the snapshot its ``refs/main`` names.
-
-Nothing here downloads or asks the network anything, and nothing imports torch: the command line lists the
-cache and finds a model in it before anything heavy loads.
-"""
+Nothing here downloads, asks the network anything or imports torch: the command line reads the cache first."""
 
 from __future__ import annotations
 
@@ -28,9 +25,7 @@ def hub_repo_dir(name: str, cache: Path | None = None) -> Path:
 def hub_snapshot(name: str, cache: Path | None = None) -> Path | None:
     """The directory of ORG/NAME's current revision in the local Hugging Face cache (the snapshot refs/main
     names, else the only snapshot there is), or None."""
-    if not is_hub_name(name):
-        return None
-    return _snapshot(hub_repo_dir(name, cache))
+    return _snapshot(hub_repo_dir(name, cache)) if is_hub_name(name) else None
 
 
 def _snapshot(repo: Path) -> Path | None:

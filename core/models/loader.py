@@ -1,9 +1,8 @@
 """Build the decoder for a model directory and fill it from safetensors, tensor by tensor.
 
-Checkpoint names map onto the decoder's modules by name; the few fused ones (q/k/v into qkv_proj, gate/up
-into gate_up_proj) are routed to the fused layer with a shard name, and every layer that may be split across
-ranks takes its own slice in ``load``. Every parameter must be filled exactly: a missing tensor is an error
-naming it, never silently random weights.
+Checkpoint names map onto the decoder's modules by name, q/k/v and gate/up onto their fused layer with a shard
+name; a layer split across ranks takes its own slice in ``load``. Every parameter must be filled: a missing
+tensor is an error naming it, never silently random weights.
 """
 
 from __future__ import annotations
@@ -29,13 +28,8 @@ from core.models.random_spec import RandomSpec, fill_random
 from core.models.weights import model_config_cache_path
 
 # checkpoint module name -> (decoder module name, shard)
-_FUSED = {
-    "q_proj": ("qkv_proj", "q"),
-    "k_proj": ("qkv_proj", "k"),
-    "v_proj": ("qkv_proj", "v"),
-    "gate_proj": ("gate_up_proj", "gate"),
-    "up_proj": ("gate_up_proj", "up"),
-}
+_FUSED = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+          "gate_proj": ("gate_up_proj", "gate"), "up_proj": ("gate_up_proj", "up")}
 
 
 def read_model_config(model_dir: Path | RandomSpec) -> ModelConfig:
@@ -47,7 +41,13 @@ def read_model_config(model_dir: Path | RandomSpec) -> ModelConfig:
     cache = model_config_cache_path(model_dir, (Path(model_config.__file__), Path(__file__)))
     if cache is not None and (cfg := _cached_config(cache)) is not None:
         return cfg
-    cfg = _read_config(model_dir)
+    from transformers import AutoConfig
+
+    try:
+        hf = AutoConfig.from_pretrained(model_dir)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read {model_dir / 'config.json'}: {one_line(exc)}") from exc
+    cfg = ModelConfig.from_hf(hf, eos_token_ids=_eos_token_ids(model_dir, hf))
     if cache is not None:
         _store_config(cache, cfg)
     return cfg
@@ -82,16 +82,6 @@ def _store_config(path: Path, cfg: ModelConfig) -> None:
             os.unlink(tmp)
 
 
-def _read_config(model_dir: Path) -> ModelConfig:
-    from transformers import AutoConfig
-
-    try:
-        hf = AutoConfig.from_pretrained(model_dir)
-    except Exception as exc:
-        raise ModelLoadError(f"cannot read {model_dir / 'config.json'}: {one_line(exc)}") from exc
-    return ModelConfig.from_hf(hf, eos_token_ids=_eos_token_ids(model_dir, hf))
-
-
 def _eos_token_ids(model_dir: Path, hf: object) -> tuple[int, ...]:
     """EOS ids from generation_config.json when present (it may list several), else from config.json."""
     value = getattr(hf, "eos_token_id", None)
@@ -118,9 +108,8 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 def load_model(model_dir: Path | RandomSpec, cfg: ModelConfig, device: torch.device, dtype: torch.dtype,
                max_positions: int, derived: DerivedCache | None = None) -> CausalLM:
-    """The decoder filled from ``model_dir``. On a CPU the fused weights (q/k/v into qkv_proj, gate/up into
-    gate_up_proj), the only ones a load copies, are read back from ``derived`` where it holds them, and kept
-    there for the next start where it does not (core/kernels/derived.py)."""
+    """The decoder filled from ``model_dir``. On a CPU the fused weights, the only ones a load copies, are read
+    back from ``derived`` where it holds them, and kept there for the next start where it does not."""
     with _default_dtype(dtype), torch.device(device):
         model = CausalLM(cfg, max_positions)
     if isinstance(model_dir, RandomSpec):
@@ -135,24 +124,20 @@ def load_model(model_dir: Path | RandomSpec, cfg: ModelConfig, device: torch.dev
     if derived is not None and device.type == "cpu":
         for name, module in fused.items():
             derived.get(f"fused:{name}.weight", lambda: (module.weight.data,))
-    missing = sorted(set(params) - filled)
-    if missing:
+    if missing := sorted(set(params) - filled):
         raise ModelLoadError(f"checkpoint in {model_dir} lacks {len(missing)} tensors, e.g. {missing[0]}; "
                              "is the download complete?")
     return model.eval()
 
 
 def _checkpoint_tensors(model_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
+    if not (files := sorted(model_dir.glob("*.safetensors"))):
         raise ModelLoadError(f"{model_dir} has no .safetensors weights")
     for file in files:
         try:
             with safe_open(str(file), framework="pt", device="cpu") as f:
                 for name in f.keys():
                     yield name, f.get_tensor(name)
-        except ModelLoadError:
-            raise
         except Exception as exc:
             raise ModelLoadError(f"cannot read weights file {file}: {one_line(exc)} (truncated or corrupt?)") from exc
 
@@ -176,9 +161,7 @@ def _load_one(model: CausalLM, params: dict[str, torch.nn.Parameter], name: str,
         return set()
     module_path, _, kind = name.rpartition(".")
     parent, _, leaf = module_path.rpartition(".")
-    shard = ""
-    if leaf in _FUSED:
-        leaf, shard = _FUSED[leaf]
+    leaf, shard = _FUSED.get(leaf, (leaf, ""))
     target_path = f"{parent}.{leaf}" if parent else leaf
     try:
         module = model.get_submodule(target_path)

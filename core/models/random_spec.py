@@ -1,17 +1,15 @@
 """Models with random weights, named by a spec such as ``random:qwen3-0.6b``: a real shape, no download.
 
-Throughput does not depend on the weights' values when EOS is ignored, so a benchmark can build the
-Qwen3-0.6B shape straight on the device in a second instead of reading a checkpoint. The weights are drawn
-from a generator seeded per spec, on the device the model lives on: two engines built from the same spec on
-the same device hold the same weights (so they can be compared), whatever their attention backend.
-
-There is no tokenizer file: prompts are token ids, and text is read and written as UTF-8 bytes (ids 0-255),
-with any other id shown as ``<id>``.
+Throughput does not depend on the weights' values when EOS is ignored, so a benchmark builds the shape on the
+device in a second instead of reading a checkpoint. The weights come from a generator seeded per spec on the
+model's device: two engines of one spec on one device hold the same weights, to be compared whatever their
+attention backend. There is no tokenizer file: text is read and written as UTF-8 bytes (ids 0-255).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from itertools import groupby
 
 import torch
 from torch import nn
@@ -36,10 +34,8 @@ class RandomSpec:
 
 
 def _qwen3(**fields) -> ModelConfig:
-    base = dict(family="qwen3", qkv_bias=False, qk_norm=True, tie_word_embeddings=True, rms_norm_eps=1e-6,
-                rope_theta=1e6)
-    base.update(fields)
-    return ModelConfig(**base)
+    return ModelConfig(**{"family": "qwen3", "qkv_bias": False, "qk_norm": True, "tie_word_embeddings": True,
+                          "rms_norm_eps": 1e-6, "rope_theta": 1e6, **fields})
 
 
 # name -> (shape, weight std). A large std on the small shapes spreads the logits, so greedy decoding gives
@@ -61,16 +57,10 @@ SPECS: dict[str, RandomSpec] = {
 }
 
 
-def is_random_spec(model: object) -> bool:
-    return isinstance(model, str) and model.startswith(PREFIX)
-
-
 def parse_random_spec(model: str) -> RandomSpec:
     """``random:NAME`` or ``random:NAME@SEED``."""
-    body = model[len(PREFIX):]
-    name, _, seed = body.partition("@")
-    spec = SPECS.get(name)
-    if spec is None:
+    name, _, seed = model[len(PREFIX):].partition("@")
+    if (spec := SPECS.get(name)) is None:
         raise ModelLoadError(f"unknown random model {name!r}; known: {', '.join(PREFIX + n for n in SPECS)}")
     if seed:
         if not seed.isdigit():
@@ -98,15 +88,7 @@ class ByteTokenizer:
         return {"input_ids": list(text.encode("utf-8"))}
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        out, pending = [], bytearray()
-        for token in ids:
-            if 0 <= token < 256:
-                pending.append(token)
-                continue
-            if pending:
-                out.append(pending.decode("utf-8", errors="replace"))
-                pending = bytearray()
-            out.append(f"<{token}>")
-        if pending:
-            out.append(pending.decode("utf-8", errors="replace"))
+        out = []
+        for is_byte, run in groupby(ids, key=lambda token: 0 <= token < 256):
+            out.append(bytes(run).decode("utf-8", errors="replace") if is_byte else "".join(f"<{t}>" for t in run))
         return "".join(out)

