@@ -26,7 +26,7 @@ from core.attention.torch_backend import TorchAttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
 from core.engine.describe import kernel_words, size_words, weight_words
-from core.engine.fast_step import FastStep, first_of
+from core.engine.fast_step import FastStep
 from core.engine.kv_budget import default_kv_gb, pool_pages
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
@@ -177,15 +177,16 @@ class Engine:
             TorchAttentionBackend(self.kv_pool, self.page_table, *heads, c_attention=self.cpu_paths.attention))
         self.graphs: CudaGraphs | None = cuda.graphs  # captured decode steps and full prefill chunks
         # the wings' own steps (graph replays, the CPU's C decode step), tried on every batch before the model
-        self.fast_step: FastStep | None = first_of(self.graphs, self.cpu_paths.fast_step)
+        self.fast_steps: tuple[FastStep, ...] = tuple(
+            step for step in (self.graphs, self.cpu_paths.fast_step) if step is not None)
 
     def release_cuda_graphs(self) -> None:
         """Drop the captured graphs (every step runs eagerly from here on). Under tensor parallelism they hold
         NCCL work, and must be gone before the communicators are torn down."""
         if self.graphs is None:
             return
-        self.graphs = None
-        self.fast_step = self.cpu_paths.fast_step  # what is left without them: the CPU wing's (None on CUDA)
+        cuda_graphs, self.graphs = self.graphs, None
+        self.fast_steps = tuple(step for step in self.fast_steps if step is not cuda_graphs)
         torch.cuda.synchronize(self.device)
         gc.collect()
 
@@ -206,8 +207,10 @@ class Engine:
         # a greedy step that wants no log-probabilities needs only each row's largest logit exact
         greedy = sample_args.all_greedy and sample_args.logprobs < 0
         with forward_context(batch, self.attn_backend, greedy_logits=greedy), torch.inference_mode():
-            fast = self.fast_step
-            ran = fast.run(batch, logits_indices, greedy) if fast is not None else None
+            ran = None
+            for step in self.fast_steps:
+                if (ran := step.run(batch, logits_indices, greedy)) is not None:
+                    break
             if ran is None:  # no fast path takes the batch: the reference step
                 self.attn_backend.begin_forward(batch)
                 ran = self.model(batch.input_ids, batch.positions, logits_indices), None

@@ -354,7 +354,7 @@ def test_decode_batches_through_the_decode_graphs_keep_the_tokens(model_dirs, fa
     fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
     engine = fi_llm.engine
     runner = engine.graphs.decode
-    assert engine.fast_step is engine.graphs and runner.sizes == [1, 2, 4] and runner.greedy_sizes == (1,)
+    assert engine.fast_steps == (engine.graphs,) and runner.sizes == [1, 2, 4] and runner.greedy_sizes == (1,)
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
     assert 3 in runner.graphs[4, False].replays and runner.graphs[1, True].replays, "3 rows padded to 4; greedy 1"
@@ -362,6 +362,6 @@ def test_decode_batches_through_the_decode_graphs_keep_the_tokens(model_dirs, fa
     fi_llm.generate(prompts[:1], SamplingParams(max_tokens=3, ignore_eos=True, temperature=0.7, seed=1))
     assert runner.graphs[1, False].replays == [1, 1]  # sampled: the plain graph (the prefill's token is sampled)
     engine.release_cuda_graphs()
-    assert engine.graphs is None and engine.fast_step is None
+    assert engine.graphs is None and engine.fast_steps == ()
     again = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in again] == [r["token_ids"] for r in ref]
