@@ -8,6 +8,7 @@ import torch
 from core import LLM
 from core.config import EngineConfig
 from core.engine import plan as plan_module
+from core.kernels.cuda import plan as cuda_plan
 from core.engine.plan import kernel_choices, plan_engine
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
@@ -28,7 +29,7 @@ def triton_everywhere(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(plan_module, "triton_runs_on", lambda device: True)
     monkeypatch.setattr(plan_module, "dependent_launch_runs_on", lambda device: device.type == "cuda")
-    monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "no nvcc (this test's machine)")
+    monkeypatch.setattr(cuda_plan, "fp8_cuda_unavailable", lambda device: "no nvcc (this test's machine)")
 
 
 def test_flashinfer_takes_every_triton_kernel_unless_switched_off(triton_everywhere, monkeypatch):
@@ -160,7 +161,7 @@ def test_an_fp8_cache_under_flashinfer_decodes_on_the_cuda_kernel_where_it_build
 
     monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
     assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode  # did not build
-    monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "")
+    monkeypatch.setattr(cuda_plan, "fp8_cuda_unavailable", lambda device: "")
     plan = plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16)
     assert plan.fp8_cuda_decode and "CUDA fp8 decode" in kernel_words(plan)
     assert not plan_engine(EngineConfig(), CUDA, torch.bfloat16).fp8_cuda_decode  # a bf16 pool
@@ -176,7 +177,7 @@ def test_the_plan_decides_from_the_models_heads(triton_everywhere, monkeypatch):
     from core.engine.plan import AttentionShape
 
     monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
-    monkeypatch.setattr(plan_module, "fp8_cuda_unavailable", lambda device: "")
+    monkeypatch.setattr(cuda_plan, "fp8_cuda_unavailable", lambda device: "")
     fp8 = EngineConfig(kv_dtype="fp8")
     assert plan_engine(fp8, CUDA, torch.bfloat16, AttentionShape(16, 8, 128)).fp8_cuda_decode
     for heads in (AttentionShape(16, 8, 96), AttentionShape(64, 4, 128)):  # a head dim, a group it does not take
