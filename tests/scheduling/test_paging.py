@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.attention.paging import packed_page_lists, paged_layout
+from core.kernels.cuda.attention.paging import packed_page_lists, paged_layout
 from core.kernels.cuda.graphs.decode import adjacent_span, batch_size_ladder
 from core.request import Req, SamplingParams
 from core.scheduler.cache import CacheManager

@@ -4,7 +4,7 @@ flashinfer's paged decode runs no faster on fp8 pages than on bf16 ones at the b
 fp8 bytes at half bf16's rate), so halving the bytes gained nothing there. This kernel
 reads each page once per (request, KV head, split) program, the whole query group against each tile of cached
 tokens, and folds the per-(slot, head) fp8 scales into the two products instead of dequantising the tiles.
-The page lists are flashinfer's CSR form (core/attention/paging.py). Where nvcc builds it, an fp8 pool's
+The page lists are flashinfer's CSR form (core/kernels/cuda/attention/paging.py). Where nvcc builds it, an fp8 pool's
 decode runs the CUDA kernel instead (core/kernels/cuda/fp8_decode.py, the faster of the two).
 
 A request's cached tokens can be split over several programs (``DecodeTile.splits``): each writes a partial

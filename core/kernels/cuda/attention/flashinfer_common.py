@@ -26,7 +26,7 @@ import torch
 
 from core.arith import pages_for
 from core.attention.base import AttentionBackend
-from core.attention.paging import PagedLayout, paged_layout
+from core.kernels.cuda.attention.paging import PagedLayout, paged_layout
 from core.errors import InvalidParamsError
 from core.kernels.cuda.fused_qkv import QKVSpec, qkv_norm_rope_store
 from core.kvcache.pool import KVPool

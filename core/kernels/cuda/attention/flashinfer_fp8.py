@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from core.kernels.cuda.attention.flashinfer_common import FlashInferBase
-from core.attention.paging import PagedLayout
+from core.kernels.cuda.attention.paging import PagedLayout
 from core.kernels.cuda.fp8_gather import fp8_gather
 from core.kernels.cuda.paged_decode import TILES, PagedDecodeArgs, SplitBuffers
 from core.kvcache.pool import KVPool

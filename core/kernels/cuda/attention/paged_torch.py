@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from core.kernels.cuda.paged_decode import PagedDecodeArgs
-from core.attention.paging import paged_layout
+from core.kernels.cuda.attention.paging import paged_layout
 from core.attention.torch_backend import TorchAttentionBackend
 from core.request import Batch
 from core.transfer import upload

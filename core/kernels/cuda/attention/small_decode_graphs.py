@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from core.kernels.cuda.attention.flashinfer_common import copy_layout
-from core.attention.paging import PagedLayout, packed_page_lists
+from core.kernels.cuda.attention.paging import PagedLayout, packed_page_lists
 from core.kernels.cuda.small_decode import SMALL_DECODE_MAX_BS, SmallDecodePlan, make_plan
 from core.request import Batch
 from core.transfer import pinned
