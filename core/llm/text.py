@@ -13,7 +13,8 @@ too, so a streaming client never sees a part of a stop string that the final tex
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from functools import partial
+from typing import Any, Callable, Sequence
 
 PROMPT_CONTEXT = 5  # prompt tokens decoded with the first output token: a tokenizer's leading-space rules
 INCOMPLETE = "\ufffd"
@@ -27,9 +28,20 @@ class TextPiece:
     stop: str | None = None
 
 
+def window_decoder(tokenizer: Any) -> Callable[[list[int]], str]:
+    """``tokenizer.decode(ids, skip_special_tokens=True)``. For a transformers fast tokenizer that cleans up no
+    spaces that is its Rust tokenizer's decode and nothing more, so that one is called directly: the Python
+    around it costs more than decoding a window of a few tokens, which happens twice per token."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if getattr(tokenizer, "is_fast", False) and backend is not None \
+            and getattr(tokenizer, "clean_up_tokenization_spaces", True) is False:
+        return partial(backend.decode, skip_special_tokens=True)
+    return partial(tokenizer.decode, skip_special_tokens=True)
+
+
 class TextStream:
     def __init__(self, tokenizer: Any, prompt_ids: Sequence[int], stop: Sequence[str] = ()) -> None:
-        self.tokenizer = tokenizer
+        self._decode = window_decoder(tokenizer)
         self.stop = tuple(stop)
         self._ids = list(prompt_ids[-PROMPT_CONTEXT:])
         self._prefix_at = 0  # the window starts here
@@ -56,9 +68,8 @@ class TextStream:
     def _decode_window(self, final: bool) -> None:
         if self.stopped is not None:
             return
-        decode = self.tokenizer.decode
-        prefix = decode(self._ids[self._prefix_at:self._read_at], skip_special_tokens=True)
-        full = decode(self._ids[self._prefix_at:], skip_special_tokens=True)
+        prefix = self._decode(self._ids[self._prefix_at:self._read_at])
+        full = self._decode(self._ids[self._prefix_at:])
         if len(full) <= len(prefix) or (full.endswith(INCOMPLETE) and not final):
             return  # nothing new, or a character still being spelled
         self.text += full[len(prefix):]

@@ -26,8 +26,6 @@ from core.scheduler.reply import Reply
 from minisgl_cli.serve.bridge import EngineBridge, Tracked
 from minisgl_cli.serve.protocol import ApiError, ChatRequest, CompletionRequest
 
-DISCONNECT_POLL_S = 0.5
-
 
 class ClientGone(Exception):
     pass
@@ -123,23 +121,29 @@ def create_app(bridge: EngineBridge) -> FastAPI:
 
     async def replies(tracked: Tracked, request: Request) -> AsyncIterator[list[Reply]]:
         """The request's replies as they come, every one ready at once together, until its final one; a
-        vanished client aborts it."""
+        vanished client aborts it. A task beside it waits for the disconnect and wakes it, streamed or not and
+        however often tokens come, so waiting for a reply is a plain wait on the queue (no timer per reply)."""
+        watch = asyncio.create_task(wake_on_disconnect(request, tracked))
         try:
             while True:
-                try:
-                    reply = await asyncio.wait_for(tracked.queue.get(), DISCONNECT_POLL_S)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        raise ClientGone() from None
-                    continue
-                ready = [reply]
-                while not ready[-1].finished and not tracked.queue.empty():
+                ready = [await tracked.queue.get()]
+                while ready[-1] is not None and not ready[-1].finished and not tracked.queue.empty():
                     ready.append(tracked.queue.get_nowait())
+                if ready[-1] is None:
+                    raise ClientGone()
                 yield ready
                 if ready[-1].finished:
                     return
         finally:  # also on cancellation, a failed send, or the generator closed half way
+            watch.cancel()
             bridge.abort(tracked)
+
+    async def wake_on_disconnect(request: Request, tracked: Tracked) -> None:
+        """Once the client has gone, a None in the request's queue wakes its reader. The body has been read,
+        so the server's next message is the disconnect."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        tracked.queue.put_nowait(None)
 
     def piece_of(ready: list[Reply]) -> Piece:
         piece = Piece()

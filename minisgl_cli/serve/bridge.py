@@ -34,7 +34,7 @@ class Tracked:
     prompt_ids: list[int]
     params: SamplingParams
     arrived: float
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)  # its replies; None: the client has gone
     uid: int = -1
     last_token_at: float | None = None
     first_token_at: float | None = None

@@ -7,8 +7,8 @@ import pytest
 from tests.support.cli import json_lines, run
 from core import SamplingParams
 from core.errors import InvalidParamsError
-from core.llm.text import TextStream
-from tests.support.models import byte_tokenizer
+from core.llm.text import TextStream, window_decoder
+from tests.support.models import EOS_ID, byte_tokenizer
 
 
 def pieces(stream: TextStream, ids: list[int]) -> list[str]:
@@ -32,6 +32,16 @@ def test_pieces_join_to_the_whole_text_even_across_split_characters():
     out = pieces(TextStream(tok, byte_ids(tok, "prompt"), ()), ids)
     assert "".join(out) == text == tok.decode(ids)
     assert all("\ufffd" not in piece for piece in out)
+
+
+def test_the_window_decoder_decodes_as_the_tokenizer_does():
+    """A fast tokenizer's Rust decode is called directly only where the tokenizer would add nothing to it."""
+    tok = byte_tokenizer()
+    ids = [256, *byte_ids(tok, "héllo , wörld ."), EOS_ID]  # special tokens skipped, a space before punctuation
+    assert window_decoder(tok)(ids) == tok.decode(ids, skip_special_tokens=True) == "héllo , wörld ."
+    assert window_decoder(tok).func != tok.decode
+    tok.clean_up_tokenization_spaces = True
+    assert window_decoder(tok).func == tok.decode
 
 
 def test_a_stop_string_cuts_the_text_and_is_never_streamed_in_part():

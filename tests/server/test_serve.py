@@ -1,8 +1,8 @@
 """``minisgl serve`` as OpenAI clients see it: a real server process on 127.0.0.1, the official openai client.
 
 Greedy answers equal LLM.generate token for token, streamed chunks join to the same text, stop strings and
-logprobs (against transformers' log-softmax, CPU float32), 64 concurrent clients, a client killed mid-stream,
-every error in OpenAI's shape, a full queue, and SIGTERM with requests in flight.
+logprobs (against transformers' log-softmax, CPU float32), 64 concurrent clients, a client killed mid-stream or
+while its whole answer is made, every error in OpenAI's shape, a full queue, and SIGTERM with requests in flight.
 """
 
 from __future__ import annotations
@@ -231,6 +231,32 @@ def test_a_client_killed_mid_stream_frees_its_request(server):
         for _ in range(3):
             assert proc.stdout.readline() == "chunk\n"
         assert server.metrics()["requests_running"] == 1
+    finally:
+        proc.kill()
+        proc.wait(10)
+    key = 'requests_finished_total{finish_reason="abort"}'
+    after = server.wait_metrics(lambda m: m[key] == before[key] + 1 and m["requests_in_flight"] == 0
+                                and m["kv_pages_free"] == before["kv_pages_free"])
+    assert after[key] == before[key] + 1
+    assert (after["requests_running"], after["requests_in_flight"]) == (0, 0)
+    assert after["kv_pages_free"] == before["kv_pages_free"]
+    assert after["generation_tokens_total"] - before["generation_tokens_total"] < 400
+
+
+WHOLE_ANSWER_CLIENT = """
+import sys, openai
+client = openai.OpenAI(base_url=sys.argv[1], api_key="none", max_retries=0)
+client.completions.create(model="llama", prompt="long", max_tokens=400, temperature=0, extra_body={"ignore_eos": True})
+"""
+
+
+def test_a_client_killed_while_its_whole_answer_is_made_frees_its_request(server):
+    """Without a stream no chunk ever fails to send: the disconnect alone must end the request, while its
+    tokens keep coming."""
+    before = server.metrics()
+    proc = subprocess.Popen([sys.executable, "-c", WHOLE_ANSWER_CLIENT, server.base + "/v1"])
+    try:
+        server.wait_metrics(lambda m: m["generation_tokens_total"] > before["generation_tokens_total"])
     finally:
         proc.kill()
         proc.wait(10)
