@@ -59,7 +59,8 @@ class DerivedCache:
 
             with safe_open(str(path), framework="pt", device="cpu") as f:
                 counts = json.loads((f.metadata() or {})[ENTRIES_KEY])
-                return {name: None if count is None else tuple(f.get_tensor(f"{name}/{i}") for i in range(count))
+                return {name: None if count is None else tuple(_aligned(f.get_tensor(f"{name}/{i}"))
+                                                               for i in range(count))
                         for name, count in counts.items()}
         except Exception:  # unreadable in any way: derived again, and the file rewritten by save
             return {}
@@ -106,3 +107,9 @@ class DerivedCache:
 def _own(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor alone in its storage (safetensors writes no views of a larger tensor)."""
     return tensor if tensor.untyped_storage().nbytes() == tensor.nbytes else tensor.clone()
+
+
+def _aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor in memory of torch's own allocator: safetensors hands tensors 8 bytes off a cache line, and the C
+    kernels stream their panels fastest from aligned rows."""
+    return tensor.clone() if tensor.data_ptr() % 64 else tensor
