@@ -22,9 +22,11 @@ from typing import Any, NoReturn
 import zmq
 
 from core.config import EngineConfig
+from core.llm.heap import freeze_startup_heap
 from core.llm.orphan import exit_with_parent
-from serving.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_output, unpack_message
 from core.scheduler.reply import Reply
+from serving.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_output, unpack_message
+
 
 class Outbox:
     """One PUSH socket per client; replies go to the client whose uid space they are in."""
@@ -94,6 +96,7 @@ def engine_main(config: EngineConfig, model_dir: Path, in_address: str, out_addr
     info = EngineInfo(scheduler.vocab_size, scheduler.max_seq_len, scheduler.page_size,
                       scheduler.cache_manager.num_pages, tuple(sorted(scheduler.eos_token_ids)), engine.describe(),
                       engine.precision_note, os.getpid(), tuple(core.pids))
+    freeze_startup_heap()
     outbox.to_all(StepOutput([], stats=scheduler.stats(), info=info))
     try:
         core.serve_forever()

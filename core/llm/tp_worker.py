@@ -18,6 +18,7 @@ from core.config import EngineConfig
 from core.distributed.groups import broadcast_object, init_groups, leave_groups
 from core.distributed.info import TPInfo, tp_scope
 from core.errors import MinisglError
+from core.llm.heap import freeze_startup_heap
 from core.llm.orphan import exit_with_parent
 from core.scheduler.inbox import Message
 from core.scheduler.scheduler import Scheduler
@@ -66,6 +67,7 @@ def worker_main(rank: int, size: int, port: int, backend: str, config: EngineCon
         control = init_groups(rank, size, port, backend, timeout_s)
         with tp_scope(TPInfo(rank, size)):
             scheduler = Follower(config, model_dir, control)
+        freeze_startup_heap()
         dist.all_gather_object([None] * size, "ready", group=control)
         scheduler._run_loop(stop_when_idle=False)  # until rank 0 says stop
         scheduler.engine.release_cuda_graphs()  # graphs hold NCCL work: free them before the communicators

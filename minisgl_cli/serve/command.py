@@ -27,6 +27,7 @@ from rich.console import Console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from core.errors import InvalidParamsError
+from core.llm.heap import freeze_startup_heap
 from core.words import plural
 from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import interrupted_load, quiet_transformers
@@ -97,6 +98,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
                             access_log=False)
     server = DrainingServer(config, bridge, shutdown_timeout, err)
     remote.on_death = server.engine_died
+    freeze_startup_heap()  # built: the collector walks only what serving allocates from here on
     server.take_signals()
     err.print(f"minisgl serving [bold]{name}[/] on http://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
     if dashboard:
