@@ -214,6 +214,17 @@ def test_64_concurrent_clients_all_complete_and_pages_come_back(server, llm):
     assert after["generation_tokens_total"] - before["generation_tokens_total"] == sum(lengths)
 
 
+def assert_aborted_and_freed(server, before: dict[str, float]) -> None:
+    """One more request aborted, none left running, every KV page back, and its 400 tokens never all made."""
+    key = 'requests_finished_total{finish_reason="abort"}'
+    after = server.wait_metrics(lambda m: m[key] == before[key] + 1 and m["requests_in_flight"] == 0
+                                and m["kv_pages_free"] == before["kv_pages_free"])
+    assert after[key] == before[key] + 1
+    assert (after["requests_running"], after["requests_in_flight"]) == (0, 0)
+    assert after["kv_pages_free"] == before["kv_pages_free"]
+    assert after["generation_tokens_total"] - before["generation_tokens_total"] < 400
+
+
 KILLED_CLIENT = """
 import sys, openai
 client = openai.OpenAI(base_url=sys.argv[1], api_key="none", max_retries=0)
@@ -234,13 +245,7 @@ def test_a_client_killed_mid_stream_frees_its_request(server):
     finally:
         proc.kill()
         proc.wait(10)
-    key = 'requests_finished_total{finish_reason="abort"}'
-    after = server.wait_metrics(lambda m: m[key] == before[key] + 1 and m["requests_in_flight"] == 0
-                                and m["kv_pages_free"] == before["kv_pages_free"])
-    assert after[key] == before[key] + 1
-    assert (after["requests_running"], after["requests_in_flight"]) == (0, 0)
-    assert after["kv_pages_free"] == before["kv_pages_free"]
-    assert after["generation_tokens_total"] - before["generation_tokens_total"] < 400
+    assert_aborted_and_freed(server, before)
 
 
 WHOLE_ANSWER_CLIENT = """
@@ -260,13 +265,7 @@ def test_a_client_killed_while_its_whole_answer_is_made_frees_its_request(server
     finally:
         proc.kill()
         proc.wait(10)
-    key = 'requests_finished_total{finish_reason="abort"}'
-    after = server.wait_metrics(lambda m: m[key] == before[key] + 1 and m["requests_in_flight"] == 0
-                                and m["kv_pages_free"] == before["kv_pages_free"])
-    assert after[key] == before[key] + 1
-    assert (after["requests_running"], after["requests_in_flight"]) == (0, 0)
-    assert after["kv_pages_free"] == before["kv_pages_free"]
-    assert after["generation_tokens_total"] - before["generation_tokens_total"] < 400
+    assert_aborted_and_freed(server, before)
 
 
 @pytest.mark.parametrize("body, status, fragment, param", [
