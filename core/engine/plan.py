@@ -105,7 +105,7 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
         flashinfer=flashinfer, fused_qkv=fused_qkv, gemv=gemv, small_decode=small_decode,
         pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.disabled("PDL"),
         triton_sampler=triton and not env.disabled("TRITON_SAMPLER"), fp8_gather=triton and kv_fp8,
-        split_k=env.split_k_slices() if triton else 0,
+        split_k=env.split_k_slices() if triton and not c_gemm else 0,  # the panels' norm takes no partial sums
         packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1, c_gemm=c_gemm,
         four_bit_weights=(device.type == "cpu" and dtype == torch.float32 and not int8_weights and not bf16_linears
                           and not env.disabled("FOUR_BIT_WEIGHTS")),
