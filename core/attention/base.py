@@ -19,12 +19,25 @@ and the backend attends over the pool); elsewhere it may, or leave those steps t
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import torch
 
 from core.kvcache.pool import KVPool
-from core.kernels.cuda.fused_qkv import QKVSpec
 from core.request import Batch
+
+
+@dataclass(frozen=True)
+class QKVSpec:
+    """What turns one layer's QKV projection output into attention's inputs."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    cos_sin: torch.Tensor  # [positions, head_dim]: cos for the first half, sin for the second
+    q_norm_weight: torch.Tensor | None  # per-head RMSNorm gains (Qwen3), or None
+    k_norm_weight: torch.Tensor | None
+    eps: float
 
 
 class AttentionBackend(ABC):

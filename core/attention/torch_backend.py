@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from core.attention.base import AttentionBackend
 from core.kernels.cpu.attention import AttentionRows, CDecodeAttention
-from core.kernels.cuda.fused_qkv import QKVSpec
+from core.attention.base import QKVSpec
 from core.kvcache.pool import KVPool
 from core.request import Batch
 

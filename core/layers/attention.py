@@ -7,7 +7,7 @@ from torch import nn
 
 from core.attention.context import get_context
 from core.distributed.info import get_tp_info
-from core.kernels.cuda.fused_qkv import QKVSpec
+from core.attention.base import QKVSpec
 from core.kernels.dispatch import TorchKernels
 from core.layers.linear import ColumnParallelLinear, RowParallelLinear, local_kv_heads, qkv_blocks
 from core.layers.norm import RMSNorm

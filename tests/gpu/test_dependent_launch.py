@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from core.kernels.cuda.gemv import NORM, PLAIN, SILU_MUL, gemv, gemv_config, rms_norm_gemv, silu_mul_gemv
-from core.kernels.cuda.fused_qkv import QKVSpec
+from core.attention.base import QKVSpec
 from core.kernels.cuda.small_decode import make_plan, small_decode_attention
 from core.layers.rope import RotaryEmbedding
 from core.model_config import RopeScaling

@@ -13,7 +13,7 @@ from core.engine.plan import plan_engine
 from core.kernels.cpu import decode as cpu_decode
 from core.kernels.cpu.attention import AttentionRows, CDecodeAttention
 from core.kernels.cpu.features import cpu_features
-from core.kernels.cuda.fused_qkv import QKVSpec
+from core.attention.base import QKVSpec
 from core.bench.reference import HFReference, compare
 from core.request import SamplingParams
 

@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 import core.kernels.cuda.small_decode as small_decode
-from core.kernels.cuda.small_decode import QKVSpec, make_plan, small_decode_attention
+from core.attention.base import QKVSpec
+from core.kernels.cuda.small_decode import make_plan, small_decode_attention
 from core.layers.rope import RotaryEmbedding
 from core.kernels.cuda.triton_available import triton_runs_on
 from core.model_config import RopeScaling

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from core.kernels.c_build import address
-from core.kernels.cuda.fused_qkv import QKVSpec
+from core.attention.base import QKVSpec
 
 
 @dataclass(frozen=True)

@@ -14,24 +14,10 @@ Triton is imported lazily (core/kernels/cuda/triton_available.py says whether it
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 
 from core.arith import next_pow2
-
-
-@dataclass(frozen=True)
-class QKVSpec:
-    """What turns one layer's QKV projection output into attention's inputs."""
-
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    cos_sin: torch.Tensor  # [positions, head_dim]: cos for the first half, sin for the second
-    q_norm_weight: torch.Tensor | None  # per-head RMSNorm gains (Qwen3), or None
-    k_norm_weight: torch.Tensor | None
-    eps: float
 
 
 @functools.cache

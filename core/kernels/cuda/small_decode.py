@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from core.arith import next_pow2
-from core.kernels.cuda.fused_qkv import QKVSpec
+from core.attention.base import QKVSpec
 
 SMALL_DECODE_MAX_BS = 4
 # Programs per (request, KV head) in the grid. A request uses one per BLOCK_T cached tokens, up to this many, the

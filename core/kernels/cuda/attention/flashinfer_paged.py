@@ -28,7 +28,7 @@ from core.arith import pages_for
 from core.kernels.cuda.attention.flashinfer_common import FlashInferBase
 from core.kernels.cuda.attention.paging import PagedLayout
 from core.kernels.cuda.attention.small_decode_graphs import SmallDecodeGraphs, SmallDecodeMetadata
-from core.kernels.cuda.fused_qkv import QKVSpec
+from core.attention.base import QKVSpec
 from core.kernels.cuda.small_decode import small_decode_attention
 from core.kvcache.pool import KVPool
 from core.request import Batch
