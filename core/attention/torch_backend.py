@@ -9,8 +9,8 @@ With an fp8 pool (core/kvcache/pool.py) the gathered keys and values are dequant
 runs in float32, whatever the model's dtype, so the CPU runs it too; a prefill's fresh keys and values are
 used as computed (only what is read back from the pool went through fp8).
 
-On a float32 CPU pool where the C library builds, decode instead reads the pool in place with one C call per
-layer (core/kernels/cpu/attention.py: no gather, no padding), given as ``c_attention`` by the engine's plan.
+On a float32 CPU pool where the C library builds, the plan installs the CPU wing's subclass instead
+(core/kernels/cpu/attention_backend.py: decode and short prefills in C, reading the pool in place).
 
 Keys and values are gathered with ``index_select`` over a flat list of slots: on a CPU that is several times
 faster than advanced indexing with a 2-D index, and decode attention is mostly this gather. Every SDPA call
@@ -25,8 +25,6 @@ import torch
 import torch.nn.functional as F
 
 from core.attention.base import AttentionBackend
-from core.kernels.cpu.attention import AttentionRows, CDecodeAttention
-from core.attention.base import QKVSpec
 from core.kvcache.pool import KVPool
 from core.request import Batch
 
@@ -42,8 +40,6 @@ class PrefillSeq:
 @dataclass
 class TorchPrefillMetadata:
     seqs: list[PrefillSeq]
-    # where the prefill's attention runs in C (short sequences): its tokens as rows over their sequences' slots
-    c_rows: AttentionRows | None = None
 
 
 @dataclass
@@ -53,28 +49,9 @@ class TorchDecodeMetadata:
     # [batch, 1, 1, max_len] True where a key is visible; None for a single request, which sees every key
     # (SDPA without a mask skips turning it into additive biases: a quarter of a batch-1 call on a CPU)
     mask: torch.Tensor | None
-    # [batch] int64: each request's cached tokens, the new one included; only for decode in C (else None)
-    lens: torch.Tensor | None
-
-    @property
-    def c_rows(self) -> AttentionRows | None:
-        """The requests as rows of the C attention, each over its own slots."""
-        return None if self.lens is None else AttentionRows(self.slots, self.max_len, self.lens)
-
-
-# Prefills whose sequences are all at most this long run their attention in C, a token at a time over its prefix
-# (the cpu workload's 32 prompts of 16-128 tokens: one C call a layer instead of 32 SDPA calls). Each token
-# re-reads its prefix, so the C path's cost grows with the square of the length: it wins up to this length and
-# loses to SDPA's blocked kernel above it (docs/BENCHMARKS.md).
-C_PREFILL_MAX_LEN = 512
 
 
 class TorchAttentionBackend(AttentionBackend):
-    def __init__(self, pool: KVPool, page_table: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int,
-                 c_attention: CDecodeAttention | None = None) -> None:
-        super().__init__(pool, page_table, num_heads, num_kv_heads, head_dim)
-        self.c_attention = c_attention  # decode in C (a float32 CPU pool; the plan decided)
-
     def prepare_metadata(self, batch: Batch) -> None:
         if batch.is_prefill:
             seqs, start = [], 0
@@ -82,13 +59,12 @@ class TorchAttentionBackend(AttentionBackend):
                 slots = self.page_table[req.table_idx, : req.device_len] if req.cached_len else None
                 seqs.append(PrefillSeq(slots, start, req.extend_len, req.cached_len))
                 start += req.extend_len
-            batch.attn_metadata = TorchPrefillMetadata(seqs, self._c_prefill_rows(batch))
+            batch.attn_metadata = TorchPrefillMetadata(seqs)
             return
         if len(batch.reqs) == 1:
             req = batch.reqs[0]
-            lens = torch.tensor([req.device_len]) if self.c_attention is not None else None
             batch.attn_metadata = TorchDecodeMetadata(self.page_table[req.table_idx, :req.device_len],
-                                                      req.device_len, None, lens)
+                                                      req.device_len, None)
             return
         device = self.page_table.device
         rows = torch.tensor([r.table_idx for r in batch.reqs], device=device)
@@ -96,7 +72,7 @@ class TorchAttentionBackend(AttentionBackend):
         max_len = max(r.device_len for r in batch.reqs)
         slots = self.page_table[rows, :max_len].reshape(-1)
         mask = torch.arange(max_len, device=device)[None, :] < seq_lens[:, None]
-        batch.attn_metadata = TorchDecodeMetadata(slots, max_len, mask[:, None, None, :], seq_lens)
+        batch.attn_metadata = TorchDecodeMetadata(slots, max_len, mask[:, None, None, :])
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int, batch: Batch) -> torch.Tensor:
         self.pool.store(layer, batch.out_loc, k, v)
@@ -106,31 +82,6 @@ class TorchAttentionBackend(AttentionBackend):
             out = self._attend(q, k, v, layer, meta, torch.float32)
             return out.to(out_dtype)
         return self._attend(q, k, v, layer, meta, q.dtype)
-
-    def _c_prefill_rows(self, batch: Batch) -> AttentionRows | None:
-        """The rows for a prefill in C, where decode runs in C and every sequence is at most C_PREFILL_MAX_LEN
-        tokens long (each token reads its prefix again; SDPA's blocked kernel reads it once per block)."""
-        reqs = batch.reqs
-        max_len = max(r.device_len for r in reqs)
-        if self.c_attention is None or max_len > C_PREFILL_MAX_LEN:
-            return None
-        slots = self.page_table[torch.tensor([r.table_idx for r in reqs]), :max_len].reshape(-1)
-        lens = torch.cat([torch.arange(r.cached_len + 1, r.device_len + 1) for r in reqs])
-        row_seq = torch.repeat_interleave(torch.arange(len(reqs)), torch.tensor([r.extend_len for r in reqs]))
-        return AttentionRows(slots, max_len, lens, row_seq)
-
-    def attend_qkv(self, qkv: torch.Tensor, positions: torch.Tensor, spec: QKVSpec, layer: int, batch: Batch,
-                   fused: bool) -> torch.Tensor | None:
-        """Attention in C from the QKV output (``CDecodeAttention.from_qkv``) where it runs at all, on the float32
-        pool it reads: every decode step, and prefills of short sequences (the plan fuses no QKV path here)."""
-        if fused or self.c_attention is None or self.pool.fp8 or qkv.dtype != torch.float32:
-            # before reading the metadata: a subclass's (the paged backend's) has no C rows
-            return super().attend_qkv(qkv, positions, spec, layer, batch, fused)
-        rows = batch.attn_metadata.c_rows
-        if rows is None:
-            return None
-        return self.c_attention.from_qkv(qkv, positions, spec, self.pool.k_layers[layer], self.pool.v_layers[layer],
-                                         batch.out_loc, rows, self.scale)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
                 meta: TorchPrefillMetadata | TorchDecodeMetadata, dtype: torch.dtype) -> torch.Tensor:
@@ -158,9 +109,6 @@ class TorchAttentionBackend(AttentionBackend):
         return out
 
     def _decode(self, q: torch.Tensor, layer: int, meta: TorchDecodeMetadata, dtype: torch.dtype) -> torch.Tensor:
-        if self.c_attention is not None:
-            return self.c_attention(q, self.pool.k_layers[layer], self.pool.v_layers[layer], meta.slots, meta.lens,
-                                    self.scale)
         shape = (q.shape[0], meta.max_len, self.num_kv_heads, self.head_dim)
         k, v = self.pool.gather(layer, meta.slots, dtype)
         k = k.view(shape).transpose(1, 2)  # [batch, kv_heads, max_len, dim]

@@ -165,16 +165,16 @@ class Engine:
         install_kernels(self.model, kernels_for(self.plan.kernels))
         one_rank = self.tp_info.size == 1
         self.cpu_paths = install_cpu_fast_paths(self.model, self.model_config, self.plan.kernels, self.plan.precision,
-                                                self.plan.c_attention, self.kv_pool, self.page_table, one_rank,
+                                                self.plan.c_attention, self.kv_pool, self.page_table, heads, one_rank,
                                                 derived)
         derived.save()
         parts = EngineParts(self.kv_pool, self.page_table, heads, self.max_seq_len, self.dummy_page)
         cuda = install_cuda_fast_paths(self.model, self.plan, self.config, parts, one_rank, self.sampler.greedy, log)
         self.screened_head = self.cpu_paths.screened_head or cuda.screened_head
-        # the reference backend, unless the CUDA wing installed one of its own (which its graphs were captured on)
+        # the reference backend, unless a wing installed one of its own (the CUDA wing's graphs were captured on it)
+        wing_backend = cuda.backend if cuda.backend is not None else self.cpu_paths.backend
         self.attn_backend: AttentionBackend = (
-            cuda.backend if cuda.backend is not None else
-            TorchAttentionBackend(self.kv_pool, self.page_table, *heads, c_attention=self.cpu_paths.attention))
+            wing_backend if wing_backend is not None else TorchAttentionBackend(self.kv_pool, self.page_table, *heads))
         self.graphs: CudaGraphs | None = cuda.graphs  # captured decode steps and full prefill chunks
         # the wings' own steps (graph replays, the CPU's C decode step), tried on every batch before the model
         self.fast_steps: tuple[FastStep, ...] = tuple(

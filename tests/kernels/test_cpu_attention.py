@@ -12,6 +12,7 @@ from core.config import EngineConfig
 from core.engine.plan import plan_engine
 from core.kernels.cpu import decode as cpu_decode
 from core.kernels.cpu.attention import AttentionRows, CDecodeAttention
+from core.kernels.cpu.attention_backend import CAttentionBackend
 from core.kernels.cpu.features import cpu_features
 from core.attention.base import QKVSpec
 from core.bench.reference import HFReference, compare
@@ -68,7 +69,7 @@ def test_batched_decode_in_c_gives_transformers_tokens_on_the_embedded_model(smo
     prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of",
                "Once upon a time"]
     with LLM(smollm2_dir, max_running_req=4) as llm:
-        assert llm.engine.attn_backend.c_attention is not None
+        assert type(llm.engine.attn_backend) is CAttentionBackend
         assert "decode attention in C" in llm.engine.describe()
         outputs = llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))  # batched
         ids = [llm.tokenizer.encode(p) for p in prompts]

@@ -16,6 +16,7 @@ from torch import nn
 from core.kernels.choices import KernelChoices
 from core.kernels.cpu import decode
 from core.kernels.cpu.attention import CDecodeAttention
+from core.kernels.cpu.attention_backend import CAttentionBackend
 from core.kernels.cpu.bf16_weights import bf16_linears
 from core.kernels.cpu.decode import CpuDecodeStep
 from core.kernels.cpu.decode_model import build_cpu_decode
@@ -36,7 +37,7 @@ from core.model_config import ModelConfig
 class CpuFastPaths:
     """What ``install_cpu_fast_paths`` put in place: how many linears took each other form of their weight, how
     many of the C GEMM's are 4-bit codes, whether the LM head screens greedy rows, the C decode step, the engine's
-    fast step that runs it, and the C decode attention (None where not chosen)."""
+    fast step that runs it, and the torch backend with attention in C (None where not chosen)."""
 
     int8_linears: int = 0
     bf16_linears: int = 0
@@ -45,15 +46,15 @@ class CpuFastPaths:
     screened_head: bool = False
     decode_step: CpuDecodeStep | None = None
     fast_step: SingleRequestDecode | None = None
-    attention: CDecodeAttention | None = None
+    backend: CAttentionBackend | None = None
 
 
 def install_cpu_fast_paths(model: nn.Module, cfg: ModelConfig, kernels: KernelChoices, precision: PrecisionChoice,
-                           c_attention: bool, pool: KVPool, page_table: torch.Tensor, one_rank: bool,
-                           derived: DerivedCache) -> CpuFastPaths:
+                           c_attention: bool, pool: KVPool, page_table: torch.Tensor, heads: tuple[int, int, int],
+                           one_rank: bool, derived: DerivedCache) -> CpuFastPaths:
     """Put the plan's CPU choices in place on ``model`` (the decoder, core/models/decoder.py): ``kernels`` and
-    ``precision`` say which, ``c_attention`` whether decode attention runs in C (returned for the torch backend
-    to take); ``pool`` and ``page_table`` are what the C decode step reads and writes;
+    ``precision`` say which, ``c_attention`` whether attention runs in C (the backend returned, for one rank's
+    ``heads``); ``pool`` and ``page_table`` are what it and the C decode step read and write;
     ``one_rank``: no tensor parallelism (the screen needs the whole head); ``derived``: where what is derived
     from the weights is read back from (core/kernels/derived.py)."""
     threads = torch.get_num_threads()
@@ -80,6 +81,6 @@ def install_cpu_fast_paths(model: nn.Module, cfg: ModelConfig, kernels: KernelCh
                                              int8_dots=precision.int8_dots, four_bit=codes, cache=derived)
         paths.fast_step = SingleRequestDecode(paths.decode_step, page_table)
     if c_attention:
-        paths.attention = CDecodeAttention(decode.load_library().library, threads,
-                                           avx512="avx512f" in cpu_features().flags)
+        c_call = CDecodeAttention(decode.load_library().library, threads, avx512="avx512f" in cpu_features().flags)
+        paths.backend = CAttentionBackend(pool, page_table, *heads, c_call)
     return paths
