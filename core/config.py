@@ -95,7 +95,8 @@ class EngineConfig:
         None, "Largest decode batch captured as a CUDA graph; 0 turns graphs off (CUDA only).", int,
         optional=True, minimum=0)
     max_prefill_streak: int = option(
-        8, "Consecutive prefill steps after which decoding requests get a step.", int, minimum=1)
+        1, "Consecutive prefill steps after which decoding requests get a step (1: prefill and decode alternate "
+           "while both have work, so a streamed token waits behind at most one prefill step).", int, minimum=1)
     tp: int = option(1, "Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).", int, minimum=1)
     overlap: bool | None = option(
         None, "Overlap scheduling: prepare step N+1 while step N runs (default: on for CUDA, off on a CPU, where "
