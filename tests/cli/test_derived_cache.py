@@ -99,4 +99,5 @@ def test_entries_read_back_start_on_a_cache_line(tmp_path):
     for n in (1, 3, 7):
         back = read.peek(f"panel{n}")
         assert back is not None and all(t.data_ptr() % 64 == 0 for t in back)
-        assert torch.equal(back[0], torch.arange(n * 1000, dtype=torch.uint8)) and torch.equal(back[1], torch.ones(n, 5))
+        assert torch.equal(back[0], torch.arange(n * 1000, dtype=torch.uint8))
+        assert torch.equal(back[1], torch.ones(n, 5))

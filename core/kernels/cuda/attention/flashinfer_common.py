@@ -25,10 +25,9 @@ from itertools import accumulate
 import torch
 
 from core.arith import pages_for
-from core.attention.base import AttentionBackend
+from core.attention.base import AttentionBackend, QKVSpec
 from core.kernels.cuda.attention.paging import PagedLayout, paged_layout
 from core.errors import InvalidParamsError
-from core.attention.base import QKVSpec
 from core.kernels.cuda.fused_qkv import qkv_norm_rope_store
 from core.kvcache.pool import KVPool
 from core.request import Batch

@@ -7,7 +7,8 @@ and new tokens together, causal with the queries aligned to the end of each sequ
 
 Planning (flashinfer's ``plan``: split-k decisions and their metadata) happens in ``begin_forward``. Under
 CUDA graphs each captured batch size has its own decode wrapper whose metadata lives in the fixed page-list
-buffers (flashinfer_common.py), and the graph is re-planned for the real batch before every replay. A decode batch runs flashinfer's tensor-core decode from the plan's ``tensor_core_decode_rows`` rows up
+buffers (flashinfer_common.py), and the graph is re-planned for the real batch before every replay. A decode
+batch runs flashinfer's tensor-core decode from the plan's ``tensor_core_decode_rows`` rows up
 (by default every size: it reads the cache faster even for 2 query heads per KV head at mixed lengths) and its
 plain kernel below, each captured size with the kernel its size takes. From ``whole_request_rows`` rows a
 captured tensor-core decode is planned unsplit, and that plan, a function of the size alone, is made once.
