@@ -2,9 +2,10 @@
 
 Why at run time: a wheel of prebuilt kernels would need a build per platform, while every Linux machine that
 can build this project's C is one ``cc`` call away from it (a few seconds, once). The shared object lands in
-MINISGL_HOME's cache under a name keyed by the source, the flags and the compiler's version, so an edit or
-another compiler builds afresh and a stale object is never loaded. The build writes to a temporary name and
-renames it into place, so two processes building at once cannot load a half-written file.
+MINISGL_HOME's cache under a name keyed by the source, the headers it includes from its own folder, the flags and
+the compiler's version, so an edit or another compiler builds afresh and a stale object is never loaded. The
+build writes to a temporary name and renames it into place, so two processes building at once cannot load a
+half-written file.
 
 It links OpenMP's runtime by its usual soname (libgomp.so.1); torch ships one under the same soname and has it
 loaded already, so the kernel shares torch's threads instead of starting a second pool.
@@ -16,6 +17,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -79,7 +81,7 @@ def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None =
     compiler = compiler or find_compiler()
     if compiler is None:
         return BuildResult(None, f"no C compiler found (looked for {', '.join(COMPILERS)})")
-    text = source.read_bytes()
+    text = source.read_bytes() + b"".join(header.read_bytes() for header in local_headers(source))
     key = hashlib.sha256(text + "\0".join(flags).encode() + _compiler_version(compiler).encode()).hexdigest()[:16]
     cache_dir = cache_dir or home_dir() / "kernels"
     target = cache_dir / f"{source.stem}-{key}.so"
@@ -95,6 +97,13 @@ def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None =
         function = getattr(library, name)
         function.argtypes, function.restype = argtypes, restype
     return BuildResult(library)
+
+
+def local_headers(source: Path) -> list[Path]:
+    """The headers ``source`` includes by a quoted name from its own folder (``#include "exp8.h"``): their text
+    is part of the build's key, so an edit to a header builds afresh too."""
+    names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', source.read_text(), flags=re.MULTILINE)
+    return [source.parent / name for name in names]
 
 
 def _compile(compiler: str, source: Path, flags: tuple[str, ...], target: Path) -> str:

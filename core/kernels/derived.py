@@ -29,7 +29,8 @@ ENTRIES_KEY = "minisgl.derived"  # the file's metadata: entry name -> its tensor
 
 CORE = Path(__file__).resolve().parents[1]
 # what derives the entries: the kernels, the layers (a fused weight's layout) and the loader that fills them
-SOURCES = ("kernels/**/*.py", "kernels/**/*.c", "kernels/**/*.cu", "layers/*.py", "models/loader.py")
+SOURCES = ("kernels/**/*.py", "kernels/**/*.c", "kernels/**/*.h", "kernels/**/*.cu", "layers/*.py",
+           "models/loader.py")
 
 
 @lru_cache(maxsize=1)

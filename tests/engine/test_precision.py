@@ -15,7 +15,7 @@ from core.engine.plan import plan_engine
 from core.errors import InvalidParamsError
 from core.kernels.cpu import decode as cpu_decode, gemm as cpu_gemm
 from core.kernels.cpu import features as features_module
-from core.kernels.cpu.bf16_weights import Bf16Weight, bf16_linear
+from core.kernels.cpu.bf16_weights import Bf16Weight, bf16_copy
 from core.kernels.cpu.int8_weights import INT8_MM_MAX_ROWS, Int8Weight, int8_linear
 from core.kernels.cpu.onednn_packed import PACKED_MAX_ROWS
 from core.bench.reference import HFReference, compare
@@ -141,9 +141,9 @@ def test_bf16_linear_is_float32_within_bf16_rounding(rows):
     gen = torch.Generator().manual_seed(rows)
     weight, bias = torch.randn(96, 160, generator=gen), torch.randn(96, generator=gen)
     x = torch.randn(rows, 160, generator=gen)
-    copy = Bf16Weight.of(weight)
+    copy = bf16_copy(weight)
     assert copy.weight.dtype == torch.bfloat16 and copy.weight.shape == weight.shape
-    out = bf16_linear(x, copy, bias)
+    out = copy.linear(x, bias)
     assert out.dtype == torch.float32 and out.shape == (rows, 96)
     # the products of the rounded inputs and weights, summed in float32 and the sum rounded to bf16 ...
     rounded = x.bfloat16().float() @ copy.weight.float().T

@@ -13,6 +13,7 @@ be built.
 
 from __future__ import annotations
 
+import ctypes
 import statistics
 from dataclasses import dataclass, field, replace
 
@@ -248,6 +249,21 @@ def test_a_failed_build_is_one_line_and_leaves_no_object(tmp_path):
     built = c_build.build_library(source, ("-O2",), tmp_path / "cache")
     assert built.library is None and "could not build broken.c" in built.reason and "\n" not in built.reason
     assert not list((tmp_path / "cache").glob("*.so"))
+
+
+def test_an_edited_header_builds_afresh(tmp_path):
+    """A header the source includes from its folder is part of the object's key: editing it builds a new object
+    that returns the header's new value, never the stale one."""
+    (tmp_path / "value.h").write_text("#define VALUE 1\n")
+    source = tmp_path / "uses_header.c"
+    source.write_text('#include "value.h"\nint value(void) { return VALUE; }\n')
+    signatures = {"value": ([], ctypes.c_int)}
+    first = c_build.build_library(source, ("-O2",), tmp_path / "cache", signatures)
+    assert first.library is not None and first.library.value() == 1
+    (tmp_path / "value.h").write_text("#define VALUE 2\n")
+    second = c_build.build_library(source, ("-O2",), tmp_path / "cache", signatures)
+    assert second.library is not None and second.library.value() == 2
+    assert len(list((tmp_path / "cache").glob("uses_header-*.so"))) == 2
 
 
 def test_the_off_switch_keeps_the_torch_path(monkeypatch, cpu_without_amx):

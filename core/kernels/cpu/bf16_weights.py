@@ -30,24 +30,21 @@ from core.kernels.cpu import onednn_packed
 
 @dataclass(frozen=True)
 class Bf16Weight:
-    """A linear's weight in bf16 [out, in] and the same in oneDNN's packed layout."""
+    """A linear's weight in bf16 [out, in] and the same in oneDNN's packed layout (``bf16_copy`` makes one)."""
 
     weight: torch.Tensor
     packed: torch.Tensor
 
-    @classmethod
-    def of(cls, weight: torch.Tensor) -> "Bf16Weight":
-        bf16 = weight.detach().to(torch.bfloat16).contiguous()
-        return cls(bf16, onednn_packed.pack_weight(bf16))
-
     def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return bf16_linear(x, self, bias)
+        """``x @ weight.T + bias`` in bf16 products, x and the result float32."""
+        out = onednn_packed.linear(x.to(torch.bfloat16), self.weight, None, self.packed, one_row=True).float()
+        return out if bias is None else out.add_(bias)
 
 
-def bf16_linear(x: torch.Tensor, weight: Bf16Weight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``x @ weight.T + bias`` in bf16 products, x and the result float32."""
-    out = onednn_packed.linear(x.to(torch.bfloat16), weight.weight, None, weight.packed, one_row=True).float()
-    return out if bias is None else out.add_(bias)
+def bf16_copy(weight: torch.Tensor) -> Bf16Weight:
+    """A float32 weight's bf16 copy, packed."""
+    bf16 = weight.detach().to(torch.bfloat16).contiguous()
+    return Bf16Weight(bf16, onednn_packed.pack_weight(bf16))
 
 
 def bf16_linears(model: nn.Module) -> int:
@@ -56,7 +53,7 @@ def bf16_linears(model: nn.Module) -> int:
     layers = [module for module in model.modules() if hasattr(module, "packed")]
     compiled = set()
     for module in layers:
-        module.packed = Bf16Weight.of(module.weight)
+        module.packed = bf16_copy(module.weight)
         shape = tuple(module.weight.shape)
         if shape not in compiled:
             compiled.add(shape)

@@ -29,6 +29,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "exp8.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -257,22 +259,12 @@ static inline __mmask16 tail_mask(int64_t left) {
     return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
-/* e^x for sixteen floats (Cephes' expf, as decode.c's exp8: x = n ln 2 + r, a polynomial for e^r, n added
- * into the exponent's bits), with x clamped to [-87.3, 88.3], where e^x is a normal float. */
+/* e^x for sixteen floats: exp8.h's on each half (so the GEMM's SiLU and the decode step's softmax share one). */
 __attribute__((target("avx512f,fma"))) static inline __m512 exp16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    return _mm512_scalef_ps(p, n);
+    __m256 low = exp8(_mm512_castps512_ps256(x));
+    __m256 high = exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m512d wide = _mm512_castps_pd(_mm512_castps256_ps512(low));
+    return _mm512_castpd_ps(_mm512_insertf64x4(wide, _mm256_castps_pd(high), 1));
 }
 
 /* Rows [begin, end) of x [rows, k]: out = rms_norm(v) * weight with v = x + residual, and sum = v (residual

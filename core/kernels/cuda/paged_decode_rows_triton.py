@@ -9,7 +9,8 @@ A module of its own because it imports triton at the top; the rest of the engine
 import triton
 import triton.language as tl
 
-from core.kernels.cuda.split_merge_triton import finish_split, softmax_step, split_range, token_slots
+from core.kernels.cuda.split_merge_triton import (finish_split, softmax_step, split_range, split_start,
+                                                     tile_slots)
 
 
 @triton.jit
@@ -40,18 +41,12 @@ def paged_decode_rows_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_sca
     own = (row_kv_head[:, None] == (cols // HEAD_DIM)[None, :]) & rows_valid[:, None]  # the block diagonal
     q_rows = (b * NUM_HEADS + rows) * HEAD_DIM
     q_bd = tl.load(q_ptr + q_rows[:, None] + (cols % HEAD_DIM)[None, :], mask=own, other=0.0)
-    if F16:
-        q_bd = q_bd.to(tl.float16)
+    q_bd = q_bd.to(tl.float16) if F16 else q_bd
 
-    first_page, lo, hi = split_range(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE, BLOCK_T, SPLITS)
-
-    m = tl.full((BLOCK_H,), float("-inf"), tl.float32)
-    denom = tl.zeros((BLOCK_H,), tl.float32)
-    acc = tl.zeros((BLOCK_H, BLOCK_ROW), tl.float32)
+    first_page, lo, hi, m, denom, acc = split_start(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE, BLOCK_T, SPLITS,
+                                                    BLOCK_H, BLOCK_ROW)
     for t0 in range(lo, hi, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        t_valid = t < hi
-        slot = token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE)
+        slot, t_valid = tile_slots(kv_indices_ptr, first_page, t0, hi, PAGE_SIZE, BLOCK_T)
         kv_offs = slot[:, None] * KV_ROW + cols[None, :]
         kv_mask = t_valid[:, None] & cols_valid[None, :]
         k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q_bd.dtype)
@@ -96,17 +91,14 @@ def paged_decode_head_dots_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, 
     heads = kv_heads[:, None] * GROUP + g[None, :]
     head_offs = (b * NUM_HEADS + heads)[:, None, :] * HEAD_DIM + d[None, :, None]  # [KV, HEAD_DIM, G]
     q = tl.load(q_ptr + head_offs, mask=head_valid[:, None, :], other=0.0)
-    if F16:
-        q = q.to(tl.float16)
+    q = q.to(tl.float16) if F16 else q
 
     first_page, lo, hi = split_range(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE, BLOCK_T, SPLITS)
     m = tl.full((BLOCK_KV, BLOCK_G), float("-inf"), tl.float32)
     denom = tl.zeros((BLOCK_KV, BLOCK_G), tl.float32)
     acc = tl.zeros((BLOCK_KV, HEAD_DIM, BLOCK_G), tl.float32)
     for t0 in range(lo, hi, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        t_valid = t < hi
-        slot = token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE)
+        slot, t_valid = tile_slots(kv_indices_ptr, first_page, t0, hi, PAGE_SIZE, BLOCK_T)
         kv_offs = slot[None, :, None] * KV_ROW + kv_heads[:, None, None] * HEAD_DIM + d[None, None, :]
         kv_mask = t_valid[None, :, None] & kv_valid[:, None, None]
         k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0).to(q.dtype)  # [KV, BLOCK_T, HEAD_DIM]

@@ -6,7 +6,7 @@ A module of its own because it imports triton at the top; the rest of the engine
 import triton
 import triton.language as tl
 
-from core.kernels.cuda.split_merge_triton import finish_split, softmax_step, split_range, token_slots
+from core.kernels.cuda.split_merge_triton import finish_split, softmax_step, split_start, tile_slots
 
 
 @triton.jit
@@ -34,18 +34,12 @@ def paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, k_scale_ptr, v_scale_pt
     q_offs = (b * NUM_HEADS + heads)[:, None] * HEAD_DIM + d[None, :]
     q = tl.load(q_ptr + q_offs, mask=g_valid[:, None], other=0.0)
     out_dtype = q.dtype
-    if F16:
-        q = q.to(tl.float16)
+    q = q.to(tl.float16) if F16 else q
 
-    first_page, lo, hi = split_range(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE, BLOCK_T, SPLITS)
-
-    m = tl.full((BLOCK_G,), float("-inf"), tl.float32)
-    denom = tl.zeros((BLOCK_G,), tl.float32)
-    acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
+    first_page, lo, hi, m, denom, acc = split_start(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE, BLOCK_T, SPLITS,
+                                                    BLOCK_G, HEAD_DIM)
     for t0 in range(lo, hi, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        t_valid = t < hi
-        slot = token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE)
+        slot, t_valid = tile_slots(kv_indices_ptr, first_page, t0, hi, PAGE_SIZE, BLOCK_T)
         kv_offs = slot[:, None] * KV_ROW + kv_head * HEAD_DIM + d[None, :]
         k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)
         v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0).to(q.dtype)

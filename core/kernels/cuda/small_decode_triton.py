@@ -9,7 +9,7 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from core.kernels.cuda.fused_qkv_triton import kv_head_offset, norm_rope
-from core.kernels.cuda.split_merge_triton import finish_split, token_slots
+from core.kernels.cuda.split_merge_triton import finish_split, tile_slots
 
 
 @triton.jit
@@ -18,9 +18,7 @@ def cached_tile(k_cache_ptr, v_cache_ptr, kv_indices_ptr, first_page, t0, hi, kv
                 HEAD_BLOCK: tl.constexpr):
     """Keys and values of cached tokens [t0, t0 + BLOCK_T) of one KV head (zeros past ``hi``; nothing is read
     once t0 >= hi)."""
-    t = t0 + tl.arange(0, BLOCK_T)
-    t_valid = t < hi
-    slot = token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE)
+    slot, t_valid = tile_slots(kv_indices_ptr, first_page, t0, hi, PAGE_SIZE, BLOCK_T)
     kv_offs = kv_head_offset(slot, kv_head, NUM_KV_HEADS, HEAD_DIM, HEAD_BLOCK)[:, None] + d[None, :]
     k = tl.load(k_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)
     v = tl.load(v_cache_ptr + kv_offs, mask=t_valid[:, None], other=0.0)

@@ -1,7 +1,7 @@
 """The end of a decode-attention program whose request's cached tokens were split over several programs: a
 Triton helper shared by the small-batch decode (small_decode_triton.py) and the paged decode's two variants
 (paged_decode_triton.py, paged_decode_rows_triton.py); and the paged decode's split share, page walk and
-online-softmax step, which its two variants share.
+online-softmax start and step, which its variants share.
 
 Each split stores its partial output and log-sum-exp and counts itself done on a per-(request, KV head)
 counter; the last one to arrive merges every split (weights from the log-sum-exps) and resets the counter, so
@@ -56,10 +56,23 @@ def split_range(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE: tl.constexpr, B
 
 
 @triton.jit
-def token_slots(kv_indices_ptr, first_page, t, t_valid, PAGE_SIZE: tl.constexpr):
-    """The pool slots (int64) of a request's tokens ``t``, through its page list."""
+def split_start(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr,
+                SPLITS: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """``split_range``, and the online softmax's empty state for ROWS query rows of COLS output columns: the
+    running maximum, the denominator and the accumulator."""
+    first_page, lo, hi = split_range(kv_indptr_ptr, kv_last_ptr, b, split, PAGE_SIZE, BLOCK_T, SPLITS)
+    m = tl.full((ROWS,), float("-inf"), tl.float32)
+    return first_page, lo, hi, m, tl.zeros((ROWS,), tl.float32), tl.zeros((ROWS, COLS), tl.float32)
+
+
+@triton.jit
+def tile_slots(kv_indices_ptr, first_page, t0, hi, PAGE_SIZE: tl.constexpr, BLOCK_T: tl.constexpr):
+    """The pool slots (int64) of a request's tokens [t0, t0 + BLOCK_T) through its page list, and which of those
+    tokens are below ``hi`` (the others' slots are 0, not to be read)."""
+    t = t0 + tl.arange(0, BLOCK_T)
+    t_valid = t < hi
     page = tl.load(kv_indices_ptr + first_page + t // PAGE_SIZE, mask=t_valid, other=0).to(tl.int64)
-    return page * PAGE_SIZE + t % PAGE_SIZE
+    return page * PAGE_SIZE + t % PAGE_SIZE, t_valid
 
 
 @triton.jit
