@@ -153,6 +153,8 @@ class Batch:
     attn_metadata: object = None
     # rows after CUDA-graph padding (0: not set); of a prefill, requests after padding (the prefill graph's)
     padded_size: int = 0
+    # of a prefill: how many of its last requests are decoding ones riding along, one token each (mixed steps)
+    riders: int = 0
 
     @property
     def size(self) -> int:

@@ -168,10 +168,14 @@ class Scheduler:
     def _schedule_next_batch(self) -> Prepared | None:
         started = time.perf_counter()
         decoding = self.decode_manager.runnable
-        note = self.policy.forced_decode(decoding)
+        mixed = decoding and self.engine.plan.mixed_steps  # decoding requests ride in a prefill step
+        note = "" if mixed else self.policy.forced_decode(decoding)
         scheduled = None if note else self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)
         waiting = len(self.prefill_manager.pending)
         batch, writes = scheduled if scheduled is not None else (self.decode_manager.schedule_next_batch(), [])
+        if scheduled is not None and mixed:
+            riders = self.decode_manager.schedule_next_batch().reqs
+            batch.reqs, batch.riders = batch.reqs + riders, len(riders)
         self.policy.record(prefilled=scheduled is not None, decoding=decoding)
         if batch is None:
             return None
@@ -214,7 +218,7 @@ class Scheduler:
             req.complete_step()
         self.decode_manager.add(batch.reqs)
         if batch.is_prefill:  # the prompt's KV is on its way: later batches can share it from now on
-            for req, samples in zip(batch.reqs, prepared.samples):
+            for req, samples in zip(batch.reqs[:batch.size - batch.riders], prepared.samples):
                 if samples:
                     self.cache_manager.cache_req(req, finished=False)
         return InFlight(prepared, output, ticket)
