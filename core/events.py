@@ -16,6 +16,7 @@ class ReqStep:
     uid: int
     extend_len: int
     cached_len: int
+    decoding: bool = False  # a decoding request riding in a prefill step (mixed steps): one new token
 
 
 WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", "shared_prefix"]

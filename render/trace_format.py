@@ -265,11 +265,12 @@ class _History:
 
     def check(self, event: StepEvent, where: str) -> None:
         for req in event.reqs:
+            decodes = event.phase == "decode" or req.decoding  # a decode step's, or a rider in a prefill step
             if req.uid in self.finished:
                 raise TraceFormatError(f"{where}: uid {req.uid} runs after it finished")
-            if event.phase == "decode" and req.uid not in self.prefilled:
+            if decodes and req.uid not in self.prefilled:
                 raise TraceFormatError(f"{where}: uid {req.uid} decodes before any prefill")
-            if event.phase == "decode" and req.extend_len != 1:
+            if decodes and req.extend_len != 1:
                 raise TraceFormatError(f"{where}: uid {req.uid} decodes {req.extend_len} tokens (one per step)")
         self.prefilled.update(r.uid for r in event.reqs)
         self.finished.update(event.finished)
@@ -338,6 +339,10 @@ def _value(hint: Any, value: Any, where: str, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TraceFormatError(f"{where}: {path} must be a number")
         return float(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TraceFormatError(f"{where}: {path} must be true or false")
+        return value
     if hint in (int, str):
         if isinstance(value, bool) or not isinstance(value, hint):
             raise TraceFormatError(f"{where}: {path} must be {'an integer' if hint is int else 'a string'}")

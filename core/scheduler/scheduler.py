@@ -196,7 +196,9 @@ class Scheduler:
         dev, input_index, samples = prepare_batch(batch, writes, self.engine, self.table_manager, self.cache_manager,
                                                   self.page_size, self.device)
         reqs = batch.reqs
-        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in reqs) if self.step_callbacks else ()
+        first_rider = batch.size - batch.riders
+        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len, i >= first_rider) for i, r in enumerate(reqs)
+                          ) if self.step_callbacks else ()
         arrived, self._arrived = tuple(self._arrived), []
         self._scheduled += 1
         return Prepared(batch, self.engine.sampler.prepare(batch), input_index, dev.logits_rows, dev.write_index,

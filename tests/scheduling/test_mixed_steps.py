@@ -10,6 +10,8 @@ import random
 import pytest
 
 from core import LLM, SamplingParams
+from render.timeline import request_states
+from render.trace_format import Trace, TraceHeader, parse_trace, trace_lines
 from tests.support.checks import assert_pages_accounted, greedy
 
 MODEL = "llama"
@@ -65,3 +67,17 @@ def test_mixed_steps_sample_what_alternating_steps_sample(model_dirs, overlap):
     assert [r["token_ids"] for r in mixed] == [r["token_ids"] for r in alternating]
     assert riders(mixed_events, workload()[0]) and not riders(alternating_events, workload()[0])
     assert len(mixed_events) < len(alternating_events)  # the same work in fewer steps
+
+
+def test_riders_are_marked_decoding_in_the_steps_and_the_views(model_dirs):
+    prompts, max_tokens = workload()
+    _, events, _ = run(model_dirs[MODEL], True, True, [SamplingParams(max_tokens=n, ignore_eos=True)
+                                                      for n in max_tokens])
+    marked = [s for e in events for s in e.reqs if s.decoding]
+    assert marked == riders(events, prompts)  # the event says which rows ride, as their lengths do
+    uids = sorted({s.uid for e in events for s in e.reqs})
+    for uid, states in request_states(events, uids).items():  # prefill chunks, then decoding only
+        assert "P" not in states[states.index("D"):], (uid, states)
+    header = TraceHeader("llama", {"mixed_steps": True}, tuple(f"p{i}" for i in range(len(prompts))))
+    back = parse_trace(trace_lines(Trace(header, events, None)))
+    assert back.events == events  # a trace file keeps the mark
