@@ -36,7 +36,6 @@ class EnginePlan:
     kernels: KernelChoices
     cuda_graph_max_bs: int  # decode batches up to this size replay captured graphs; 0: every step runs eagerly
     overlap: bool  # prepare step N+1 while step N runs
-    mixed_steps: bool  # decoding requests ride in prefill steps (one token each) instead of waiting for their own
     precision: PrecisionChoice  # the weights' form and the dtype the model runs in
     # torch attention's decode steps in one C call per layer over a float32 CPU pool
     # (core/kernels/cpu/attention.py) instead of a gather and a masked SDPA
@@ -130,7 +129,6 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype,
         kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8, precision.bf16_linears),
         cuda_graph_max_bs=graph_bs,
         overlap=overlap_enabled(config, device), precision=precision,
-        mixed_steps=config.mixed_steps if config.mixed_steps is not None else device.type == "cuda",
         c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
         fp8_cuda_decode=fp8_cuda_decode_runs(device, attention, kv_fp8, dtype, heads),
         tensor_core_decode_rows=tensor_core_decode_rows(attention, kv_fp8, heads),

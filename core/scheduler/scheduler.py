@@ -168,7 +168,7 @@ class Scheduler:
     def _schedule_next_batch(self) -> Prepared | None:
         started = time.perf_counter()
         decoding = self.decode_manager.runnable
-        mixed = decoding and self.engine.plan.mixed_steps  # decoding requests ride in a prefill step
+        mixed = decoding and self.config.mixed_steps  # decoding requests ride in a prefill step
         note = "" if mixed else self.policy.forced_decode(decoding)
         scheduled = None if note else self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)
         waiting = len(self.prefill_manager.pending)

@@ -1,4 +1,4 @@
-"""Mixed steps (``mixed_steps``, on by default on CUDA): requests that decode ride in a prefill step, one token
+"""Mixed steps (``mixed_steps``, off by default): requests that decode ride in a prefill step, one token
 each, instead of waiting for a decode step of their own. Seen through the whole engine on a CPU: greedy tokens are
 transformers', seeded samples those of alternating steps, under both loops, with prompts cut into chunks and
 shared through the prefix cache; after every run every KV page is accounted for."""
