@@ -128,7 +128,10 @@ def test_a_second_ctrl_c_stops_at_once_with_130(model_dir, tmp_path):
         assert stream.first.wait(WAIT_S)
         pid = engine_pid(server)
         server.proc.send_signal(signal.SIGINT)
-        time.sleep(0.5)
+        deadline = time.monotonic() + WAIT_S  # the second Ctrl-C while the drain runs, not after the stream ended
+        while "shutting down" not in server.log() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert stream.thread.is_alive(), "the stream ended before the second Ctrl-C: nothing was left to stop"
         server.proc.send_signal(signal.SIGINT)
         assert server.proc.wait(WAIT_S) == 130
         assert gone(pid)
