@@ -87,6 +87,10 @@ class StepEvent:
     radix: tuple[RadixNodeView, ...] | None = None  # the tree after the step, when a watcher asked for it
     started_s: float = 0.0  # when the step was scheduled, in seconds since the scheduler was built
 
+    def prefills(self, req: ReqStep) -> bool:
+        """Whether ``req`` computed prompt tokens in this step (a prefill's row that is not a decoding rider)."""
+        return self.phase == "prefill" and not req.decoding
+
     def to_dict(self) -> dict:
         return asdict(self)
 

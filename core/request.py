@@ -161,6 +161,11 @@ class Batch:
         return len(self.reqs)
 
     @property
+    def first_rider(self) -> int:
+        """The index of the first rider in ``reqs`` (the size when none rides)."""
+        return len(self.reqs) - self.riders
+
+    @property
     def is_prefill(self) -> bool:
         return self.phase == "prefill"
 

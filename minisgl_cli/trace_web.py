@@ -78,7 +78,7 @@ class LiveRun:
 
     def add(self, event: StepEvent) -> None:
         for r in event.reqs:
-            if event.phase == "prefill" and not r.decoding:
+            if event.prefills(r):
                 self._prompt[r.uid] = max(self._prompt.get(r.uid, 0), r.cached_len + r.extend_len)
             else:
                 self._generated[r.uid] = self._generated.get(r.uid, 1) + 1

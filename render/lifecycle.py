@@ -53,7 +53,7 @@ def request_lives(events: Sequence[StepEvent], num_requests: int) -> list[Reques
         waiting = {w.uid: w for w in event.waits}
         for uid in range(num_requests):
             if uid in in_batch:
-                state = PREFILL if event.phase == "prefill" and not in_batch[uid].decoding else DECODE
+                state = PREFILL if event.prefills(in_batch[uid]) else DECODE
                 started[uid] = True
             elif finish[uid] is not None:
                 state = GONE

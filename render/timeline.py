@@ -52,7 +52,7 @@ def request_states(events: Sequence[StepEvent], uids: Sequence[int]) -> dict[int
         for uid in uids:
             arrival = arrived_at.get(uid, events[0].step)
             if uid in in_step:
-                rows[uid].append(PREFILL if event.phase == "prefill" and not in_step[uid].decoding else DECODE)
+                rows[uid].append(PREFILL if event.prefills(in_step[uid]) else DECODE)
             elif uid in done or event.step < arrival:
                 rows[uid].append(GONE)
             else:

@@ -265,7 +265,7 @@ class _History:
 
     def check(self, event: StepEvent, where: str) -> None:
         for req in event.reqs:
-            decodes = event.phase == "decode" or req.decoding  # a decode step's, or a rider in a prefill step
+            decodes = not event.prefills(req)  # a decode step's row, or a rider in a prefill step
             if req.uid in self.finished:
                 raise TraceFormatError(f"{where}: uid {req.uid} runs after it finished")
             if decodes and req.uid not in self.prefilled:

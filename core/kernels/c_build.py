@@ -81,7 +81,8 @@ def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None =
     compiler = compiler or find_compiler()
     if compiler is None:
         return BuildResult(None, f"no C compiler found (looked for {', '.join(COMPILERS)})")
-    text = source.read_bytes() + b"".join(header.read_bytes() for header in local_headers(source))
+    own = source.read_bytes()
+    text = own + b"".join(header.read_bytes() for header in local_headers(source, own.decode()))
     key = hashlib.sha256(text + "\0".join(flags).encode() + _compiler_version(compiler).encode()).hexdigest()[:16]
     cache_dir = cache_dir or home_dir() / "kernels"
     target = cache_dir / f"{source.stem}-{key}.so"
@@ -99,10 +100,10 @@ def build_library(source: Path, flags: tuple[str, ...], cache_dir: Path | None =
     return BuildResult(library)
 
 
-def local_headers(source: Path) -> list[Path]:
-    """The headers ``source`` includes by a quoted name from its own folder (``#include "exp8.h"``): their text
-    is part of the build's key, so an edit to a header builds afresh too."""
-    names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', source.read_text(), flags=re.MULTILINE)
+def local_headers(source: Path, text: str) -> list[Path]:
+    """The headers ``source`` (whose text is ``text``) includes by a quoted name from its own folder
+    (``#include "exp8.h"``): their text is part of the build's key, so an edit to a header builds afresh too."""
+    names = re.findall(r'^\s*#\s*include\s+"([^"]+)"', text, flags=re.MULTILINE)
     return [source.parent / name for name in names]
 
 

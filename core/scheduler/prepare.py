@@ -29,7 +29,7 @@ def prepare_batch(batch: Batch, writes: list[tuple[int, int, list[int]]], engine
     batch.padded_size = engine.padded_size(batch)
     if batch.is_prefill:
         # riders (decoding requests in a mixed step) add one token each, which the previous step wrote in the pool
-        riders = [(r.table_idx, r.cached_len, [0]) for r in reqs[len(reqs) - batch.riders:]] if batch.riders else []
+        riders = [(r.table_idx, r.cached_len, [0]) for r in reqs[batch.first_rider:]]
         host, lengths = prefill_indices(writes + riders, write_index, table.width).pack()
         dev = PrefillIndices.unpack(upload(host, device), lengths)
         # a prefill's inputs are prompt tokens: the host has them; the pool keeps a copy

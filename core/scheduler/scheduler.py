@@ -196,9 +196,8 @@ class Scheduler:
         dev, input_index, samples = prepare_batch(batch, writes, self.engine, self.table_manager, self.cache_manager,
                                                   self.page_size, self.device)
         reqs = batch.reqs
-        first_rider = batch.size - batch.riders
-        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len, i >= first_rider) for i, r in enumerate(reqs)
-                          ) if self.step_callbacks else ()
+        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len, i >= batch.first_rider)
+                          for i, r in enumerate(reqs)) if self.step_callbacks else ()
         arrived, self._arrived = tuple(self._arrived), []
         self._scheduled += 1
         return Prepared(batch, self.engine.sampler.prepare(batch), input_index, dev.logits_rows, dev.write_index,
@@ -220,7 +219,7 @@ class Scheduler:
             req.complete_step()
         self.decode_manager.add(batch.reqs)
         if batch.is_prefill:  # the prompt's KV is on its way: later batches can share it from now on
-            for req, samples in zip(batch.reqs[:batch.size - batch.riders], prepared.samples):
+            for req, samples in zip(batch.reqs[:batch.first_rider], prepared.samples):
                 if samples:
                     self.cache_manager.cache_req(req, finished=False)
         return InFlight(prepared, output, ticket)
