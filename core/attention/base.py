@@ -8,8 +8,8 @@ sequence (cached prefix plus new tokens).
 Kernels that plan ahead (flashinfer) do so in ``begin_forward``, which the engine calls right before the
 forward pass rather than when the batch is prepared: planning writes buffers that the previous step's kernels
 may still read, so it belongs on the forward path. A backend that can run decode under CUDA graphs keeps its
-metadata in fixed buffers, allocated once (``init_cuda_graph``; ``init_prefill_graph`` for a full prefill chunk's
-graph) and filled by ``begin_forward(batch, graph=True)`` before each capture and replay.
+metadata in fixed buffers, allocated once (``init_cuda_graph``; ``init_prefill_graph`` for the prefill
+chunks' graphs) and filled by ``begin_forward(batch, graph=True)`` before each capture and replay.
 
 A backend may also take a layer's batch straight from the QKV projection's output (``attend_qkv``): where the
 engine's plan fuses the QKV path it must (a fused kernel normalises, rotates and writes k and v into the pool,

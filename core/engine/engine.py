@@ -150,7 +150,7 @@ class Engine:
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         if self.graphs is not None and self.graphs.prefill is not None:
-            graphs += f" and for full prefill chunks of {plural(self.graphs.prefill.tokens, 'token')}"
+            graphs += f" and for prefill chunks of up to {plural(self.graphs.prefill.tokens, 'token')}"
         packed = weight_words(plan, self.cpu_paths.four_bit_panels, self.screened_head)
         layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
         size = size_words(tokens * per_token)
@@ -175,7 +175,7 @@ class Engine:
         wing_backend = cuda.backend if cuda.backend is not None else self.cpu_paths.backend
         self.attn_backend: AttentionBackend = (
             wing_backend if wing_backend is not None else TorchAttentionBackend(self.kv_pool, self.page_table, *heads))
-        self.graphs: CudaGraphs | None = cuda.graphs  # captured decode steps and full prefill chunks
+        self.graphs: CudaGraphs | None = cuda.graphs  # captured decode steps and prefill chunks
         # the wings' own steps (graph replays, the CPU's C decode step), tried on every batch before the model
         self.fast_steps: tuple[FastStep, ...] = tuple(
             step for step in (self.graphs, self.cpu_paths.fast_step) if step is not None)
@@ -191,8 +191,8 @@ class Engine:
         gc.collect()
 
     def padded_size(self, batch: Batch) -> int:
-        """Rows the batch will run with: a decode batch under CUDA graphs is padded to a captured size, a full
-        prefill chunk to the prefill graph's request count."""
+        """Rows the batch will run with: a decode batch under CUDA graphs is padded to a captured size, a
+        prefill chunk to the prefill graphs' request count."""
         return batch.size if self.graphs is None else self.graphs.padded_size(batch)
 
     def gather_inputs(self, token_pool: torch.Tensor, places: torch.Tensor, batch: Batch) -> torch.Tensor:

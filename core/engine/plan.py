@@ -50,8 +50,7 @@ class EnginePlan:
     # from the batch size where flashinfer's tensor-core decode plan gives each request one KV chunk, plan it
     # unsplit (no float32 partials, no merge kernel); only under flashinfer attention on a bf16 pool
     whole_request_decode: bool = False
-    # a prefill chunk of exactly max_extend_tokens tokens replays a captured graph
-    # (core/kernels/cuda/graphs/prefill.py)
+    # a prefill chunk replays the smallest captured graph that holds it (core/kernels/cuda/graphs/prefill.py)
     prefill_graph: bool = False
     # the KV pool head-major (flashinfer's HND: each page one KV head's tokens side by side), which decode reads
     # faster at large pages (core/kvcache/pool.py); else token-major, what every other reader takes

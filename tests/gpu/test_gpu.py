@@ -241,10 +241,11 @@ def test_small_decode_kernel_agrees_with_flashinfer(hd128_dir, page_size):
 
 @needs_flashinfer
 @pytest.mark.parametrize("page_size", [1, 16])
-def test_full_prefill_chunks_under_a_graph_agree_with_eager_ones(hd128_dir, monkeypatch, page_size):
-    """Chunks of exactly max_extend_tokens tokens replay the prefill graph (the request list padded to its count
-    with empty requests; cached prefixes among them, from the same prompts run twice); partial chunks run
-    eagerly. The tokens against the same engine with every chunk eager, by the near-tie rule."""
+def test_prefill_chunks_under_graphs_agree_with_eager_ones(hd128_dir, monkeypatch, page_size):
+    """Every chunk replays the smallest prefill graph that holds it: full chunks of max_extend_tokens tokens and
+    partial ones (the rows past their tokens computing stale inputs into the dummy page), the request list padded
+    to the graphs' count with empty requests; cached prefixes among them, from the same prompts run twice. The
+    tokens against the same engine with every chunk eager, by the near-tie rule."""
     prompts, lengths = prompts_and_lengths(12, seed=31)
     common = dict(device="cuda", dtype="bfloat16", attention="flashinfer", max_running_req=5, page_size=page_size,
                   max_extend_tokens=64, cache="radix", **SMALL)
@@ -253,12 +254,17 @@ def test_full_prefill_chunks_under_a_graph_agree_with_eager_ones(hd128_dir, monk
     eager = LLM(hd128_dir, **common)
     runner = graphs.engine.graphs.prefill
     assert runner is not None and eager.engine.graphs.prefill is None and runner.max_reqs == 5
-    replays: list[int] = []
+    assert runner.sizes == [2, 4, 8, 16, 32, 64]
+    replays: list[tuple[int, int]] = []  # (requests, tokens) of each chunk replayed
     real_run = runner.run
-    monkeypatch.setattr(runner, "run", lambda batch, rows: (replays.append(batch.size), real_run(batch, rows))[1])
+    monkeypatch.setattr(runner, "run", lambda batch, rows: (replays.append((batch.size, len(batch.input_ids))),
+                                                            real_run(batch, rows))[1])
     outs_graphs = generate(graphs, prompts + prompts, lengths + lengths)
     outs_eager = generate(eager, prompts + prompts, lengths + lengths)
-    assert len(replays) >= 2 and min(replays) < runner.max_reqs, replays
+    assert min(size for size, _ in replays) < runner.max_reqs, replays
+    used = {runner.size_for(tokens) for _, tokens in replays}
+    assert 64 in used and len(used) >= 2, replays
+    assert any(tokens not in runner.sizes for _, tokens in replays), replays
     assert [len(o) for o in outs_graphs] == lengths + lengths
     verdict = near_tie_compare(eager, graphs, prompts + prompts, outs_eager, outs_graphs)
     assert verdict.ok, verdict.details

@@ -238,45 +238,49 @@ def test_fp8_decode_splits_count_programs_per_request_for_the_all_heads_variant(
 
 class _EagerReplay:
     """A 'graph' that replays by running the captured pass again, on the same fixed buffers and the same
-    wrapper (the CPU captures nothing): what the prefill graph's inputs, padding and plan give, without CUDA."""
+    wrapper (the CPU captures nothing): what the prefill graphs' inputs, padding and plan give, without CUDA."""
 
-    def __init__(self, runner) -> None:
+    replays: list[tuple[int, int]] = []  # (requests, query tokens) each replay was planned for, all graphs
+
+    def __init__(self, runner, tokens: int) -> None:
         from core.attention.context import get_context
 
-        self.runner, self.context = runner, get_context()
-        self.logits = runner._forward()
-        self.replays: list[int] = []  # the requests of each chunk replayed
+        self.runner, self.tokens, self.context = runner, tokens, get_context()
+        self.logits = runner._forward(tokens)
 
     def replay(self) -> None:
         from core.attention.context import forward_context
 
-        self.replays.append(int((self.runner.backend._prefill_graph_wrapper.qo.diff() > 0).sum()))
+        qo = self.runner.backend._prefill_graph_wrapper.qo
+        self.replays.append((int((qo.diff() > 0).sum()), int(qo[-1])))
         with forward_context(self.context.batch, self.context.backend):
-            self.logits.copy_(self.runner._forward())
+            self.logits.copy_(self.runner._forward(self.tokens))
 
 
-def _record_eagerly(runner, device) -> tuple[_EagerReplay, torch.Tensor]:
+def _record_eagerly(runner, tokens, device) -> tuple[_EagerReplay, torch.Tensor]:
     """Stands in for ``PrefillGraphRunner._record``: the 'graph' and the logits it fills."""
-    graph = _EagerReplay(runner)
+    graph = _EagerReplay(runner, tokens)
     return graph, graph.logits
 
 
-def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dirs, fake_flashinfer, monkeypatch):
-    """Chunks of exactly max_extend_tokens tokens run the prefill graph (here replayed eagerly): the inputs go
-    through its fixed buffers, the request list is padded to its count with requests of no query tokens, the
-    logits rows too; partial chunks run eagerly. The tokens stay the torch backend's."""
+def test_prefill_chunks_through_the_prefill_graphs_keep_the_tokens(model_dirs, fake_flashinfer, monkeypatch):
+    """Every prefill chunk runs the smallest prefill graph that holds it (here replayed eagerly): the inputs go
+    through the fixed buffers, the rows past a chunk's tokens compute stale inputs into the dummy slot, the
+    request list is padded to the graphs' count with requests of no query tokens, the logits rows too. The
+    tokens stay the torch backend's."""
     import core.engine.plan as plan_module
     from core.kernels.cuda.graphs.prefill import PrefillGraphRunner
 
     monkeypatch.setattr(plan_module, "prefill_graph_runs", lambda config, attention, *rest: attention == "flashinfer")
     monkeypatch.setattr(PrefillGraphRunner, "_record", _record_eagerly)
+    monkeypatch.setattr(_EagerReplay, "replays", [])
     prompts, max_tokens = varied_prompts(7, seed=3)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
     kwargs = dict(max_running_req=4, page_size=4, max_extend_tokens=24, device="cpu")
     ref = LLM(model_dirs["qwen3"], attention="torch", **kwargs).generate(prompts, params)
     fi_llm = LLM(model_dirs["qwen3"], attention="flashinfer", **kwargs)
-    graph = fi_llm.engine.graphs.prefill
-    assert graph is not None and (graph.tokens, graph.max_reqs) == (24, 4)
+    runner = fi_llm.engine.graphs.prefill
+    assert runner is not None and (runner.tokens, runner.max_reqs, runner.sizes) == (24, 4, [1, 3, 6, 12, 24])
     eager: list[int] = []  # the requests of each prefill planned eagerly
     backend = fi_llm.engine.attn_backend
     real_begin = backend.begin_forward
@@ -289,8 +293,10 @@ def test_full_prefill_chunks_through_the_prefill_graph_keep_the_tokens(model_dir
     monkeypatch.setattr(backend, "begin_forward", begin_forward)
     got = fi_llm.generate(prompts, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in ref]
-    assert len(graph.graph.replays) >= 2 and min(graph.graph.replays) < 4, graph.graph.replays
-    assert eager, "the last, partial chunk runs eagerly"
+    replays = _EagerReplay.replays
+    assert not eager, "every chunk replays a graph"
+    assert min(reqs for reqs, _ in replays) < 4 and max(tokens for _, tokens in replays) == 24, replays
+    assert any(tokens not in runner.sizes for _, tokens in replays), "a chunk shorter than its graph"
 
 
 class _EagerDecodeGraph:
@@ -343,6 +349,7 @@ def test_decode_batches_through_the_decode_graphs_keep_the_tokens(model_dirs, fa
     from core.kernels.cuda.graphs.decode import CudaGraphRunner
 
     monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")  # every batch-1 step through the graphs
+    monkeypatch.setenv("MINISGL_DISABLE_PREFILL_GRAPH", "1")  # prefills eager: the decode graphs alone
     monkeypatch.setattr(plan_module, "graph_max_bs", lambda config, device, attention: 4 * (attention == "flashinfer"))
     monkeypatch.setattr(install_module, "screen_head", lambda model, kernels, one_rank: True)
     monkeypatch.setattr(CudaGraphRunner, "_capture_all", _capture_decode_eagerly)

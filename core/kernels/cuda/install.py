@@ -108,8 +108,9 @@ def attention_backend(plan: CudaPlan, parts: EngineParts) -> AttentionBackend | 
 
 def capture_graphs(model: nn.Module, backend: AttentionBackend, plan: CudaPlan, config: EngineConfig,
                    parts: EngineParts, screened: bool, greedy_pick: Pick, log: Log | None) -> CudaGraphs | None:
-    """Decode graphs up to the plan's batch size (none when it is 0), then the full prefill chunk's graph where
-    the plan takes it and a full chunk can happen at all (enough rows of long enough sequences to fill one)."""
+    """Decode graphs up to the plan's batch size (none when it is 0), then the prefill graphs where the plan
+    takes them, up to the largest chunk that can happen (a full one, or every row filled to the longest
+    sequence)."""
     device = parts.page_table.device
     dummy_slot = parts.dummy_page * parts.pool.page_size
     decode = None
@@ -118,9 +119,9 @@ def capture_graphs(model: nn.Module, backend: AttentionBackend, plan: CudaPlan, 
         # a greedy request's step gets a graph of its own where the LM head screens it (one row)
         decode = CudaGraphRunner(model, backend, plan.cuda_graph_max_bs, dummy_slot, parts.dummy_page, device, log,
                                  (1,) if screened else (), greedy_pick)
-    tokens = config.max_extend_tokens
+    tokens = min(config.max_extend_tokens, config.max_running_req * parts.max_seq_len)
     prefill = None
-    if plan.prefill_graph and tokens <= config.max_running_req * parts.max_seq_len:
+    if plan.prefill_graph:
         prefill = PrefillGraphRunner(model, backend, tokens, min(config.max_running_req, tokens), dummy_slot,
                                      parts.dummy_page, device, log)
     return CudaGraphs(decode, prefill) if decode is not None or prefill is not None else None

@@ -75,7 +75,7 @@ def graph_max_bs(config: EngineConfig, device: torch.device, attention: str) -> 
 
 
 def prefill_graph_runs(config: EngineConfig, attention: str, graph_bs: int, kv_fp8: bool) -> bool:
-    """A full prefill chunk under a CUDA graph where decode runs under graphs with flashinfer attention on a bf16
+    """Prefill chunks under CUDA graphs where decode runs under graphs with flashinfer attention on a bf16
     pool (an fp8 pool's prefill reads its sequences back through a ragged plan, not taken under graphs) and one
     rank (not yet measured under tensor parallelism); MINISGL_DISABLE_PREFILL_GRAPH=1 keeps every chunk eager."""
     return (graph_bs > 0 and attention == "flashinfer" and not kv_fp8 and config.tp == 1

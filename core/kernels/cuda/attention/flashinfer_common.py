@@ -2,7 +2,7 @@
 buffers, the fence between plans, and the fused QKV path.
 
 There are two backends, one per KV pool (the engine's plan picks it): a bf16/fp16 pool's (flashinfer_paged.py:
-flashinfer's paged kernels, CUDA graphs for decode and for a full prefill chunk, the small-batch Triton decode)
+flashinfer's paged kernels, CUDA graphs for decode and for prefill chunks, the small-batch Triton decode)
 and an fp8 pool's (flashinfer_fp8.py: flashinfer's ragged prefill over the dequantised sequences, the paged fp8
 decode). Both read the pool as pages, in its layout (core/kvcache/pool.py), with page lists from the page table
 (``paging.paged_layout``); a step's new k and v are written into the pool first, so attention reads cached prefix

@@ -13,8 +13,8 @@ batch runs flashinfer's tensor-core decode from the plan's ``tensor_core_decode_
 plain kernel below, each captured size with the kernel its size takes. From ``whole_request_rows`` rows a
 captured tensor-core decode is planned unsplit, and that plan, a function of the size alone, is made once.
 
-Captured batches of a few rows can run the small decode instead (small_decode_graphs.py), and a full prefill
-chunk can run under a graph of its own (core/kernels/cuda/graphs/prefill.py), on a prefill wrapper with fixed
+Captured batches of a few rows can run the small decode instead (small_decode_graphs.py), and prefill chunks
+run under graphs of their own (core/kernels/cuda/graphs/prefill.py), all on one prefill wrapper with fixed
 buffers.
 """
 
@@ -86,7 +86,7 @@ class FlashInferPagedBackend(FlashInferBase):
         self._graph_wrappers: dict[int, Any] = {}
         self._unsplit_planned: set[int] = set()  # graph sizes whose unsplit plan is made (see _plan_decode_graph)
         self._small_decode: SmallDecodeGraphs | None = None  # made with the decode graphs
-        self._prefill_graph_wrapper: Any = None  # a full prefill chunk's, under a CUDA graph (init_prefill_graph)
+        self._prefill_graph_wrapper: Any = None  # the prefill graphs', planned for each replay (init_prefill_graph)
 
     def tensor_cores(self, rows: int) -> bool:
         """Whether a decode batch of ``rows`` rows runs flashinfer's tensor-core decode."""
@@ -203,12 +203,13 @@ class FlashInferPagedBackend(FlashInferBase):
                 self._unsplit_planned.add(padded_size)
         batch.attn_metadata = PagedMetadata(layout, None, wrapper)
 
-    # ---- a full prefill chunk under a CUDA graph -----------------------------------------------------------
+    # ---- prefill chunks under CUDA graphs ----------------------------------------------------------------
     def init_prefill_graph(self, max_reqs: int, tokens: int, dummy_page: int) -> None:
-        """A prefill wrapper with fixed buffers for a chunk of ``tokens`` tokens from up to ``max_reqs`` requests
-        (core/kernels/cuda/graphs/prefill.py). flashinfer's graph mode fixes the number of requests, so a chunk's list
-        is padded to ``max_reqs`` with requests of no query tokens that read one token of ``dummy_page``: its plan
-        gives them no work."""
+        """A prefill wrapper with fixed buffers for chunks of up to ``tokens`` tokens from up to ``max_reqs``
+        requests (core/kernels/cuda/graphs/prefill.py), shared by every prefill graph: its first plan, the largest
+        graph's capture, fixes the rows it is sized for; later plans may have fewer. flashinfer's graph mode fixes
+        the number of requests, so a chunk's list is padded to ``max_reqs`` with requests of no query tokens that
+        read one token of ``dummy_page``: its plan gives them no work."""
         self._dummy_page = dummy_page
         pages_per_row = pages_for(self.page_table.shape[1], self.page_size)
         # every request's whole page list, and room for the capture's one request over all the chunk's tokens
@@ -228,8 +229,8 @@ class FlashInferPagedBackend(FlashInferBase):
         batch.attn_metadata = meta
 
     def _capture_metadata(self, batch: Batch) -> PagedMetadata:
-        """What the graph is captured with (a batch of no requests): one request of all the chunk's tokens over
-        the dummy page, then padding requests."""
+        """What a graph is captured with (a batch of no requests): one request of all its tokens over the dummy
+        page, then padding requests."""
         tokens, pad = len(batch.input_ids), batch.padded_size - 1
         pages = pages_for(tokens, self.page_size)
         layout = PagedLayout(torch.tensor([0, pages], dtype=torch.int32),

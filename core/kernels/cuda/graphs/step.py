@@ -1,6 +1,6 @@
 """The captured graphs as the engine's fast step (core/engine/fast_step.py): a decode batch the decode graphs hold
-replays one of them, a full prefill chunk prepared for the prefill graph replays that; any other batch is left
-to the model.
+replays one of them, a prefill chunk prepared for the prefill graphs replays one of those; any other batch is
+left to the model.
 
 The scheduler asks here too, before it prepares a batch: how many rows the batch runs with (``padded_size``: a
 captured size), and where its input tokens go (``gather_inputs``: straight into the decode graph's buffer). Each
@@ -22,7 +22,7 @@ from core.request import Batch
 @dataclass
 class CudaGraphs:
     decode: CudaGraphRunner | None  # decode batches of up to decode.max_bs rows
-    prefill: PrefillGraphRunner | None  # prefill chunks of exactly prefill.tokens tokens
+    prefill: PrefillGraphRunner | None  # prefill chunks of up to prefill.tokens tokens
 
     def __post_init__(self) -> None:
         # the largest decode batch a graph holds (0: none); each method below tests a batch against it inline
@@ -39,8 +39,8 @@ class CudaGraphs:
         return None
 
     def padded_size(self, batch: Batch) -> int:
-        """Rows the batch will run with: a decode batch a graph takes padded to a captured size, a full prefill
-        chunk to the prefill graph's request count."""
+        """Rows the batch will run with: a decode batch a graph takes padded to a captured size, a prefill chunk
+        the prefill graphs take to their request count."""
         if batch.is_prefill:
             prefill = self.prefill
             return prefill.max_reqs if prefill is not None and prefill.fits(batch) else batch.size
