@@ -97,9 +97,6 @@ class EngineConfig:
     max_prefill_streak: int = option(
         1, "Consecutive prefill steps after which decoding requests get a step (1: prefill and decode alternate "
            "while both have work, so a streamed token waits behind at most one prefill step).", int, minimum=1)
-    mixed_steps: bool = option(
-        False, "Requests that decode ride in prefill steps, one token each, instead of prefill and decode steps "
-               "alternating (off by default: docs/BENCHMARKS.md has what it measured).", bool)
     tp: int = option(1, "Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).", int, minimum=1)
     overlap: bool | None = option(
         None, "Overlap scheduling: prepare step N+1 while step N runs (default: on for CUDA, off on a CPU, where "

@@ -16,7 +16,6 @@ class ReqStep:
     uid: int
     extend_len: int
     cached_len: int
-    decoding: bool = False  # a decoding request riding in a prefill step (mixed steps): one new token
 
 
 WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", "shared_prefix"]
@@ -86,10 +85,6 @@ class StepEvent:
     evicted_pages: int = 0  # cached pages taken back in this step to make room
     radix: tuple[RadixNodeView, ...] | None = None  # the tree after the step, when a watcher asked for it
     started_s: float = 0.0  # when the step was scheduled, in seconds since the scheduler was built
-
-    def prefills(self, req: ReqStep) -> bool:
-        """Whether ``req`` computed prompt tokens in this step (a prefill's row that is not a decoding rider)."""
-        return self.phase == "prefill" and not req.decoding
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -153,17 +153,10 @@ class Batch:
     attn_metadata: object = None
     # rows after CUDA-graph padding (0: not set); of a prefill, requests after padding (the prefill graph's)
     padded_size: int = 0
-    # of a prefill: how many of its last requests are decoding ones riding along, one token each (mixed steps)
-    riders: int = 0
 
     @property
     def size(self) -> int:
         return len(self.reqs)
-
-    @property
-    def first_rider(self) -> int:
-        """The index of the first rider in ``reqs`` (the size when none rides)."""
-        return len(self.reqs) - self.riders
 
     @property
     def is_prefill(self) -> bool:

@@ -78,7 +78,7 @@ class LiveRun:
 
     def add(self, event: StepEvent) -> None:
         for r in event.reqs:
-            if event.prefills(r):
+            if event.phase == "prefill":
                 self._prompt[r.uid] = max(self._prompt.get(r.uid, 0), r.cached_len + r.extend_len)
             else:
                 self._generated[r.uid] = self._generated.get(r.uid, 1) + 1

@@ -49,11 +49,11 @@ def request_lives(events: Sequence[StepEvent], num_requests: int) -> list[Reques
     started = [False] * num_requests
     finish: list[int | None] = [None] * num_requests
     for i, event in enumerate(events):
-        in_batch = {r.uid: r for r in event.reqs}
+        in_batch = {r.uid for r in event.reqs}
         waiting = {w.uid: w for w in event.waits}
         for uid in range(num_requests):
             if uid in in_batch:
-                state = PREFILL if event.prefills(in_batch[uid]) else DECODE
+                state = PREFILL if event.phase == "prefill" else DECODE
                 started[uid] = True
             elif finish[uid] is not None:
                 state = GONE

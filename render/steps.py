@@ -31,7 +31,7 @@ def requests_cell(event: StepEvent, show_cached: bool) -> Text:
             out.append(" ")
         out.append(f"uid{req.uid}", style="bold" if req.uid in event.finished else "")
         out.append(f":{req.extend_len}")
-        if show_cached and event.prefills(req) and req.cached_len:
+        if show_cached and event.phase == "prefill" and req.cached_len:
             out.append(f"(+{req.cached_len})", style="magenta")
     return out
 

@@ -48,11 +48,11 @@ def request_states(events: Sequence[StepEvent], uids: Sequence[int]) -> dict[int
     done: set[int] = set()
     arrived_at = arrival_steps(events)
     for event in events:
-        in_step = {r.uid: r for r in event.reqs}
+        in_step = {r.uid for r in event.reqs}
         for uid in uids:
             arrival = arrived_at.get(uid, events[0].step)
             if uid in in_step:
-                rows[uid].append(PREFILL if event.prefills(in_step[uid]) else DECODE)
+                rows[uid].append(PREFILL if event.phase == "prefill" else DECODE)
             elif uid in done or event.step < arrival:
                 rows[uid].append(GONE)
             else:

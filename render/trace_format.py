@@ -27,10 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from core.events import StepEvent
+from core.events import ReqStep, StepEvent
 
 FORMAT = "minisgl-trace"
 VERSION = 1
+# fields that earlier builds wrote in this version and this one no longer has, with the value that said nothing:
+# read and dropped where they hold it, refused where they do not (a request row's `decoding` was true only for a
+# decoding request riding in a prefill step, which this version does not run or show)
+RETIRED_FIELDS: dict[type, dict[str, Any]] = {ReqStep: {"decoding": False}}
 
 
 class TraceFormatError(ValueError):
@@ -265,12 +269,11 @@ class _History:
 
     def check(self, event: StepEvent, where: str) -> None:
         for req in event.reqs:
-            decodes = not event.prefills(req)  # a decode step's row, or a rider in a prefill step
             if req.uid in self.finished:
                 raise TraceFormatError(f"{where}: uid {req.uid} runs after it finished")
-            if decodes and req.uid not in self.prefilled:
+            if event.phase == "decode" and req.uid not in self.prefilled:
                 raise TraceFormatError(f"{where}: uid {req.uid} decodes before any prefill")
-            if decodes and req.extend_len != 1:
+            if event.phase == "decode" and req.extend_len != 1:
                 raise TraceFormatError(f"{where}: uid {req.uid} decodes {req.extend_len} tokens (one per step)")
         self.prefilled.update(r.uid for r in event.reqs)
         self.finished.update(event.finished)
@@ -299,6 +302,11 @@ def _decode(cls: type, data: Any, where: str, path: str = "") -> Any:
     refused)."""
     if not isinstance(data, dict):
         raise TraceFormatError(f"{where}: {path or cls.__name__} must be an object")
+    for name, quiet in RETIRED_FIELDS.get(cls, {}).items():
+        if name in data:
+            if data[name] != quiet:
+                raise TraceFormatError(f"{where}: {path + name} is {data[name]!r}: a step this version cannot show")
+            data = {k: v for k, v in data.items() if k != name}
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = set(data) - set(fields)
@@ -339,10 +347,6 @@ def _value(hint: Any, value: Any, where: str, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TraceFormatError(f"{where}: {path} must be a number")
         return float(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise TraceFormatError(f"{where}: {path} must be true or false")
-        return value
     if hint in (int, str):
         if isinstance(value, bool) or not isinstance(value, hint):
             raise TraceFormatError(f"{where}: {path} must be {'an integer' if hint is int else 'a string'}")

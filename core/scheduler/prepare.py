@@ -18,8 +18,8 @@ def prepare_batch(batch: Batch, writes: list[tuple[int, int, list[int]]], engine
                                                                                      torch.Tensor | None, list[bool]]:
     """Give ``batch`` its pages, positions, KV slots and (prefill) input tokens on the device; ``writes``: the
     prefill's prompt tokens by row (the prefill manager's). Returns the uploaded indices, where a decode step's
-    inputs lie in the token pool (None for a prefill without riders: the host has them) and which requests sample a
-    token (not a chunk of a prompt that goes on)."""
+    inputs lie in the token pool (None for prefill: the host has them) and which requests sample a token (not a
+    chunk of a prompt that goes on)."""
     cache.allocate(batch.reqs)
     reqs = batch.reqs
     samples = [not r.is_chunked for r in reqs]
@@ -28,16 +28,11 @@ def prepare_batch(batch: Batch, writes: list[tuple[int, int, list[int]]], engine
     input_index = None
     batch.padded_size = engine.padded_size(batch)
     if batch.is_prefill:
-        # riders (decoding requests in a mixed step) add one token each, which the previous step wrote in the pool
-        riders = [(r.table_idx, r.cached_len, [0]) for r in reqs[batch.first_rider:]]
-        host, lengths = prefill_indices(writes + riders, write_index, table.width).pack()
+        host, lengths = prefill_indices(writes, write_index, table.width).pack()
         dev = PrefillIndices.unpack(upload(host, device), lengths)
         # a prefill's inputs are prompt tokens: the host has them; the pool keeps a copy
-        prompt = len(dev.input_ids) - len(riders)
         batch.positions, batch.input_ids = dev.positions, dev.input_ids
-        table.flat[dev.pool_places[:prompt]] = dev.input_ids[:prompt]
-        if riders:  # every input from the pool, at launch: the riders' tokens are written there before it
-            input_index, batch.input_ids = dev.pool_places, None
+        table.flat[dev.pool_places] = batch.input_ids
         batch.out_loc = engine.page_table[dev.token_rows, batch.positions]
     else:
         host, lengths = decode_indices(reqs, write_index, batch.padded_size - len(reqs), page_size,

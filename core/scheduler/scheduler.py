@@ -168,14 +168,10 @@ class Scheduler:
     def _schedule_next_batch(self) -> Prepared | None:
         started = time.perf_counter()
         decoding = self.decode_manager.runnable
-        mixed = decoding and self.config.mixed_steps  # decoding requests ride in a prefill step
-        note = "" if mixed else self.policy.forced_decode(decoding)
+        note = self.policy.forced_decode(decoding)
         scheduled = None if note else self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)
         waiting = len(self.prefill_manager.pending)
         batch, writes = scheduled if scheduled is not None else (self.decode_manager.schedule_next_batch(), [])
-        if scheduled is not None and mixed:
-            riders = self.decode_manager.schedule_next_batch().reqs
-            batch.reqs, batch.riders = batch.reqs + riders, len(riders)
         self.policy.record(prefilled=scheduled is not None, decoding=decoding)
         if batch is None:
             return None
@@ -196,8 +192,7 @@ class Scheduler:
         dev, input_index, samples = prepare_batch(batch, writes, self.engine, self.table_manager, self.cache_manager,
                                                   self.page_size, self.device)
         reqs = batch.reqs
-        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len, i >= batch.first_rider)
-                          for i, r in enumerate(reqs)) if self.step_callbacks else ()
+        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in reqs) if self.step_callbacks else ()
         arrived, self._arrived = tuple(self._arrived), []
         self._scheduled += 1
         return Prepared(batch, self.engine.sampler.prepare(batch), input_index, dev.logits_rows, dev.write_index,
@@ -219,7 +214,7 @@ class Scheduler:
             req.complete_step()
         self.decode_manager.add(batch.reqs)
         if batch.is_prefill:  # the prompt's KV is on its way: later batches can share it from now on
-            for req, samples in zip(batch.reqs[:batch.first_rider], prepared.samples):
+            for req, samples in zip(batch.reqs, prepared.samples):
                 if samples:
                     self.cache_manager.cache_req(req, finished=False)
         return InFlight(prepared, output, ticket)

@@ -55,11 +55,11 @@
     order.forEach(function (u) { states[u] = []; });
     steps.forEach(function (e, i) {
       var inBatch = {}, waiting = {};
-      e.reqs.forEach(function (r) { inBatch[r.uid] = r; });
+      e.reqs.forEach(function (r) { inBatch[r.uid] = true; });
       e.waits.forEach(function (w) { waiting[w.uid] = true; });
       order.forEach(function (u) {
         var s;
-        if (inBatch[u]) { s = e.phase === "prefill" && !inBatch[u].decoding ? "P" : "D"; started[u] = true; }
+        if (inBatch[u]) { s = e.phase === "prefill" ? "P" : "D"; started[u] = true; }
         else if (u in finish) s = ".";
         else if (i < arrival[u]) s = " ";
         else if (waiting[u] || !started[u]) s = "w";

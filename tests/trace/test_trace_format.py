@@ -83,6 +83,16 @@ def test_an_edited_file_is_refused_at_the_edited_line(line, change, fragment):
     refused(edited(line, change), line, fragment)
 
 
+def test_a_retired_field_at_its_quiet_value_is_dropped_and_otherwise_refused():
+    """Earlier builds wrote ``decoding: false`` on every request row (true only for a decoding request riding in a
+    prefill step, which this version neither runs nor shows): such a file reads back as if it were absent."""
+    def mark(value):
+        return lambda r: [req.update(decoding=value) for req in r["reqs"]]
+
+    assert parse_trace(edited(4, mark(False))) == sample_trace()
+    refused(edited(4, mark(True)), 4, "reqs[0].decoding is True: a step this version cannot show")
+
+
 def test_broken_json_and_lines_after_the_results_are_refused():
     lines = lines_of(sample_trace())
     refused("\n".join(lines[:3] + ['{"type": "step", "step": 2,,}'] + lines[4:]) + "\n", 4, "not valid JSON")
