@@ -104,7 +104,7 @@ def _request_events(life: RequestLife, events: list[StepEvent], spans: list[tupl
                 name = "prefill" if chunk == 1 else f"prefill chunk {chunk}"
             else:
                 name = "decode"
-            out.append({"ph": "X", "name": name, "cat": "prefill" if state == PREFILL else "decode", "pid": REQUESTS_PID, "tid": tid,
+            out.append({"ph": "X", "name": name, "cat": event.phase, "pid": REQUESTS_PID, "tid": tid,
                         "ts": _us(spans[i][0]), "dur": _us(spans[i][1]),
                         "args": {"uid": life.uid, "step": event.step, "extend_len": req.extend_len,
                                  "cached_len": req.cached_len, "batch_size": event.batch_size}})

@@ -107,17 +107,18 @@ class PrefillGraphRunner:
 
     def run(self, batch: Batch, logits_rows: torch.Tensor) -> torch.Tensor:
         """Logits at ``logits_rows`` (one row per request of the batch): the inputs copied into the first rows of
-        the buffers, the rows after them pointed at the dummy slot, the logits rows after the batch's at row 0, the wrapper planned for the batch, the
-        smallest graph that holds it replayed (all queued on this stream)."""
+        the buffers, the rows after them up to the graph's pointed at the dummy slot, the logits rows after the
+        batch's at row 0, the wrapper planned for the batch, the smallest graph that holds it replayed (all queued
+        on this stream)."""
         tokens = len(batch.input_ids)
+        n = self.size_for(tokens)
         self.input_ids[:tokens].copy_(batch.input_ids)
         self.positions[:tokens].copy_(batch.positions)
         self.out_loc[:tokens].copy_(batch.out_loc)
-        self.out_loc[tokens:].fill_(self.dummy_slot)  # a larger chunk's slots, which these rows must not write
+        self.out_loc[tokens:n].fill_(self.dummy_slot)  # a larger chunk's slots, which these rows must not write
         rows = len(logits_rows)
         self.logits_rows[:rows].copy_(logits_rows)
         self.logits_rows[rows:].zero_()  # a larger chunk's rows may lie past a smaller graph's
         self.backend.begin_forward(batch, graph=True)
-        n = self.size_for(tokens)
         self.graphs[n].replay()
         return self.logits[n][:rows]
