@@ -23,7 +23,7 @@ SERVING = "Serving (--serve)"
 
 def _check_rates(value: Optional[str]) -> Optional[str]:
     """A bad --rate is a usage error before anything loads."""
-    from core.bench.serve_client import parse_rates
+    from minisgl_cli.serve_client import parse_rates
     from core.errors import InvalidParamsError
 
     if value is not None:
@@ -101,7 +101,7 @@ def bench(
     if workload is not None:  # what can be checked without torch is checked before it loads
         workload_spec(workload)
     if serve:
-        from core.bench.serve_client import parse_rates
+        from minisgl_cli.serve_client import parse_rates
 
         bench_serve.run(bench_serve.ServeBench(
             rates=parse_rates(rate or "inf"), url=bench_serve.check_url(url), skip_offline=skip_offline,

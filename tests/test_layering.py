@@ -149,3 +149,33 @@ def test_the_walk_sees_an_import_across_packages(tmp_path):
     assert imports_across_packages("serving", source) == [(5, "render.style")]
     assert imports_across_packages("core", source) == [(1, "serving.wire"), (5, "render.style")]
     assert imports_across_packages("minisgl_cli", source) == []
+
+
+# what core is built without (docs/ARCHITECTURE.md): terminal views, the command line, HTTP and HTML
+NOT_IN_CORE = frozenset({"rich", "typer", "click", "fastapi", "starlette", "uvicorn", "httpx", "requests",
+                         "aiohttp", "urllib", "http", "html", "jinja2", "openai"})
+
+
+def outside_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, top-level name) for every absolute import in ``path``, wherever it stands."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name.split(".")[0]) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module.split(".")[0]))
+    return found
+
+
+def test_core_imports_no_terminal_command_line_http_or_html_library():
+    wrong = [f"{path.relative_to(CORE.parent)}:{line} imports {name}" for path in core_modules()
+             for line, name in outside_imports(path) if name in NOT_IN_CORE]
+    assert not wrong, "core imports what belongs to render/ or minisgl_cli/:\n" + "\n".join(wrong)
+
+
+def test_the_walk_sees_a_library_imported_inside_a_function(tmp_path):
+    """The check itself: an HTTP client imported where it runs, and a submodule's package, are found."""
+    source = tmp_path / "probe.py"
+    source.write_text("import torch\n\ndef f():\n    import httpx\n    from rich.console import Console\n")
+    assert [(line, name) for line, name in outside_imports(source) if name in NOT_IN_CORE] == \
+        [(4, "httpx"), (5, "rich")]

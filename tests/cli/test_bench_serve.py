@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from core.bench.serve_client import arrival_offsets, parse_rates
+from minisgl_cli.serve_client import arrival_offsets, parse_rates
 from core.bench.serve_report import RateResult, RequestTiming, ServeReport
 from core.bench.workload import make_workload, redraw_ids, workload_spec
 from core.errors import InvalidParamsError

@@ -23,9 +23,6 @@ from core.bench.serve_report import RateResult, RequestTiming
 from core.bench.workload import BenchRequest, Workload
 from core.errors import InvalidParamsError
 
-HEALTH_PATH = "/health"
-
-
 def parse_rates(text: str) -> tuple[float, ...]:
     """``16,32,inf`` -> (16.0, 32.0, inf): requests per second, each > 0, or 'inf' for every request at once."""
     rates = []
