@@ -74,6 +74,9 @@ def bench(
         None, "--url", rich_help_panel=SERVING,
         help="Drive the server already running at this address (e.g. http://127.0.0.1:8000) instead of starting "
              "one; --model then names its model (its config gives the vocabulary the prompts are drawn from)."),
+    api_key: Optional[str] = typer.Option(
+        None, "--api-key", rich_help_panel=SERVING,
+        help="The key the server at --url wants (its 'minisgl serve --api-key'), sent as a bearer token."),
     skip_offline: bool = typer.Option(False, "--skip-offline", metavar=FLAG, rich_help_panel=SERVING,
                                       help="Leave out the offline pass (LLM.generate in this process)."),
     max_running: Optional[int] = typer.Option(
@@ -95,7 +98,7 @@ def bench(
     from minisgl_cli import bench_serve
 
     bench_serve.check_combination(
-        serve, {"--rate": rate, "--url": url, "--skip-offline": skip_offline, "--max-running": max_running},
+        serve, {"--rate": rate, "--url": url, "--api-key": api_key, "--skip-offline": skip_offline, "--max-running": max_running},
         {"--hf-requests": hf_requests, "--skip-baselines": skip_baselines, "--baselines": baselines,
          "--baseline-seconds": baseline_seconds})
     if workload is not None:  # what can be checked without torch is checked before it loads
@@ -104,7 +107,8 @@ def bench(
         from minisgl_cli.serve_client import parse_rates
 
         bench_serve.run(bench_serve.ServeBench(
-            rates=parse_rates(rate or "inf"), url=bench_serve.check_url(url), skip_offline=skip_offline,
+            rates=parse_rates(rate or "inf"), url=bench_serve.check_url(url, api_key), api_key=api_key,
+            skip_offline=skip_offline,
             workload=workload, model=model, requests=requests, seed=seed, threads=threads, device=device, tp=tp,
             kv_dtype=kv_dtype, precision=precision, page_size=page_size, max_running=max_running), as_json)
         return

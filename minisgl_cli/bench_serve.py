@@ -33,6 +33,7 @@ class ServeBench:
 
     rates: tuple[float, ...]
     url: str | None
+    api_key: str | None
     skip_offline: bool
     workload: str | None
     model: str | None
@@ -47,10 +48,13 @@ class ServeBench:
     max_running: int | None
 
 
-def check_url(url: str | None) -> str | None:
+def check_url(url: str | None, api_key: str | None = None) -> str | None:
     """A server's address as the client uses it: http(s)://host:port, without a trailing / or /v1 (the
-    OpenAI clients' base URL is accepted too)."""
+    OpenAI clients' base URL is accepted too). A key goes only to a server given by --url (one started here
+    wants none)."""
     if url is None:
+        if api_key is not None:
+            raise InvalidParamsError("--api-key is the key of the server at --url; add --url")
         return None
     if not url.startswith(("http://", "https://")):
         raise InvalidParamsError(f"--url must start with http:// or https://, got {url!r}")
@@ -84,6 +88,8 @@ def run(options: ServeBench, as_json: bool) -> None:
         from render.bench import BenchProgress
 
         quiet_transformers()
+    if options.url is not None:  # an unreachable server, or one that wants a key, fails before the offline pass
+        served_model(options.url, options.api_key)
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     workload, vocab = serve_workload(options.workload, options.model, options.requests, options.seed, activity.note)
@@ -102,19 +108,20 @@ def run(options: ServeBench, as_json: bool) -> None:
                 report.offline = run_offline(options.model, settings, workload, progress, progress.note)
             with _server(options, settings, progress.note) as url:
                 report.url = url
-                model = served_model(url)
+                model = served_model(url, options.api_key)
                 progress.note(f"warming up the server: {len(workload.requests)} other prompts, a few tokens each")
                 warm = redraw_ids(workload, vocab, salt)
                 warm = replace(warm, requests=[BenchRequest(r.prompt_ids, min(r.max_tokens, WARM_UP_TOKENS))
                                                for r in warm.requests])
-                warmed = run_rate(url, model, warm, float("inf"), options.seed)
+                warmed = run_rate(url, model, warm, float("inf"), options.seed, api_key=options.api_key)
                 if not warmed.completed:
                     raise InvalidParamsError(f"the server failed every warm-up request: {warmed.first_error}")
                 for i, rate in enumerate(options.rates):
                     stage = stages[rate]
                     sent = redraw_ids(workload, vocab, salt + 1 + i)
                     report.rates.append(run_rate(url, model, sent, rate, options.seed,
-                                                 lambda done, total, stage=stage: progress(stage, done, total)))
+                                                 lambda done, total, stage=stage: progress(stage, done, total),
+                                                 options.api_key))
     except KeyboardInterrupt:
         report.interrupted = True
         activity.line("interrupted")

@@ -52,21 +52,34 @@ def arrival_offsets(count: int, rate: float, seed: int) -> list[float]:
     return offsets
 
 
-def served_model(url: str) -> str:
-    """The name the server answers to: the first of GET /v1/models."""
-    response = httpx.get(f"{url}/v1/models", timeout=30)
-    response.raise_for_status()
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """What a server started with ``--api-key`` wants on every /v1/ request."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key is not None else {}
+
+
+def served_model(url: str, api_key: str | None = None) -> str:
+    """The name the server answers to: the first of GET /v1/models. A server that cannot be reached or refuses
+    is a one-line error."""
+    try:
+        response = httpx.get(f"{url}/v1/models", headers=auth_headers(api_key), timeout=30)
+    except httpx.HTTPError as exc:
+        raise InvalidParamsError(f"cannot reach a server at {url}: {exc}") from None
+    if response.status_code != 200:
+        hint = "; give its key with --api-key" if response.status_code == 401 else ""
+        raise InvalidParamsError(f"the server at {url} answered GET /v1/models with HTTP {response.status_code}: "
+                                 f"{_message(response.text)}{hint}")
     return response.json()["data"][0]["id"]
 
 
 def run_rate(url: str, model: str, workload: Workload, rate: float, seed: int,
-             on_done: Callable[[int, int], None] = lambda done, total: None) -> RateResult:
+             on_done: Callable[[int, int], None] = lambda done, total: None, api_key: str | None = None) \
+        -> RateResult:
     """Send every request of ``workload`` at ``rate``; ``on_done(done, total)`` hears each one end."""
-    return asyncio.run(_run_rate(url, model, workload.requests, rate, seed, on_done))
+    return asyncio.run(_run_rate(url, model, workload.requests, rate, seed, on_done, auth_headers(api_key)))
 
 
 async def _run_rate(url: str, model: str, requests: list[BenchRequest], rate: float, seed: int,
-                    on_done: Callable[[int, int], None]) -> RateResult:
+                    on_done: Callable[[int, int], None], headers: dict[str, str]) -> RateResult:
     offsets = arrival_offsets(len(requests), rate, seed)
     done = 0
 
@@ -83,7 +96,8 @@ async def _run_rate(url: str, model: str, requests: list[BenchRequest], rate: fl
     # no pool limit: at an infinite rate every request is open at once, and a queue in the client would count
     # as the server's time to first token
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None, connect=60), limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(None, connect=60), limits=limits,
+                                 headers=headers) as client:
         start = time.perf_counter()
         timings = await asyncio.gather(*(one(r, start + at) for r, at in zip(requests, offsets)))
         wall = time.perf_counter() - start

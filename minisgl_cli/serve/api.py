@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.errors import InvalidParamsError
 from core.scheduler.reply import Reply
+from minisgl_cli.serve.auth import RequireApiKey
 from minisgl_cli.serve.bridge import EngineBridge, Tracked
 from minisgl_cli.serve.protocol import ApiError, ChatRequest, CompletionRequest
 
@@ -55,7 +56,8 @@ class Gathered:
     error: str | None = None
 
 
-def create_app(bridge: EngineBridge) -> FastAPI:
+def create_app(bridge: EngineBridge, api_key: str | None = None) -> FastAPI:
+    """The app; with ``api_key``, everything under /v1/ answers only a client that sends it (serve/auth.py)."""
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None)
     llm = bridge.llm
     tokenizer = llm.tokenizer
@@ -89,6 +91,8 @@ def create_app(bridge: EngineBridge) -> FastAPI:
         return error_response(ApiError(exc.status_code, message, headers=dict(exc.headers or {})))
 
     app.add_middleware(JsonByDefault)
+    if api_key is not None:
+        app.add_middleware(RequireApiKey, key=api_key, refused=bridge.metrics.rejected_with)
 
     @app.get("/health")
     async def health() -> Any:

@@ -54,6 +54,9 @@ TraceOut = Annotated[Optional[Path], typer.Option(
     "--trace-out", metavar="FILE.jsonl", help="Write every step event as a JSON line.")]
 Dashboard = Annotated[bool, typer.Option(
     "--dashboard", help="Serve a live view of the engine at /dashboard (batches, queue, KV pool, timeline).")]
+ApiKey = Annotated[Optional[str], typer.Option(
+    "--api-key", help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
+                      "/health, /metrics, /engines and /dashboard stay open.")]
 DashboardShowText = Annotated[bool, typer.Option(
     "--dashboard-show-text", help="Show prompts and completions on the dashboard (else uids and token counts).")]
 
@@ -62,7 +65,7 @@ DashboardShowText = Annotated[bool, typer.Option(
 def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = None,
           served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
           trace_out: TraceOut = None, dashboard: Dashboard = False, dashboard_show_text: DashboardShowText = False,
-          dp: DataParallel = 1,
+          dp: DataParallel = 1, api_key: ApiKey = None,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
@@ -76,6 +79,8 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     err = Console(stderr=True)
     activity = Activity(err)
     engine.check()
+    if api_key is not None and (not api_key or any(c.isspace() for c in api_key)):
+        raise typer.BadParameter("a key is one or more characters without spaces", param_hint="'--api-key'")
     listener = bind_listener(host, port)  # a port in use fails now, before the model loads
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
@@ -91,7 +96,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     live = start_trace(remote, engine.cache, err) if trace else None
     if trace_file is not None:
         remote.add_step_callback(trace_file.write)
-    app = create_app(bridge)
+    app = create_app(bridge, api_key)
     if dashboard:
         add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from minisgl_cli.serve_client import arrival_offsets, parse_rates
 from core.bench.serve_report import RateResult, RequestTiming, ServeReport
 from core.bench.workload import make_workload, redraw_ids, workload_spec
 from core.errors import InvalidParamsError
 from minisgl_cli.bench_serve import check_combination, check_url
+from minisgl_cli.serve_client import arrival_offsets, parse_rates
 from tests.support.cli import interrupt_after
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +104,9 @@ def test_url_is_the_server_root():
     assert check_url("http://host:1") == "http://host:1"
     with pytest.raises(InvalidParamsError, match="http://"):
         check_url("localhost:8000")
+    assert check_url("http://host:1", api_key="k") == "http://host:1"
+    with pytest.raises(InvalidParamsError, match="--api-key is the key of the server at --url"):
+        check_url(None, api_key="k")  # a server started here wants no key
 
 
 def test_rates_parse_in_order():

@@ -1,0 +1,101 @@
+"""``minisgl serve --api-key``: a real server process, the official openai client and ``minisgl bench --serve --url``.
+
+With the key, the answers are the engine's (equal to LLM.generate); without it, or with another, every /v1/
+path is a 401 in OpenAI's shape that never echoes what was sent; /health and /metrics stay open and count the
+refusals; the load generator sends the key when given it and says in one line that the server wants one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from core import LLM, SamplingParams
+from tests.server.test_serve import MODEL, WAIT_S, assert_openai_error, request
+from tests.support.serve import Server
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-minisgl-test-0123"
+WRONG = "sk-wrong-key-4567"
+
+
+@pytest.fixture(scope="module")
+def model_dir(model_dirs):
+    return model_dirs["llama"]
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    srv = Server(model_dir, "--api-key", KEY, "--max-running", "4",
+                 log=tmp_path_factory.mktemp("serve-key") / "server.log")
+    yield srv
+    srv.stop()
+
+
+def client(server: Server, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base + "/v1", api_key=key, timeout=WAIT_S, max_retries=0)
+
+
+def test_the_key_opens_the_api_and_the_answers_are_the_engines(server, model_dir):
+    reply = client(server, KEY).completions.create(model=MODEL, prompt="hello there", max_tokens=6, temperature=0,
+                                                   extra_body={"ignore_eos": True})
+    expected = LLM(str(model_dir)).generate(["hello there"], SamplingParams(max_tokens=6, ignore_eos=True))[0]
+    assert reply.choices[0].text == expected["text"]
+    assert [m.id for m in client(server, KEY).models.list().data] == [MODEL]
+
+
+def test_another_key_or_none_is_a_401_in_openai_shape_that_never_echoes_it(server):
+    before = server.metrics().get('http_errors_total{status="401"}', 0.0)
+    with pytest.raises(openai.AuthenticationError, match="incorrect API key") as caught:
+        client(server, WRONG).completions.create(model=MODEL, prompt="hi", max_tokens=2)
+    assert caught.value.code == "invalid_api_key" and WRONG not in str(caught.value)
+    code, reply, headers = request(server, "POST", "/v1/completions",
+                                   json.dumps({"model": MODEL, "prompt": "hi"}).encode())
+    assert code == 401 and headers["WWW-Authenticate"] == "Bearer"
+    assert_openai_error(reply, "Authorization: Bearer")
+    code, reply, _ = request(server, "GET", "/v1/nowhere", headers={"Authorization": f"Basic {KEY}"})
+    assert code == 401  # guarded before routing: a refusal says nothing about which paths exist
+    assert_openai_error(reply, "no API key")
+    after = server.wait_metrics(lambda m: m.get('http_errors_total{status="401"}', 0.0) >= before + 3)
+    assert after['http_errors_total{status="401"}'] == before + 3
+
+
+def test_health_and_metrics_stay_open(server):
+    with urllib.request.urlopen(server.base + "/health", timeout=10) as reply:
+        assert json.loads(reply.read()) == {"status": "ok"}
+    assert "requests_running" in server.metrics()
+
+
+def bench(server: Server, model_dir: str, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "minisgl_cli", "bench", "--serve", "--url", server.base + "/v1",
+                           "--model", str(model_dir), "--requests", "3", "--skip-offline", "--json", *extra],
+                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+
+
+def test_bench_serve_sends_the_key_and_says_when_the_server_wants_one(server, model_dir):
+    done = bench(server, model_dir, "--api-key", KEY)
+    assert done.returncode == 0, done.stderr
+    rates = json.loads(done.stdout)["rates"]
+    assert [(r["completed"], r["failed"]) for r in rates] == [(3, 0)]
+    refused = bench(server, model_dir)
+    assert refused.returncode == 2 and refused.stdout == ""
+    lines = refused.stderr.strip().splitlines()
+    assert "Traceback" not in refused.stderr
+    assert lines[-1].startswith("error: the server at ") and lines[-1].endswith("give its key with --api-key")
+    assert "HTTP 401" in lines[-1]
+
+
+@pytest.mark.parametrize("key", ["", "two words"])
+def test_a_key_that_no_header_could_carry_is_a_usage_error_before_the_model_loads(model_dir, key):
+    done = subprocess.run([sys.executable, "-m", "minisgl_cli", "serve", "--model", str(model_dir), "--port", "0",
+                           "--api-key", key], cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'--api-key'" in lines[0] and "without spaces" in lines[0], done.stderr
+    assert "loading" not in done.stderr
