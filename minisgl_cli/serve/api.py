@@ -239,7 +239,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None) -> FastAPI:
         if not getattr(tokenizer, "chat_template", None):
             raise ApiError(400, "this model's tokenizer has no chat template; use /v1/completions",
                            param="messages")
-        messages = [m.as_template_message() for m in body.messages]
+        messages = body.template_messages()
         try:
             ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         except Exception as exc:  # a template that refuses these roles, say

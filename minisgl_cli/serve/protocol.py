@@ -111,21 +111,31 @@ class CompletionRequest(_Common):
         return self._params(max_tokens, self.logprobs)
 
 
-class TextPart(_Strict):
-    type: Literal["text"]
-    text: str
+class ContentPart(BaseModel):
+    """One part of a message's content. Only text parts can be read; any other (an image, audio, a file) is
+    refused by its type rather than by the shape pydantic could not match."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
 
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow")  # e.g. 'name': passed on to the chat template
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: Union[str, list[TextPart], None] = None
+    content: Union[str, list[ContentPart], None] = None
 
-    def as_template_message(self) -> dict[str, Any]:
+    def as_template_message(self, where: str) -> dict[str, Any]:
+        """The message as the chat template takes it; ``where`` ('messages.3') names it in an error."""
         content = self.content
         if isinstance(content, list):
-            content = "".join(part.text for part in content)
+            for part in content:
+                if part.type != "text" or part.text is None:
+                    raise ApiError(400, f"'{where}.content': a part of type '{part.type}' cannot be read; this "
+                                        f"server takes text parts only", param=f"{where}.content")
+            content = "".join(part.text or "" for part in content)
         role = "system" if self.role == "developer" else self.role
         return {**(self.model_extra or {}), "role": role, "content": content or ""}
 
@@ -146,10 +156,35 @@ class ChatRequest(_Common):
     function_call: Any = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    # labels and hints that change no token: accepted, as 'user' is
+    metadata: dict[str, str] | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    # accepted at the values that ask for what this server does anyway
+    store: bool | None = None
+    service_tier: str | None = None
+    modalities: list[str] | None = None
+    # features of OpenAI's own models and platform
+    audio: Any = None
+    prediction: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    web_search_options: Any = None
+    moderation: Any = None
+    prompt_cache_retention: Any = None
+    prompt_cache_options: Any = None
+
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [m.as_template_message(f"messages.{i}") for i, m in enumerate(self.messages)]
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+        platform = ("audio", "prediction", "reasoning_effort", "verbosity", "web_search_options", "moderation",
+                    "prompt_cache_retention", "prompt_cache_options")
         self._refuse_unsupported({"tools": bool(self.tools), "tool_choice": self.tool_choice not in (None, "none"),
-                                  "functions": bool(self.functions), "function_call": self.function_call is not None})
+                                  "functions": bool(self.functions), "function_call": self.function_call is not None,
+                                  "store": bool(self.store), "service_tier": self.service_tier not in
+                                  (None, "auto", "default"), "modalities": self.modalities not in (None, ["text"]),
+                                  **{name: getattr(self, name) is not None for name in platform}})
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -103,6 +103,18 @@ def test_greedy_chat_equals_generate(client, llm):
         assert got.usage.completion_tokens == 10
 
 
+def test_text_parts_and_fields_that_change_no_token_answer_as_plain_chat(client, llm):
+    """Content as text parts reads as their joined text; labels, hints and the default tier are accepted."""
+    want = llm.generate([chat_ids(llm, "hello there")], greedy(6))[0]
+    got = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": [{"type": "text", "text": "hello "},
+                                                            {"type": "text", "text": "there"}]}],
+        max_tokens=6, temperature=0, store=False, metadata={"team": "a"}, service_tier="auto",
+        prompt_cache_key="greeting", safety_identifier="user-1", user="u", modalities=["text"],
+        extra_body={"ignore_eos": True})
+    assert got.choices[0].message.content == want["text"]
+
+
 def test_streamed_chunks_join_to_the_same_text(client, llm):
     want = llm.generate([PROMPTS[2]], greedy(20))[0]
     chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[2], max_tokens=20, temperature=0,
@@ -306,6 +318,15 @@ def test_malformed_completion_requests(server, body, status, fragment, param):
      "needs 'logprobs'", "top_logprobs"),
     ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": true}}',
      "only allowed with stream", "stream_options"),
+    ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": '
+     '"text", "text": "a"}, {"type": "image_url", "image_url": {"url": "x"}}]}]}',
+     "a part of type 'image_url' cannot be read", "messages.1.content"),
+    ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "store": true}',
+     "'store' is not supported", "store"),
+    ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "reasoning_effort": "low"}',
+     "'reasoning_effort' is not supported", "reasoning_effort"),
+    ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "service_tier": "priority"}',
+     "'service_tier' is not supported", "service_tier"),
 ])
 def test_malformed_chat_requests(server, body, fragment, param):
     code, reply, _ = post(server, "/v1/chat/completions", body)
