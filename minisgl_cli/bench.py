@@ -23,8 +23,8 @@ SERVING = "Serving (--serve)"
 
 def _check_rates(value: Optional[str]) -> Optional[str]:
     """A bad --rate is a usage error before anything loads."""
-    from minisgl_cli.serve_client import parse_rates
     from core.errors import InvalidParamsError
+    from minisgl_cli.serve_client import parse_rates
 
     if value is not None:
         try:
@@ -98,7 +98,8 @@ def bench(
     from minisgl_cli import bench_serve
 
     bench_serve.check_combination(
-        serve, {"--rate": rate, "--url": url, "--api-key": api_key, "--skip-offline": skip_offline, "--max-running": max_running},
+        serve, {"--rate": rate, "--url": url, "--api-key": api_key, "--skip-offline": skip_offline,
+                "--max-running": max_running},
         {"--hf-requests": hf_requests, "--skip-baselines": skip_baselines, "--baselines": baselines,
          "--baseline-seconds": baseline_seconds})
     if workload is not None:  # what can be checked without torch is checked before it loads
@@ -108,9 +109,9 @@ def bench(
 
         bench_serve.run(bench_serve.ServeBench(
             rates=parse_rates(rate or "inf"), url=bench_serve.check_url(url, api_key), api_key=api_key,
-            skip_offline=skip_offline,
-            workload=workload, model=model, requests=requests, seed=seed, threads=threads, device=device, tp=tp,
-            kv_dtype=kv_dtype, precision=precision, page_size=page_size, max_running=max_running), as_json)
+            skip_offline=skip_offline, workload=workload, model=model, requests=requests, seed=seed, threads=threads,
+            device=device, tp=tp, kv_dtype=kv_dtype, precision=precision, page_size=page_size,
+            max_running=max_running), as_json)
         return
     parse_baselines(baselines)
     activity = Activity(Console(stderr=True))

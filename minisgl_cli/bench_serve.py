@@ -82,9 +82,9 @@ def run(options: ServeBench, as_json: bool) -> None:
 
         from core.bench.engine_run import WARM_UP_TOKENS
         from core.bench.serve_bench import engine_settings, run_offline, serve_workload
-        from minisgl_cli.serve_client import run_rate, served_model
         from core.bench.workload import BenchRequest, redraw_ids
         from core.models.weights import DEFAULT_MODEL_NAME
+        from minisgl_cli.serve_client import run_rate, served_model
         from render.bench import BenchProgress
 
         quiet_transformers()

@@ -47,6 +47,9 @@ ModelName = Annotated[Optional[str], typer.Option(
 DataParallel = Annotated[int, typer.Option(
     "--dp", min=1, help="Engine processes behind this one server, each a whole model (on CUDA, one GPU each); a "
                         "request goes to the engine most likely to hold its prompt's prefix, else the least loaded.")]
+ApiKey = Annotated[Optional[str], typer.Option(
+    "--api-key", help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
+                      "/health, /metrics, /engines and /dashboard stay open.")]
 ShutdownTimeout = Annotated[float, typer.Option(
     "--shutdown-timeout", min=0.0, help="On SIGTERM/Ctrl-C, seconds to let responses in progress finish.")]
 Trace = Annotated[bool, typer.Option("--trace", help="Show the live batch table as requests arrive.")]
@@ -54,9 +57,6 @@ TraceOut = Annotated[Optional[Path], typer.Option(
     "--trace-out", metavar="FILE.jsonl", help="Write every step event as a JSON line.")]
 Dashboard = Annotated[bool, typer.Option(
     "--dashboard", help="Serve a live view of the engine at /dashboard (batches, queue, KV pool, timeline).")]
-ApiKey = Annotated[Optional[str], typer.Option(
-    "--api-key", help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
-                      "/health, /metrics, /engines and /dashboard stay open.")]
 DashboardShowText = Annotated[bool, typer.Option(
     "--dashboard-show-text", help="Show prompts and completions on the dashboard (else uids and token counts).")]
 

@@ -132,9 +132,11 @@ class Message(BaseModel):
         content = self.content
         if isinstance(content, list):
             for part in content:
-                if part.type != "text" or part.text is None:
+                if part.type != "text":
                     raise ApiError(400, f"'{where}.content': a part of type '{part.type}' cannot be read; this "
                                         f"server takes text parts only", param=f"{where}.content")
+                if part.text is None:
+                    raise ApiError(400, f"'{where}.content': a text part without 'text'", param=f"{where}.content")
             content = "".join(part.text or "" for part in content)
         role = "system" if self.role == "developer" else self.role
         return {**(self.model_extra or {}), "role": role, "content": content or ""}
