@@ -88,8 +88,8 @@ def run(options: ServeBench, as_json: bool) -> None:
         from render.bench import BenchProgress
 
         quiet_transformers()
-    if options.url is not None:  # an unreachable server, or one that wants a key, fails before the offline pass
-        served_model(options.url, options.api_key)
+    # a server at --url that cannot be reached, or wants a key, fails before the offline pass
+    url_model = served_model(options.url, options.api_key) if options.url is not None else None
     if options.threads is not None:
         torch.set_num_threads(options.threads)
     workload, vocab = serve_workload(options.workload, options.model, options.requests, options.seed, activity.note)
@@ -108,7 +108,7 @@ def run(options: ServeBench, as_json: bool) -> None:
                 report.offline = run_offline(options.model, settings, workload, progress, progress.note)
             with _server(options, settings, progress.note) as url:
                 report.url = url
-                model = served_model(url, options.api_key)
+                model = url_model if url_model is not None else served_model(url, options.api_key)
                 progress.note(f"warming up the server: {len(workload.requests)} other prompts, a few tokens each")
                 warm = redraw_ids(workload, vocab, salt)
                 warm = replace(warm, requests=[BenchRequest(r.prompt_ids, min(r.max_tokens, WARM_UP_TOKENS))

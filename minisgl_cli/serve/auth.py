@@ -18,16 +18,16 @@ from minisgl_cli.serve.protocol import ApiError
 GUARDED_PREFIX = "/v1/"
 
 
-def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """The token of an ``Authorization: Bearer ...`` header, or None without one."""
+def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The token of an ``Authorization: Bearer ...`` header, as sent, or None without one."""
     value = next((v for name, v in headers if name == b"authorization"), None)
     if value is None:
         return None
-    scheme, _, token = value.decode("latin-1").strip().partition(" ")
-    return token.strip() if scheme.lower() == "bearer" else None
+    scheme, _, token = value.strip().partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else None
 
 
-def refusal(token: str | None) -> ApiError:
+def refusal(token: bytes | None) -> ApiError:
     headers = {"WWW-Authenticate": "Bearer"}
     if token is None:
         return ApiError(401, "no API key: this server wants one, sent as 'Authorization: Bearer KEY' (the openai "
@@ -47,7 +47,7 @@ class RequireApiKey:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"].startswith(GUARDED_PREFIX):
             token = bearer_token(scope["headers"])
-            if token is None or not secrets.compare_digest(token.encode("latin-1"), self.key):
+            if token is None or not secrets.compare_digest(token, self.key):
                 error = refusal(token)
                 self.refused(error.status)
                 await JSONResponse(error.body(), status_code=error.status, headers=error.headers)(scope, receive,

@@ -8,7 +8,7 @@ the default, never silently ignored; a field nobody knows is refused too (a typo
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -166,7 +166,10 @@ class ChatRequest(_Common):
     store: bool | None = None
     service_tier: str | None = None
     modalities: list[str] | None = None
-    # features of OpenAI's own models and platform
+    # features of OpenAI's own models and platform, refused whenever given
+    PLATFORM_FIELDS: ClassVar[tuple[str, ...]] = (
+        "audio", "prediction", "reasoning_effort", "verbosity", "web_search_options", "moderation",
+        "prompt_cache_retention", "prompt_cache_options")
     audio: Any = None
     prediction: Any = None
     reasoning_effort: Any = None
@@ -180,13 +183,12 @@ class ChatRequest(_Common):
         return [m.as_template_message(f"messages.{i}") for i, m in enumerate(self.messages)]
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
-        platform = ("audio", "prediction", "reasoning_effort", "verbosity", "web_search_options", "moderation",
-                    "prompt_cache_retention", "prompt_cache_options")
         self._refuse_unsupported({"tools": bool(self.tools), "tool_choice": self.tool_choice not in (None, "none"),
                                   "functions": bool(self.functions), "function_call": self.function_call is not None,
-                                  "store": bool(self.store), "service_tier": self.service_tier not in
-                                  (None, "auto", "default"), "modalities": self.modalities not in (None, ["text"]),
-                                  **{name: getattr(self, name) is not None for name in platform}})
+                                  "store": bool(self.store),
+                                  "service_tier": self.service_tier not in (None, "auto", "default"),
+                                  "modalities": self.modalities not in (None, ["text"]),
+                                  **{name: getattr(self, name) is not None for name in self.PLATFORM_FIELDS}})
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
