@@ -26,6 +26,7 @@ from core.scheduler.reply import Reply
 from minisgl_cli.serve.auth import RequireApiKey
 from minisgl_cli.serve.bridge import EngineBridge, Tracked
 from minisgl_cli.serve.protocol import ApiError, ChatRequest, CompletionRequest
+from minisgl_cli.serve.request_log import RequestIds, RequestRecord
 
 
 class ClientGone(Exception):
@@ -56,24 +57,28 @@ class Gathered:
     error: str | None = None
 
 
-def create_app(bridge: EngineBridge, api_key: str | None = None) -> FastAPI:
-    """The app; with ``api_key``, everything under /v1/ answers only a client that sends it (serve/auth.py)."""
+def create_app(bridge: EngineBridge, api_key: str | None = None,
+               log_request: Callable[[str], None] | None = None) -> FastAPI:
+    """The app; with ``api_key``, everything under /v1/ answers only a client that sends it (serve/auth.py);
+    every response carries its request's id, and ``log_request`` hears each API request's line
+    (serve/request_log.py)."""
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None)
     llm = bridge.llm
     tokenizer = llm.tokenizer
     eos = llm.eos_token_ids
 
-    def error_response(error: ApiError) -> JSONResponse:
+    def error_response(request: Request, error: ApiError) -> JSONResponse:
         bridge.metrics.rejected_with(error.status)
+        record_of(request).error = error.message
         return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
     @app.exception_handler(ApiError)
-    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(request, exc)
 
     @app.exception_handler(RequestValidationError)
-    async def bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(validation_error(exc))
+    async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(request, validation_error(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def no_such_route(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -88,11 +93,12 @@ def create_app(bridge: EngineBridge, api_key: str | None = None) -> FastAPI:
                                                                                           if allowed else "")
         else:
             message = f"{where}: {exc.detail}"
-        return error_response(ApiError(exc.status_code, message, headers=dict(exc.headers or {})))
+        return error_response(request, ApiError(exc.status_code, message, headers=dict(exc.headers or {})))
 
     app.add_middleware(JsonByDefault)
     if api_key is not None:
         app.add_middleware(RequireApiKey, key=api_key, refused=bridge.metrics.rejected_with)
+    app.add_middleware(RequestIds, log=log_request)  # the last added runs first: every response gets the id
 
     @app.get("/health")
     async def health() -> Any:
@@ -128,6 +134,9 @@ def create_app(bridge: EngineBridge, api_key: str | None = None) -> FastAPI:
         vanished client aborts it. A task beside it waits for the disconnect and wakes it, streamed or not and
         however often tokens come, so waiting for a reply is a plain wait on the queue (no timer per reply)."""
         watch = asyncio.create_task(wake_on_disconnect(request, tracked))
+        record = record_of(request)
+        record.uid, record.prompt_tokens, record.completion_tokens = tracked.uid, len(tracked.prompt_ids), 0
+        last: Reply | None = None
         try:
             while True:
                 ready = [await tracked.queue.get()]
@@ -135,12 +144,18 @@ def create_app(bridge: EngineBridge, api_key: str | None = None) -> FastAPI:
                     ready.append(tracked.queue.get_nowait())
                 if ready[-1] is None:
                     raise ClientGone()
+                last = ready[-1]
+                record.completion_tokens += sum(completion_token(reply) for reply in ready)
                 yield ready
-                if ready[-1].finished:
+                if last.finished:
                     return
         finally:  # also on cancellation, a failed send, or the generator closed half way
             watch.cancel()
             bridge.abort(tracked)
+            finished = last is not None and last.finished
+            record.finish_reason = last.finish_reason if finished else "abort"
+            record.error = last.error if finished else None
+            record.first_token_at = tracked.first_token_at
 
     async def wake_on_disconnect(request: Request, tracked: Tracked) -> None:
         """Once the client has gone, a None in the request's queue wakes its reader. The body has been read,
@@ -351,6 +366,11 @@ class JsonByDefault:
             if said.split(b";")[0].strip().lower() in self.UNSAID:
                 scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
         await self.app(scope, receive, send)
+
+
+def record_of(request: Request) -> RequestRecord:
+    """The request's log record, put there by the RequestIds middleware."""
+    return request.state.record
 
 
 def validation_error(exc: RequestValidationError) -> ApiError:

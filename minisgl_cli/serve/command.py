@@ -19,12 +19,11 @@ import signal
 import socket
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
 
-from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from core.errors import InvalidParamsError
 from core.llm.heap import freeze_startup_heap
@@ -32,9 +31,6 @@ from core.words import plural
 from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import interrupted_load, quiet_transformers
 from render.activity import Activity
-
-if TYPE_CHECKING:
-    from serving.remote import RemoteEngine
 
 ENGINE_DEATH_GRACE_S = 2.0  # how long a server whose engine died answers 503 before it exits
 
@@ -50,6 +46,10 @@ DataParallel = Annotated[int, typer.Option(
 ApiKey = Annotated[Optional[str], typer.Option(
     "--api-key", help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
                       "/health, /metrics, /engines and /dashboard stay open.")]
+LogRequests = Annotated[bool, typer.Option(
+    "--log-requests", help="Write a line on stderr as each API request ends: its id (X-Request-Id), client, path, "
+                           "status, engine uid, token counts, finish reason, time to first token and in all; "
+                           "never its text.")]
 ShutdownTimeout = Annotated[float, typer.Option(
     "--shutdown-timeout", min=0.0, help="On SIGTERM/Ctrl-C, seconds to let responses in progress finish.")]
 Trace = Annotated[bool, typer.Option("--trace", help="Show the live batch table as requests arrive.")]
@@ -65,7 +65,7 @@ DashboardShowText = Annotated[bool, typer.Option(
 def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = None,
           served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
           trace_out: TraceOut = None, dashboard: Dashboard = False, dashboard_show_text: DashboardShowText = False,
-          dp: DataParallel = 1, api_key: ApiKey = None,
+          dp: DataParallel = 1, api_key: ApiKey = None, log_requests: LogRequests = False,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
@@ -96,7 +96,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     live = start_trace(remote, engine.cache, err) if trace else None
     if trace_file is not None:
         remote.add_step_callback(trace_file.write)
-    app = create_app(bridge, api_key)
+    app = create_app(bridge, api_key, log_request=plain_lines(err) if log_requests else None)
     if dashboard:
         add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None,
@@ -123,6 +123,11 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     if not server.started:
         raise typer.Exit(1)
     err.print(f"minisgl stopped: {plural(sum(bridge.metrics.requests.values()), 'request')} answered", highlight=False)
+
+
+def plain_lines(err: Console) -> Callable[[str], None]:
+    """Lines written as they are (no markup, highlighting or wrapping), above a live --trace table."""
+    return lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: bool) -> None:

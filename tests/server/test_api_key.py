@@ -17,10 +17,10 @@ import openai
 import pytest
 
 from core import LLM, SamplingParams
-from tests.server.test_serve import MODEL, WAIT_S, assert_openai_error, request
-from tests.support.serve import Server
+from tests.support.serve import WAIT_S, Server, assert_openai_error, request
 
 ROOT = Path(__file__).resolve().parents[2]
+MODEL = "llama"  # the served name: the test checkpoint's directory
 KEY = "sk-minisgl-test-0123"
 WRONG = "sk-wrong-key-4567"
 
@@ -55,6 +55,7 @@ def test_another_key_or_none_is_a_401_in_openai_shape_that_never_echoes_it(serve
     with pytest.raises(openai.AuthenticationError, match="incorrect API key") as caught:
         client(server, WRONG).completions.create(model=MODEL, prompt="hi", max_tokens=2)
     assert caught.value.code == "invalid_api_key" and WRONG not in str(caught.value)
+    assert caught.value.request_id.startswith("req-")  # a refusal names its request like any answer
     code, reply, headers = request(server, "POST", "/v1/completions",
                                    json.dumps({"model": MODEL, "prompt": "hi"}).encode())
     assert code == 401 and headers["WWW-Authenticate"] == "Bearer"

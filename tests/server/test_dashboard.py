@@ -14,7 +14,6 @@ import threading
 import time
 
 import openai
-import pytest
 
 from render.trace_format import read_trace
 from tests.support.browser import requested_urls

@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from tests.support.serve import Server, free_port
+from tests.support.serve import Server
 
 WAIT_S = 60.0
 

@@ -12,8 +12,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
-import urllib.error
 import urllib.request
 from typing import Any
 
@@ -23,11 +21,10 @@ import torch
 
 from core import LLM, SamplingParams
 from render.trace_format import read_trace
-from tests.support.serve import Server, with_chat_template
+from tests.support.serve import WAIT_S, Server, assert_openai_error, request, with_chat_template
 
 MODEL = "llama"
 PROMPTS = ["hello there", "a", "The quick brown fox jumps", "0123456789 0123456789"]
-WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +62,7 @@ def chat_ids(llm: LLM, text: str) -> list[int]:
 
 def post(server: Server, path: str, body: bytes | str) -> tuple[int, dict, Any]:
     data = body.encode() if isinstance(body, str) else body
-    request = urllib.request.Request(server.base + path, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=WAIT_S) as reply:
-            return reply.status, json.loads(reply.read()), reply.headers
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read()), exc.headers
+    return request(server, "POST", path, data, {"Content-Type": "application/json"})
 
 
 def test_greedy_completions_equal_generate(client, llm):
@@ -414,23 +406,6 @@ def test_trace_out_keeps_the_step_events(model_dir, tmp_path):
     assert "1/1 request finished" in server.log()
     replayed = read_trace(trace)  # the server's trace replays like a command's, each client request by uid
     assert replayed.header.prompts == ("request uid0",) and len(replayed.events) == 4
-
-
-def request(server: Server, method: str, path: str, body: bytes | None = None,
-            headers: dict[str, str] | None = None) -> tuple[int, dict, Any]:
-    """Any request as it is sent (no Content-Type unless given), and its JSON reply."""
-    req = urllib.request.Request(server.base + path, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=WAIT_S) as reply:
-            return reply.status, json.loads(reply.read()), reply.headers
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read()), exc.headers
-
-
-def assert_openai_error(reply: dict, fragment: str) -> None:
-    assert set(reply) == {"error"}, reply
-    assert set(reply["error"]) == {"message", "type", "param", "code"}, reply
-    assert fragment in reply["error"]["message"], reply
 
 
 def test_unknown_routes_and_methods_answer_in_openai_shape(server):

@@ -10,11 +10,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 PACED = "MINISGL_DISABLE_CPU_DECODE"  # see Server
 START_TIMEOUT_S = 120.0
+WAIT_S = 60.0  # the most a test waits for one answer
 CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}<assistant>{% endif %}")
 
@@ -99,3 +102,20 @@ class Server:
                 self.proc.kill()
                 self.proc.wait(10)
         self._log.close()
+
+
+def request(server: Server, method: str, path: str, body: bytes | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, dict, Any]:
+    """Any request as it is sent (no Content-Type unless given), and its JSON reply."""
+    req = urllib.request.Request(server.base + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=WAIT_S) as reply:
+            return reply.status, json.loads(reply.read()), reply.headers
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read()), exc.headers
+
+
+def assert_openai_error(reply: dict, fragment: str) -> None:
+    assert set(reply) == {"error"}, reply
+    assert set(reply["error"]) == {"message", "type", "param", "code"}, reply
+    assert fragment in reply["error"]["message"], reply
