@@ -86,7 +86,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
         where = f"{request.method} {request.url.path}"
         if exc.status_code == 404:
             message = (f"no route {where}; this server answers POST /v1/completions, POST /v1/chat/completions, "
-                       f"GET /v1/models, GET /health and GET /metrics")
+                       f"GET /v1/models[/NAME], GET /health and GET /metrics")
         elif exc.status_code == 405:
             allowed = {name.lower(): value for name, value in (exc.headers or {}).items()}.get("allow")
             message = f"method {request.method} is not allowed on {request.url.path}" + (f"; use {allowed}"
@@ -116,6 +116,12 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [bridge.info()]}
+
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str) -> dict[str, Any]:
+        """One model by name (the openai client's ``models.retrieve``); a name may hold slashes."""
+        check_model(name)
+        return bridge.info()
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:

@@ -155,6 +155,7 @@ class EngineBridge:
             if reply.finished:
                 metrics.requests[reply.finish_reason or "error"] = metrics.requests.get(
                     reply.finish_reason or "error", 0) + 1
+                metrics.request_latency.observe(now - tracked.arrived)
                 if tracked.first_token_at is not None and tracked.completion_tokens > 1:
                     metrics.recent_tpot.append((now - tracked.first_token_at) / (tracked.completion_tokens - 1))
         if tracked.text is not None and reply.text:

@@ -1,6 +1,6 @@
 """The server's counters and latency histograms, and the Prometheus text format they are scraped in.
 
-Written by hand rather than with a client library: a handful of counters, gauges and two histograms, and the
+Written by hand rather than with a client library: a handful of counters, gauges and three histograms, and the
 text format is a few lines (name{labels} value). Replies update it on the engine's loop thread and scrapes
 read it on the HTTP side, so one lock guards it.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 TTFT_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+REQUEST_BUCKETS_S = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
 PREFIX = "minisgl_"
 RECENT_SAMPLES = 512  # the newest latencies a dashboard's percentiles are read from
 
@@ -53,12 +54,9 @@ class Metrics:
         self.generated_tokens = 0
         self.ttft = Histogram(TTFT_BUCKETS_S)
         self.inter_token = Histogram(TOKEN_BUCKETS_S)
+        self.request_latency = Histogram(REQUEST_BUCKETS_S)
         self.recent_ttft: deque[float] = deque(maxlen=RECENT_SAMPLES)  # seconds, newest requests
         self.recent_tpot: deque[float] = deque(maxlen=RECENT_SAMPLES)  # seconds per token after the first
-
-    def finished(self, reason: str) -> None:
-        with self.lock:
-            self.requests[reason] = self.requests.get(reason, 0) + 1
 
     def rejected_with(self, status: int) -> None:
         with self.lock:
@@ -89,4 +87,6 @@ class Metrics:
                    self.ttft.lines("time_to_first_token_seconds"))
             metric("inter_token_latency_seconds", "histogram", "Between consecutive tokens of a request.",
                    self.inter_token.lines("inter_token_latency_seconds"))
+            metric("request_latency_seconds", "histogram", "From the request's arrival to its last reply.",
+                   self.request_latency.lines("request_latency_seconds"))
         return "\n".join(out) + "\n"

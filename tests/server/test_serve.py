@@ -334,6 +334,11 @@ def test_errors_through_the_openai_client(client):
         client.completions.create(model=MODEL, prompt="y" * 601, max_tokens=16)
     assert caught.value.code == "context_length_exceeded"
     assert [m.id for m in client.models.list().data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    for other in ("nope", "org/nope"):
+        with pytest.raises(openai.NotFoundError, match=f"the model '{other}' does not exist") as caught:
+            client.models.retrieve(other)
+        assert caught.value.code == "model_not_found"
 
 
 def test_health_models_and_metrics(server):
@@ -343,9 +348,15 @@ def test_health_models_and_metrics(server):
         text = reply.read().decode()
     for name in ("requests_running", "requests_waiting", "kv_pages_used", "kv_pages_cached", "kv_pages_free",
                  "prefix_cache_hit_rate", "generation_tokens_total", "time_to_first_token_seconds",
-                 "inter_token_latency_seconds"):
+                 "inter_token_latency_seconds", "request_latency_seconds"):
         assert f"# TYPE minisgl_{name} " in text
     assert 'minisgl_time_to_first_token_seconds_bucket{le="+Inf"}' in text
+    code, _, _ = post(server, "/v1/completions", json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}))
+    assert code == 200
+    metrics = server.metrics()
+    answered = sum(v for k, v in metrics.items() if k.startswith("requests_finished_total"))
+    assert answered > 0 and metrics["request_latency_seconds_count"] == answered
+    assert metrics["request_latency_seconds_sum"] >= metrics["time_to_first_token_seconds_sum"]
 
 
 def stream_in_thread(base: str, prompt: str, max_tokens: int, results: list, started: threading.Event) -> threading.Thread:
