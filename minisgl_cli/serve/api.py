@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -58,10 +59,10 @@ class Gathered:
 
 
 def create_app(bridge: EngineBridge, api_key: str | None = None,
-               log_request: Callable[[str], None] | None = None) -> FastAPI:
+               log_request: Callable[[str], None] | None = None, allow_origins: list[str] | None = None) -> FastAPI:
     """The app; with ``api_key``, everything under /v1/ answers only a client that sends it (serve/auth.py);
     every response carries its request's id, and ``log_request`` hears each API request's line
-    (serve/request_log.py)."""
+    (serve/request_log.py); pages from ``allow_origins`` may call it from a browser (CORS)."""
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None)
     llm = bridge.llm
     tokenizer = llm.tokenizer
@@ -98,6 +99,9 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     app.add_middleware(JsonByDefault)
     if api_key is not None:
         app.add_middleware(RequireApiKey, key=api_key, refused=bridge.metrics.rejected_with)
+    if allow_origins:  # outside the key check: a browser's preflight carries no key, and a 401 must be readable
+        app.add_middleware(CORSMiddleware, allow_origins=allow_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["*"], expose_headers=["X-Request-Id"], max_age=600)
     app.add_middleware(RequestIds, log=log_request)  # the last added runs first: every response gets the id
 
     @app.get("/health")

@@ -20,6 +20,7 @@ import socket
 import threading
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -46,6 +47,9 @@ DataParallel = Annotated[int, typer.Option(
 ApiKey = Annotated[Optional[str], typer.Option(
     "--api-key", help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
                       "/health, /metrics, /engines and /dashboard stay open.")]
+AllowOrigin = Annotated[Optional[list[str]], typer.Option(
+    "--allow-origin", metavar="ORIGIN", help="Let web pages from this origin (scheme://host[:port], or * for any) "
+                                             "call the API from a browser (CORS); give it once per origin.")]
 LogRequests = Annotated[bool, typer.Option(
     "--log-requests", help="Write a line on stderr as each API request ends: its id (X-Request-Id), client, path, "
                            "status, engine uid, token counts, finish reason, time to first token and in all; "
@@ -65,7 +69,8 @@ DashboardShowText = Annotated[bool, typer.Option(
 def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = None,
           served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
           trace_out: TraceOut = None, dashboard: Dashboard = False, dashboard_show_text: DashboardShowText = False,
-          dp: DataParallel = 1, api_key: ApiKey = None, log_requests: LogRequests = False,
+          dp: DataParallel = 1, api_key: ApiKey = None, allow_origin: AllowOrigin = None,
+          log_requests: LogRequests = False,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
@@ -81,6 +86,10 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     engine.check()
     if api_key is not None and (not api_key or any(c.isspace() for c in api_key)):
         raise typer.BadParameter("a key is one or more characters without spaces", param_hint="'--api-key'")
+    for origin in allow_origin or ():
+        if not is_origin(origin):
+            raise typer.BadParameter(f"{origin!r} is not an origin: give scheme://host[:port] with no path "
+                                     f"(as a browser sends it), or *", param_hint="'--allow-origin'")
     listener = bind_listener(host, port)  # a port in use fails now, before the model loads
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
@@ -96,7 +105,8 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     live = start_trace(remote, engine.cache, err) if trace else None
     if trace_file is not None:
         remote.add_step_callback(trace_file.write)
-    app = create_app(bridge, api_key, log_request=plain_lines(err) if log_requests else None)
+    app = create_app(bridge, api_key, log_request=plain_lines(err) if log_requests else None,
+                     allow_origins=[origin.lower() for origin in allow_origin or ()])
     if dashboard:
         add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None,
@@ -123,6 +133,19 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     if not server.started:
         raise typer.Exit(1)
     err.print(f"minisgl stopped: {plural(sum(bridge.metrics.requests.values()), 'request')} answered", highlight=False)
+
+
+def is_origin(text: str) -> bool:
+    """``*``, or an origin as a browser's Origin header gives it: scheme://host[:port], nothing after."""
+    if text == "*":
+        return True
+    parts = urlsplit(text)
+    try:
+        port = parts.port  # a port past 65535 or not a number is an error here
+    except ValueError:
+        return False
+    return (bool(parts.scheme) and bool(parts.hostname) and "@" not in parts.netloc and port != 0
+            and text == f"{parts.scheme}://{parts.netloc}")
 
 
 def plain_lines(err: Console) -> Callable[[str], None]:
