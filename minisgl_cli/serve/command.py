@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import threading
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
@@ -47,6 +48,10 @@ DataParallel = Annotated[int, typer.Option(
 ApiKey = Annotated[Optional[str], typer.Option(
     "--api-key", help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
                       "/health, /metrics, /engines and /dashboard stay open.")]
+SslCertFile = Annotated[Optional[Path], typer.Option(
+    "--ssl-certfile", metavar="CERT.pem", help="Serve HTTPS with this certificate (chain), PEM; needs --ssl-keyfile.")]
+SslKeyFile = Annotated[Optional[Path], typer.Option(
+    "--ssl-keyfile", metavar="KEY.pem", help="The private key of --ssl-certfile, PEM (unencrypted).")]
 AllowOrigin = Annotated[Optional[list[str]], typer.Option(
     "--allow-origin", metavar="ORIGIN", help="Let web pages from this origin (scheme://host[:port], or * for any) "
                                              "call the API from a browser (CORS); give it once per origin.")]
@@ -70,7 +75,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
           served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
           trace_out: TraceOut = None, dashboard: Dashboard = False, dashboard_show_text: DashboardShowText = False,
           dp: DataParallel = 1, api_key: ApiKey = None, allow_origin: AllowOrigin = None,
-          log_requests: LogRequests = False,
+          log_requests: LogRequests = False, ssl_certfile: SslCertFile = None, ssl_keyfile: SslKeyFile = None,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
@@ -90,6 +95,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
         if not is_origin(origin):
             raise typer.BadParameter(f"{origin!r} is not an origin: give scheme://host[:port] with no path "
                                      f"(as a browser sends it), or *", param_hint="'--allow-origin'")
+    check_tls(ssl_certfile, ssl_keyfile)
     listener = bind_listener(host, port)  # a port in use fails now, before the model loads
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
@@ -109,15 +115,16 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
                      allow_origins=[origin.lower() for origin in allow_origin or ()])
     if dashboard:
         add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None,
-                            access_log=False)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None, access_log=False,
+                            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
     server = DrainingServer(config, bridge, shutdown_timeout, err)
     remote.on_death = server.engine_died
     freeze_startup_heap()  # built: the collector walks only what serving allocates from here on
     server.take_signals()
-    err.print(f"minisgl serving [bold]{name}[/] on http://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
+    scheme = "https" if ssl_certfile is not None else "http"
+    err.print(f"minisgl serving [bold]{name}[/] on {scheme}://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
     if dashboard:
-        err.print(f"dashboard: http://{host}:{port}/dashboard", highlight=False)
+        err.print(f"dashboard: {scheme}://{host}:{port}/dashboard", highlight=False)
     try:
         server.run(sockets=[listener])
     finally:
@@ -133,6 +140,29 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     if not server.started:
         raise typer.Exit(1)
     err.print(f"minisgl stopped: {plural(sum(bridge.metrics.requests.values()), 'request')} answered", highlight=False)
+
+
+def check_tls(certfile: Path | None, keyfile: Path | None) -> None:
+    """Both files or neither, and they load as a certificate and its key: checked before the model loads."""
+    if (certfile is None) != (keyfile is None):
+        given, missing = ("--ssl-certfile", "--ssl-keyfile") if keyfile is None else ("--ssl-keyfile",
+                                                                                     "--ssl-certfile")
+        raise typer.BadParameter(f"it needs {missing} too", param_hint=f"'{given}'")
+    if certfile is None:
+        return
+    for option, path in (("--ssl-certfile", certfile), ("--ssl-keyfile", keyfile)):
+        if not path.is_file():
+            raise typer.BadParameter(f"{path} is not a file", param_hint=f"'{option}'")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile, keyfile)
+    except ssl.SSLError as exc:  # OpenSSL's own words name a C source line; say what is wrong instead
+        why = ("the key is not this certificate's" if exc.reason == "KEY_VALUES_MISMATCH" else
+               "they are not a PEM certificate and its unencrypted PEM key")
+        raise typer.BadParameter(f"cannot load {certfile} with {keyfile}: {why}", param_hint="'--ssl-certfile'") \
+            from None
+    except OSError as exc:  # a file that cannot be read
+        raise typer.BadParameter(f"cannot read {certfile} or {keyfile}: {exc.strerror or exc}",
+                                 param_hint="'--ssl-certfile'") from None
 
 
 def is_origin(text: str) -> bool:

@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -40,11 +41,13 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model: Path, *args: str, log: Path, paced: bool = False) -> None:
+    def __init__(self, model: Path, *args: str, log: Path, paced: bool = False, ca: Path | None = None) -> None:
         """``paced``: single-request decode steps on torch rather than the C step, which runs a test model's
-        request to its end before a test can watch it run (MINISGL_DISABLE_CPU_DECODE)."""
+        request to its end before a test can watch it run (MINISGL_DISABLE_CPU_DECODE). ``ca``: the server
+        speaks HTTPS (its args give the certificate), trusted through this CA file."""
         self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"{'https' if ca else 'http'}://127.0.0.1:{self.port}"
+        self.tls = ssl.create_default_context(cafile=ca) if ca else None
         self.log_path = log
         self._log = open(log, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "minisgl_cli", "serve", "--model", str(model),
@@ -59,7 +62,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
             try:
-                with urllib.request.urlopen(self.base + "/health", timeout=2) as reply:
+                with urllib.request.urlopen(self.base + "/health", timeout=2, context=self.tls) as reply:
                     if reply.status == 200:
                         return
             except OSError:
@@ -72,7 +75,7 @@ class Server:
 
     def metrics(self) -> dict[str, float]:
         """The scrape as {'name{labels}': value}."""
-        with urllib.request.urlopen(self.base + "/metrics", timeout=10) as reply:
+        with urllib.request.urlopen(self.base + "/metrics", timeout=10, context=self.tls) as reply:
             text = reply.read().decode()
         out = {}
         for line in text.splitlines():
