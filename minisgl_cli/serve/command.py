@@ -17,11 +17,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import ssl
 import threading
 from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
-from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
@@ -83,18 +81,15 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
 
     from minisgl_cli.serve.api import create_app
     from minisgl_cli.serve.bridge import EngineBridge
+    from minisgl_cli.serve.checks import check_api_key, check_origins, check_tls
     from minisgl_cli.trace_exports import serve_header
     from minisgl_cli.trace_file import TraceFile
 
     err = Console(stderr=True)
     activity = Activity(err)
     engine.check()
-    if api_key is not None and (not api_key or any(c.isspace() for c in api_key)):
-        raise typer.BadParameter("a key is one or more characters without spaces", param_hint="'--api-key'")
-    for origin in allow_origin or ():
-        if not is_origin(origin):
-            raise typer.BadParameter(f"{origin!r} is not an origin: give scheme://host[:port] with no path "
-                                     f"(as a browser sends it), or *", param_hint="'--allow-origin'")
+    check_api_key(api_key)
+    check_origins(allow_origin or [])
     check_tls(ssl_certfile, ssl_keyfile)
     listener = bind_listener(host, port)  # a port in use fails now, before the model loads
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
@@ -140,42 +135,6 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     if not server.started:
         raise typer.Exit(1)
     err.print(f"minisgl stopped: {plural(sum(bridge.metrics.requests.values()), 'request')} answered", highlight=False)
-
-
-def check_tls(certfile: Path | None, keyfile: Path | None) -> None:
-    """Both files or neither, and they load as a certificate and its key: checked before the model loads."""
-    if (certfile is None) != (keyfile is None):
-        given, missing = ("--ssl-certfile", "--ssl-keyfile") if keyfile is None else ("--ssl-keyfile",
-                                                                                     "--ssl-certfile")
-        raise typer.BadParameter(f"it needs {missing} too", param_hint=f"'{given}'")
-    if certfile is None:
-        return
-    for option, path in (("--ssl-certfile", certfile), ("--ssl-keyfile", keyfile)):
-        if not path.is_file():
-            raise typer.BadParameter(f"{path} is not a file", param_hint=f"'{option}'")
-    try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(certfile, keyfile)
-    except ssl.SSLError as exc:  # OpenSSL's own words name a C source line; say what is wrong instead
-        why = ("the key is not this certificate's" if exc.reason == "KEY_VALUES_MISMATCH" else
-               "they are not a PEM certificate and its unencrypted PEM key")
-        raise typer.BadParameter(f"cannot load {certfile} with {keyfile}: {why}", param_hint="'--ssl-certfile'") \
-            from None
-    except OSError as exc:  # a file that cannot be read
-        raise typer.BadParameter(f"cannot read {certfile} or {keyfile}: {exc.strerror or exc}",
-                                 param_hint="'--ssl-certfile'") from None
-
-
-def is_origin(text: str) -> bool:
-    """``*``, or an origin as a browser's Origin header gives it: scheme://host[:port], nothing after."""
-    if text == "*":
-        return True
-    parts = urlsplit(text)
-    try:
-        port = parts.port  # a port past 65535 or not a number is an error here
-    except ValueError:
-        return False
-    return (bool(parts.scheme) and bool(parts.hostname) and "@" not in parts.netloc and port != 0
-            and text == f"{parts.scheme}://{parts.netloc}")
 
 
 def plain_lines(err: Console) -> Callable[[str], None]:
