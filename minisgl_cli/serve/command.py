@@ -53,6 +53,9 @@ SslKeyFile = Annotated[Optional[Path], typer.Option(
 AllowOrigin = Annotated[Optional[list[str]], typer.Option(
     "--allow-origin", metavar="ORIGIN", help="Let web pages from this origin (scheme://host[:port], or * for any) "
                                              "call the API from a browser (CORS); give it once per origin.")]
+LogStats = Annotated[float, typer.Option(
+    "--log-stats", min=0.0, metavar="SECONDS", help="While requests run, a line on stderr this often with the "
+                                                    "throughput, batch and KV cache; 0: never.")]
 LogRequests = Annotated[bool, typer.Option(
     "--log-requests", help="Write a line on stderr as each API request ends: its id (X-Request-Id), client, path, "
                            "status, engine uid, token counts, finish reason, time to first token and in all; "
@@ -73,7 +76,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
           served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
           trace_out: TraceOut = None, dashboard: Dashboard = False, dashboard_show_text: DashboardShowText = False,
           dp: DataParallel = 1, api_key: ApiKey = None, allow_origin: AllowOrigin = None,
-          log_requests: LogRequests = False, ssl_certfile: SslCertFile = None, ssl_keyfile: SslKeyFile = None,
+          log_requests: LogRequests = False, log_stats: LogStats = 10.0, ssl_certfile: SslCertFile = None, ssl_keyfile: SslKeyFile = None,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
@@ -82,6 +85,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     from minisgl_cli.serve.api import create_app
     from minisgl_cli.serve.bridge import EngineBridge
     from minisgl_cli.serve.checks import check_api_key, check_origins, check_tls
+    from minisgl_cli.serve.stats_log import StatsLog
     from minisgl_cli.trace_exports import serve_header
     from minisgl_cli.trace_file import TraceFile
 
@@ -114,15 +118,20 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
                             ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
     server = DrainingServer(config, bridge, shutdown_timeout, err)
     remote.on_death = server.engine_died
+    stats = StatsLog(bridge, plain_lines(err), log_stats) if log_stats > 0 else None
     freeze_startup_heap()  # built: the collector walks only what serving allocates from here on
     server.take_signals()
     scheme = "https" if ssl_certfile is not None else "http"
     err.print(f"minisgl serving [bold]{name}[/] on {scheme}://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
     if dashboard:
         err.print(f"dashboard: {scheme}://{host}:{port}/dashboard", highlight=False)
+    if stats is not None:
+        stats.start()
     try:
         server.run(sockets=[listener])
     finally:
+        if stats is not None:
+            stats.stop()
         remote.stop()  # every request still in the engine is answered before it exits
         if live is not None:
             live.stop()

@@ -1,8 +1,10 @@
-"""Request ids and ``serve --log-requests``: a real server process, the official openai client and raw HTTP.
+"""The server's log: request ids, ``--log-requests`` and ``--log-stats``; a real server process, the official
+openai client and raw HTTP.
 
 Every response carries ``X-Request-Id`` (the client's own when it sent a usable one, else a new one), errors
 included, and the openai client reads it; each /v1/ request's log line names that id with the token counts and
-finish reason the client was answered with, and never the prompt or the completion.
+finish reason the client was answered with, and never the prompt or the completion. While requests run, the
+stats line comes every interval, and an idle server stops writing it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from tests.support.serve import WAIT_S, Server, request
 MODEL = "llama"  # the served name: the test checkpoint's directory
 PROMPT = "The quick brown fox jumps"
 MADE_ID = re.compile(r"req-[0-9a-f]{32}")
+STATS_EVERY_S = 0.25
+STATS = re.compile(r"minisgl: prompt ([\d,]+) tok/s, generation ([\d,]+) tok/s, [\d.]+ requests/s answered; "
+                   r"running \d+, waiting \d+; KV cache \d+% used \(\d+% prefix cache\), prefix hits \d+%")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +35,7 @@ def model_dir(model_dirs):
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    srv = Server(model_dir, "--log-requests", "--max-running", "4",
+    srv = Server(model_dir, "--log-requests", "--log-stats", str(STATS_EVERY_S), "--max-running", "4",
                  log=tmp_path_factory.mktemp("serve-ids") / "server.log")
     yield srv
     srv.stop()
@@ -146,3 +151,21 @@ def test_health_and_metrics_are_not_logged(server):
     request(server, "GET", "/v1/models", headers={"X-Request-Id": "after-probes"})
     log_line(server, "after-probes")  # written: any line for the probes would be there by now
     assert "probe-1" not in server.log() and "probe-2" not in server.log()
+
+
+def stats_lines(server: Server) -> list[re.Match]:
+    return [m for line in server.log().splitlines() if (m := STATS.fullmatch(line))]
+
+
+def test_the_stats_line_comes_while_requests_run_and_stops_when_idle(client, server):
+    time.sleep(4 * STATS_EVERY_S)  # whatever ran before has had its last line
+    before = len(stats_lines(server))
+    client.completions.create(model=MODEL, prompt="long", max_tokens=300, temperature=0,
+                              extra_body={"ignore_eos": True})
+    time.sleep(4 * STATS_EVERY_S)
+    lines = stats_lines(server)[before:]
+    assert any(int(m.group(2).replace(",", "")) > 0 for m in lines), server.log()[-2000:]
+    assert lines[-1].group(2) == "0"  # the line after the last request
+    idle = len(stats_lines(server))
+    time.sleep(4 * STATS_EVERY_S)
+    assert len(stats_lines(server)) == idle  # nothing while idle
