@@ -89,7 +89,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     from minisgl_cli.trace_exports import serve_header
     from minisgl_cli.trace_file import TraceFile
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # a server's stderr is a log: a line is never cut in two
     activity = Activity(err)
     engine.check()
     check_api_key(api_key)
@@ -147,8 +147,8 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
 
 
 def plain_lines(err: Console) -> Callable[[str], None]:
-    """Lines written as they are (no markup, highlighting or wrapping), above a live --trace table."""
-    return lambda line: err.print(line, highlight=False, markup=False, soft_wrap=True)
+    """Lines written as they are (no markup or highlighting), above a live --trace table."""
+    return lambda line: err.print(line, highlight=False, markup=False)
 
 
 def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: bool) -> None:

@@ -395,6 +395,9 @@ def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path
         expected = llm.generate(["first", "second"], [greedy(120), greedy(5)])
         assert sorted(results) == sorted((want["text"], "length") for want in expected)
         assert "Traceback" not in server.log()
+        # one whole line, as a log keeps it (the server's stderr is no terminal and has no width here)
+        assert ("minisgl: shutting down; finishing 2 responses (up to 30 s; Ctrl-C again to stop at once)"
+                in server.log().splitlines())
     finally:
         server.stop()
 

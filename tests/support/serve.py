@@ -40,6 +40,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def without_columns(env: os._Environ) -> dict[str, str]:
+    """The environment as a service manager gives it: no terminal width, so a line that wraps shows."""
+    return {name: value for name, value in env.items() if name != "COLUMNS"}
+
+
 class Server:
     def __init__(self, model: Path, *args: str, log: Path, paced: bool = False, ca: Path | None = None) -> None:
         """``paced``: single-request decode steps on torch rather than the C step, which runs a test model's
@@ -53,7 +58,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "minisgl_cli", "serve", "--model", str(model),
                                       "--port", str(self.port), *args],
                                      stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "COLUMNS": "200", **({PACED: "1"} if paced else {})})
+                                     env={**without_columns(os.environ), **({PACED: "1"} if paced else {})})
         self._wait_ready()
 
     def _wait_ready(self) -> None:
