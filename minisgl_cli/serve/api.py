@@ -1,9 +1,10 @@
 """The FastAPI application: OpenAI's completions and chat endpoints, models, health and metrics.
 
-A handler checks the request (400, 404), submits it through the bridge (400 for a prompt that can never run,
-503 when the queue is full) and then either gathers the replies into one response or streams them as
-server-sent events, ``data: {chunk}`` lines ending in ``data: [DONE]``. Whichever way a response ends early
-(the client disconnects, the server shuts down), the request is aborted so its pages come back.
+A handler checks the request (400, 404), submits it through the bridge, one engine request per choice (every
+prompt's ``n``), their replies into one queue (400 for a prompt that can never run, 503 when the queue is full),
+and then either gathers the replies into one response or streams them as server-sent events, ``data: {chunk}``
+lines ending in ``data: [DONE]``. Whichever way a response ends early (the client disconnects, the server shuts
+down), its requests are aborted so their pages come back.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from core import SamplingParams
 from core.errors import InvalidParamsError
 from core.scheduler.reply import Reply
 from minisgl_cli.serve.auth import RequireApiKey
@@ -45,6 +47,32 @@ class Piece:
     finished: bool = False
     finish_reason: str | None = None
     error: str | None = None
+
+
+@dataclass
+class Call:
+    """One HTTP request's engine requests, a choice each (every prompt's ``n`` choices, in order), and the one
+    queue their replies come into."""
+
+    tracked: list[Tracked]
+    queue: asyncio.Queue
+    prompt_tokens: int  # each prompt counted once, however many choices it has
+
+    def __post_init__(self) -> None:
+        self.index = {tracked.uid: i for i, tracked in enumerate(self.tracked)}
+
+    @property
+    def uids(self) -> list[int]:
+        return [tracked.uid for tracked in self.tracked]
+
+    def by_choice(self, ready: list[Reply]) -> list[tuple[int, list[Reply]]]:
+        """The ready replies grouped by choice, each group in arrival order."""
+        if len(self.tracked) == 1:  # the usual request: nothing to group
+            return [(0, ready)]
+        groups: dict[int, list[Reply]] = {}
+        for reply in ready:
+            groups.setdefault(self.index[reply.uid], []).append(reply)
+        return list(groups.items())
 
 
 @dataclass
@@ -139,40 +167,52 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     def token_text(token: int) -> str:
         return tokenizer.decode([token], skip_special_tokens=False)
 
-    async def replies(tracked: Tracked, request: Request) -> AsyncIterator[list[Reply]]:
-        """The request's replies as they come, every one ready at once together, until its final one; a
-        vanished client aborts it. A task beside it waits for the disconnect and wakes it, streamed or not and
-        however often tokens come, so waiting for a reply is a plain wait on the queue (no timer per reply)."""
-        watch = asyncio.create_task(wake_on_disconnect(request, tracked))
-        record = record_of(request)
-        record.uid, record.prompt_tokens, record.completion_tokens = tracked.uid, len(tracked.prompt_ids), 0
-        last: Reply | None = None
+    def start_all(prompts: list[list[int]], choices_of: Callable[[int], list[SamplingParams]]) -> Call:
+        """Every choice of every prompt submitted, their replies into one queue; if one is refused (a prompt too
+        long, a full queue), those already started are aborted and the refusal stands for the whole request."""
+        queue: asyncio.Queue = asyncio.Queue()
+        started: list[Tracked] = []
         try:
-            while True:
-                ready = [await tracked.queue.get()]
-                while ready[-1] is not None and not ready[-1].finished and not tracked.queue.empty():
-                    ready.append(tracked.queue.get_nowait())
-                if ready[-1] is None:
-                    raise ClientGone()
-                last = ready[-1]
-                record.completion_tokens += sum(completion_token(reply) for reply in ready)
+            for ids in prompts:  # a prompt's choices, each sampled as its params say (given its length)
+                started += [bridge.start(ids, params, queue) for params in choices_of(len(ids))]
+        except ApiError:
+            for tracked in started:
+                bridge.abort(tracked)
+            raise
+        return Call(started, queue, sum(len(ids) for ids in prompts))
+
+    async def replies(call: Call, request: Request) -> AsyncIterator[list[Reply]]:
+        """The replies of the request's choices as they come, every one ready at once together, until each choice
+        has its final one; a vanished client aborts them all. A task beside it waits for the disconnect and wakes
+        it, streamed or not and however often tokens come, so waiting for a reply is a plain wait on the queue
+        (no timer per reply)."""
+        watch = asyncio.create_task(wake_on_disconnect(request, call.queue))
+        open_choices = len(call.tracked)
+        try:
+            while open_choices:
+                ready = [await call.queue.get()]
+                while not call.queue.empty():
+                    ready.append(call.queue.get_nowait())
+                for reply in ready:
+                    if reply is None:
+                        raise ClientGone()
+                    open_choices -= reply.finished
                 yield ready
-                if last.finished:
-                    return
         finally:  # also on cancellation, a failed send, or the generator closed half way
             watch.cancel()
-            bridge.abort(tracked)
-            finished = last is not None and last.finished
-            record.finish_reason = last.finish_reason if finished else "abort"
-            record.error = last.error if finished else None
-            record.first_token_at = tracked.first_token_at
+            for tracked in call.tracked:
+                bridge.abort(tracked)
+            record = record_of(request)
+            record.uids, record.prompt_tokens = call.uids, call.prompt_tokens
+            record.finish_reasons = [t.finish_reason if t.finished else "abort" for t in call.tracked]
+            record.first_token_at = min((t.first_token_at for t in call.tracked if t.first_token_at), default=None)
 
-    async def wake_on_disconnect(request: Request, tracked: Tracked) -> None:
+    async def wake_on_disconnect(request: Request, queue: asyncio.Queue) -> None:
         """Once the client has gone, a None in the request's queue wakes its reader. The body has been read,
         so the server's next message is the disconnect."""
         while (await request.receive())["type"] != "http.disconnect":
             pass
-        tracked.queue.put_nowait(None)
+        queue.put_nowait(None)
 
     def piece_of(ready: list[Reply]) -> Piece:
         piece = Piece()
@@ -188,14 +228,16 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
         piece.finished, piece.finish_reason, piece.error = last.finished, last.finish_reason, last.error
         return piece
 
-    async def gather(tracked: Tracked, request: Request) -> Gathered:
-        got = Gathered()
+    async def gather(call: Call, request: Request) -> list[Gathered]:
+        """Each choice's whole answer, in the choices' order."""
+        got = [Gathered() for _ in call.tracked]
         try:
-            async for ready in replies(tracked, request):
+            async for ready in replies(call, request):
                 for reply in ready:
-                    add_reply(got, reply)
-        except ClientGone:
-            got.finish_reason = "abort"
+                    add_reply(got[call.index[reply.uid]], reply)
+        except ClientGone:  # no one reads the answer now
+            pass
+        record_of(request).completion_tokens = sum(len(choice.tokens) for choice in got)
         return got
 
     def add_reply(got: Gathered, reply: Reply) -> None:
@@ -250,9 +292,10 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
         return ApiError(500 if engine_gone else 400, error or "the request failed",
                         kind="server_error" if engine_gone else "invalid_request_error")
 
-    def ended_badly(got: Gathered) -> None:
-        if got.finish_reason == "error":
-            raise failure(got.error)
+    def ended_badly(got: list[Gathered]) -> None:
+        for choice in got:
+            if choice.finish_reason == "error":
+                raise failure(choice.error)
 
     def prompt_ids_of(prompt: str | list[int]) -> list[int]:
         try:
@@ -282,79 +325,86 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
         return StreamingResponse(lines(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    async def chunks(tracked: Tracked, request: Request, make: Callable[[Piece, bool], dict[str, Any] | None],
+    async def chunks(call: Call, request: Request, make: Callable[[Piece, bool, int], dict[str, Any] | None],
                      include_usage: bool, head: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The stream's events: per batch of ready replies, a chunk for each choice that has news (made by
+        ``make(piece, first, index)``), then with ``include_usage`` the counts."""
         completion_tokens = 0
-        first = True
+        first = [True] * len(call.tracked)
+        record = record_of(request)
         try:
-            async for ready in replies(tracked, request):
-                piece = piece_of(ready)
-                completion_tokens += piece.tokens
-                if piece.finished and piece.finish_reason == "error":
-                    yield {"error": failure(piece.error).body()["error"]}
-                    return
-                chunk = make(piece, first)
-                first = False
-                if chunk is not None:
-                    yield {**head, **chunk}
+            async for ready in replies(call, request):
+                for index, ready_of_choice in call.by_choice(ready):
+                    piece = piece_of(ready_of_choice)
+                    completion_tokens += piece.tokens
+                    if piece.finished and piece.finish_reason == "error":
+                        error = failure(piece.error)
+                        record.error = error.message
+                        yield {"error": error.body()["error"]}
+                        return
+                    chunk = make(piece, first[index], index)
+                    first[index] = False
+                    if chunk is not None:
+                        yield {**head, **chunk}
         except ClientGone:
             return
+        finally:
+            record.completion_tokens = completion_tokens
         if include_usage:
-            yield {**head, "choices": [], "usage": usage(len(tracked.prompt_ids), completion_tokens)}
+            yield {**head, "choices": [], "usage": usage(call.prompt_tokens, completion_tokens)}
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Any:
         check_model(body.model)
-        ids = prompt_ids_of(body.single_prompt())
-        params = body.sampling_params(bridge.default_max_tokens(len(ids)))
-        tracked = bridge.start(ids, params)
+        prompts = [prompt_ids_of(prompt) for prompt in body.prompt_list()]
+        call = start_all(prompts, lambda length: body.choice_params(bridge.default_max_tokens(length)))
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": bridge.model_name}
         if body.stream:
-            offset = [0]
+            offsets = [0] * len(call.tracked)
 
-            def make(piece: Piece, _: bool) -> dict[str, Any] | None:
+            def make(piece: Piece, _: bool, index: int) -> dict[str, Any] | None:
                 if not piece.text and not piece.entries and not piece.finished:
                     return None
-                logprobs = completion_logprobs(piece.entries, offset[0])
-                offset[0] += sum(len(t) for t in (logprobs or {}).get("tokens", []))
-                return {"choices": [{"index": 0, "text": piece.text, "logprobs": logprobs,
+                logprobs = completion_logprobs(piece.entries, offsets[index])
+                offsets[index] += sum(len(t) for t in (logprobs or {}).get("tokens", []))
+                return {"choices": [{"index": index, "text": piece.text, "logprobs": logprobs,
                                      "finish_reason": piece.finish_reason if piece.finished else None}]}
 
-            return stream(chunks(tracked, request, make, body.include_usage, head))
-        got = await gather(tracked, request)
+            return stream(chunks(call, request, make, body.include_usage, head))
+        got = await gather(call, request)
         ended_badly(got)
-        return {**head, "choices": [{"index": 0, "text": "".join(got.text),
-                                     "logprobs": completion_logprobs(got.logprobs, 0),
-                                     "finish_reason": got.finish_reason}],
-                "usage": usage(len(ids), len(got.tokens))}
+        return {**head, "choices": [{"index": index, "text": "".join(choice.text),
+                                     "logprobs": completion_logprobs(choice.logprobs, 0),
+                                     "finish_reason": choice.finish_reason} for index, choice in enumerate(got)],
+                "usage": usage(call.prompt_tokens, sum(len(choice.tokens) for choice in got))}
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
         check_model(body.model)
         ids = chat_ids_of(body)
-        params = body.sampling_params(bridge.default_max_tokens(len(ids)))
-        tracked = bridge.start(ids, params)
+        call = start_all([ids], lambda length: body.choice_params(bridge.default_max_tokens(length)))
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": bridge.model_name}
         if body.stream:
-            def make(piece: Piece, first: bool) -> dict[str, Any] | None:
+            def make(piece: Piece, first: bool, index: int) -> dict[str, Any] | None:
                 text = piece.text
                 if not (first or text or piece.entries or piece.finished):
                     return None
                 delta: dict[str, Any] = {"role": "assistant", "content": text} if first else {}
                 if text:
                     delta["content"] = text
-                return {"choices": [{"index": 0, "delta": delta, "logprobs": chat_logprobs(piece.entries),
+                return {"choices": [{"index": index, "delta": delta, "logprobs": chat_logprobs(piece.entries),
                                      "finish_reason": piece.finish_reason if piece.finished else None}]}
 
-            return stream(chunks(tracked, request, make, body.include_usage, head))
-        got = await gather(tracked, request)
+            return stream(chunks(call, request, make, body.include_usage, head))
+        got = await gather(call, request)
         ended_badly(got)
         return {**head, "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(got.text)},
-                             "logprobs": chat_logprobs(got.logprobs), "finish_reason": got.finish_reason}],
-                "usage": usage(len(ids), len(got.tokens))}
+                "choices": [{"index": index, "message": {"role": "assistant", "content": "".join(choice.text)},
+                             "logprobs": chat_logprobs(choice.logprobs), "finish_reason": choice.finish_reason}
+                            for index, choice in enumerate(got)],
+                "usage": usage(call.prompt_tokens, sum(len(choice.tokens) for choice in got))}
 
     return app
 

@@ -1,13 +1,14 @@
 """The request bodies of the OpenAI API that the server takes, and how each becomes SamplingParams.
 
-Every field an OpenAI client may send is declared. Those the engine cannot honour (``n > 1``, ``best_of``,
-tools, penalties, ``echo``...) are refused with a 400 that names them when they ask for something other than
+Every field an OpenAI client may send is declared. Those the engine cannot honour (``best_of``, tools,
+penalties, ``echo``...) are refused with a 400 that names them when they ask for something other than
 the default, never silently ignored; a field nobody knows is refused too (a typo must not pass unnoticed).
 ``top_k`` and ``ignore_eos`` are the usual extensions (the openai client sends them through ``extra_body``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from core import SamplingParams
 from core.errors import InvalidParamsError
 
+
+MAX_CHOICES = 128  # OpenAI's own bound on n
 
 # a token count as a JSON number, never a string that holds one: "5" is refused, as OpenAI's API refuses it
 TokenCount = Annotated[Optional[int], Field(strict=True)]
@@ -52,14 +55,14 @@ class _Common(_Strict):
     ignore_eos: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = 1
+    n: int = Field(1, ge=1, le=MAX_CHOICES)  # choices per prompt, each its own engine request
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
     user: str | None = None
 
     def _refuse_unsupported(self, extra: dict[str, bool]) -> None:
-        refused = {"n": self.n != 1, "presence_penalty": self.presence_penalty != 0,
+        refused = {"presence_penalty": self.presence_penalty != 0,
                    "frequency_penalty": self.frequency_penalty != 0, "logit_bias": bool(self.logit_bias), **extra}
         for name, asked in refused.items():
             if asked:
@@ -67,6 +70,17 @@ class _Common(_Strict):
                                param=name)
         if self.stream_options is not None and not self.stream:
             raise ApiError(400, "'stream_options' is only allowed with stream: true", param="stream_options")
+
+    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+        raise NotImplementedError
+
+    def choice_params(self, default_max_tokens: int) -> list[SamplingParams]:
+        """The ``n`` choices' params: alike, but a seed given is the first choice's, the next one's is one more
+        and so on, so that the choices differ and each is reproducible alone."""
+        params = self.sampling_params(default_max_tokens)
+        if params.seed is None:
+            return [params] * self.n
+        return [dataclasses.replace(params, seed=params.seed + i) for i in range(self.n)]
 
     @property
     def include_usage(self) -> bool:
@@ -93,16 +107,15 @@ class CompletionRequest(_Common):
     suffix: str | None = None
     best_of: int | None = None
 
-    def single_prompt(self) -> str | list[int]:
+    def prompt_list(self) -> list[str | list[int]]:
+        """The prompts: one text or token list, or a list of several (their choices come in this order)."""
         prompt = self.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-            if len(prompt) != 1:
-                raise ApiError(400, f"'prompt' holds {len(prompt)} prompts; send one prompt per request",
-                               param="prompt")
-            prompt = prompt[0]
-        if not prompt:
-            raise ApiError(400, "'prompt' is empty", param="prompt")
-        return prompt
+        several = isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list))
+        prompts = list(prompt) if several else [prompt]
+        for i, one in enumerate(prompts):
+            if not one:
+                raise ApiError(400, f"'prompt{f'.{i}' if several else ''}' is empty", param="prompt")
+        return prompts
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         self._refuse_unsupported({"echo": self.echo, "suffix": self.suffix is not None,

@@ -7,7 +7,7 @@ middleware is outermost, around the API key check.
 
 The log line is written when the response has ended (a stream's last byte sent): the request's id, the client,
 the method and path, the status, then what the handler learned (the engine's uid, which ``--trace-out``'s step
-events name; the prompt and completion tokens; the finish reason; the time to the first token and in all; an
+events name, and the finish reason, for each choice; the prompt and completion tokens; the time to the first token and in all; an
 error's message). It never holds the prompt or the completion. Only paths under /v1/ are logged: health probes,
 metric scrapes and the dashboard's stream would drown the requests.
 """
@@ -32,10 +32,10 @@ class RequestRecord:
 
     request_id: str
     started: float  # time.perf_counter() when the request reached the server
-    uid: int | None = None
+    uids: list[int] | None = None  # the engine's, a choice each
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    finish_reason: str | None = None
+    finish_reasons: list[str] | None = None  # a choice each
     first_token_at: float | None = None  # time.perf_counter()
     error: str | None = None
 
@@ -52,14 +52,19 @@ def log_line(record: RequestRecord, scope: dict[str, Any], status: int, ended: f
     client = scope.get("client")
     fields = [datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
               record.request_id, client[0] if client else "-", scope["method"], scope["path"], str(status)]
-    named = {"uid": record.uid, "prompt_tokens": record.prompt_tokens,
-             "completion_tokens": record.completion_tokens, "finish_reason": record.finish_reason,
+    named = {"uid": joined(record.uids), "prompt_tokens": record.prompt_tokens,
+             "completion_tokens": record.completion_tokens, "finish_reason": joined(record.finish_reasons),
              "ttft_ms": milliseconds(record.started, record.first_token_at),
              "total_ms": milliseconds(record.started, ended)}
     fields += [f"{name}={value}" for name, value in named.items() if value is not None]
     if record.error is not None:
         fields.append(f"error={json.dumps(record.error, ensure_ascii=False)}")
     return " ".join(fields)
+
+
+def joined(values: list[Any] | None) -> str | None:
+    """A choice's value, or every choice's, comma-separated."""
+    return None if values is None else ",".join(str(value) for value in values)
 
 
 def milliseconds(start: float, end: float | None) -> str | None:

@@ -107,6 +107,46 @@ def test_text_parts_and_fields_that_change_no_token_answer_as_plain_chat(client,
     assert got.choices[0].message.content == want["text"]
 
 
+def test_n_choices_of_several_prompts_each_equal_generate_with_its_seed(client, llm):
+    """Choice i*n+j is prompt i's j-th choice, sampled with seed + j: each equals LLM.generate with that seed."""
+    prompts, n, seed = [PROMPTS[0], PROMPTS[2]], 3, 7
+
+    def sampled(j: int) -> SamplingParams:
+        return SamplingParams(max_tokens=8, ignore_eos=True, temperature=0.9, seed=seed + j)
+
+    want = [llm.generate([p], sampled(j))[0] for p in prompts for j in range(n)]
+    got = client.completions.create(model=MODEL, prompt=prompts, n=n, max_tokens=8, temperature=0.9, seed=seed,
+                                    extra_body={"ignore_eos": True})
+    assert [c.index for c in got.choices] == list(range(len(prompts) * n))
+    assert [c.text for c in got.choices] == [w["text"] for w in want]
+    assert len({c.text for c in got.choices[:n]}) > 1  # the seeds differ, so do the choices
+    assert got.usage.prompt_tokens == sum(llm.generate([p], greedy(1))[0]["prompt_tokens"] for p in prompts)
+    assert got.usage.completion_tokens == len(prompts) * n * 8
+
+    chunks = list(client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], n=n,
+                                                 max_tokens=6, temperature=0.9, seed=seed, stream=True,
+                                                 stream_options={"include_usage": True},
+                                                 extra_body={"ignore_eos": True}))
+    for j in range(n):
+        mine = [c.choices[0] for c in chunks if c.choices and c.choices[0].index == j]
+        expected = llm.generate([chat_ids(llm, "hi")], SamplingParams(max_tokens=6, ignore_eos=True,
+                                                                      temperature=0.9, seed=seed + j))[0]
+        assert mine[0].delta.role == "assistant" and mine[-1].finish_reason == "length"
+        assert "".join(c.delta.content or "" for c in mine) == expected["text"]
+    assert chunks[-1].usage.completion_tokens == n * 6
+
+
+def test_a_prompt_refused_among_several_refuses_the_request_and_frees_the_rest(server):
+    before = server.metrics()
+    code, reply, _ = post(server, "/v1/completions", json.dumps({"model": MODEL, "prompt": ["hi", "y" * 601],
+                                                                 "max_tokens": 16, "n": 2}))
+    assert code == 400 and reply["error"]["code"] == "context_length_exceeded"
+    after = server.wait_metrics(lambda m: m["requests_in_flight"] == m["requests_running"] == 0)
+    assert after["requests_in_flight"] == 0 and after["requests_running"] == 0  # the engine's figure: a step later
+    aborted = 'requests_finished_total{finish_reason="abort"}'
+    assert after[aborted] == before[aborted] + 2  # the first prompt's two choices, started before the refusal
+
+
 def test_streamed_chunks_join_to_the_same_text(client, llm):
     want = llm.generate([PROMPTS[2]], greedy(20))[0]
     chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[2], max_tokens=20, temperature=0,
@@ -281,12 +321,13 @@ def test_a_client_killed_while_its_whole_answer_is_made_frees_its_request(server
     ('{"model": "llama", "prompt": "hi", "temperature": -1}', 400, "temperature must be", "temperature"),
     ('{"model": "llama", "prompt": "hi", "max_tokens": 0}', 400, "max_tokens must be", "max_tokens"),
     ('{"model": "llama", "prompt": "hi", "top_p": 2}', 400, "top_p must be", "top_p"),
-    ('{"model": "llama", "prompt": "hi", "n": 2}', 400, "'n' is not supported", "n"),
+    ('{"model": "llama", "prompt": "hi", "n": 0}', 400, "'n': Input should be greater than or equal to 1", "n"),
+    ('{"model": "llama", "prompt": "hi", "n": 129}', 400, "'n': Input should be less than or equal to 128", "n"),
     ('{"model": "llama", "prompt": "hi", "best_of": 3}', 400, "'best_of' is not supported", "best_of"),
     ('{"model": "llama", "prompt": "hi", "echo": true}', 400, "'echo' is not supported", "echo"),
     ('{"model": "llama", "prompt": "hi", "frequency_penalty": 0.5}', 400, "not supported", "frequency_penalty"),
     ('{"model": "llama", "prompt": "hi", "tempurature": 0}', 400, "unknown field 'tempurature'", "tempurature"),
-    ('{"model": "llama", "prompt": ["a", "b"]}', 400, "one prompt per request", "prompt"),
+    ('{"model": "llama", "prompt": ["a", ""]}', 400, "'prompt.1' is empty", "prompt"),
     ('{"model": "llama", "prompt": ""}', 400, "'prompt' is empty", "prompt"),
     ('{"model": "llama", "prompt": [1, 99999]}', 400, "outside the vocabulary", None),
     ('{"model": "llama", "prompt": "hi", "logprobs": 50}', 400, "logprobs must be", "logprobs"),

@@ -98,6 +98,15 @@ def test_without_an_id_each_response_gets_a_new_one_streams_too(client, server):
     assert float(line["ttft_ms"]) < float(line["total_ms"])
 
 
+def test_a_request_of_several_choices_is_one_line_naming_each(client, server):
+    reply = client.completions.create(model=MODEL, prompt=PROMPT, n=2, max_tokens=3, temperature=0,
+                                      extra_body={"ignore_eos": True}, extra_headers={"X-Request-Id": "two-1"})
+    line = log_line(server, "two-1")
+    uids = [int(uid) for uid in line["uid"].split(",")]
+    assert len(set(uids)) == 2 and line["finish_reason"] == "length,length"
+    assert int(line["completion_tokens"]) == reply.usage.completion_tokens == 6
+
+
 def test_errors_carry_the_id_and_their_log_line_says_why(client, server):
     with pytest.raises(openai.BadRequestError) as caught:
         client.completions.create(model=MODEL, prompt="hi", max_tokens=2, extra_body={"best_of": 2},
