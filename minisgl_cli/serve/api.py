@@ -167,9 +167,14 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     def token_text(token: int) -> str:
         return tokenizer.decode([token], skip_special_tokens=False)
 
-    def start_all(prompts: list[list[int]], choices_of: Callable[[int], list[SamplingParams]]) -> Call:
+    def start_all(prompts: list[list[int]], choices_per_prompt: int,
+                  choices_of: Callable[[int], list[SamplingParams]]) -> Call:
         """Every choice of every prompt submitted, their replies into one queue; if one is refused (a prompt too
         long, a full queue), those already started are aborted and the refusal stands for the whole request."""
+        wanted = len(prompts) * choices_per_prompt
+        if bridge.max_queue is not None and wanted > bridge.max_queue:  # a 503 would say retry, in vain
+            raise ApiError(400, f"this request asks for {wanted} choices (prompts x n); the server queues at most "
+                                f"{bridge.max_queue} requests (--max-queue)", param="n")
         queue: asyncio.Queue = asyncio.Queue()
         started: list[Tracked] = []
         try:
@@ -357,7 +362,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     async def completions(body: CompletionRequest, request: Request) -> Any:
         check_model(body.model)
         prompts = [prompt_ids_of(prompt) for prompt in body.prompt_list()]
-        call = start_all(prompts, lambda length: body.choice_params(bridge.default_max_tokens(length)))
+        call = start_all(prompts, body.n, lambda length: body.choice_params(bridge.default_max_tokens(length)))
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": bridge.model_name}
         if body.stream:
@@ -383,7 +388,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     async def chat(body: ChatRequest, request: Request) -> Any:
         check_model(body.model)
         ids = chat_ids_of(body)
-        call = start_all([ids], lambda length: body.choice_params(bridge.default_max_tokens(length)))
+        call = start_all([ids], body.n, lambda length: body.choice_params(bridge.default_max_tokens(length)))
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": bridge.model_name}
         if body.stream:

@@ -429,6 +429,8 @@ def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path
         code, reply, headers = post(server, "/v1/completions", '{"model": "llama", "prompt": "third"}')
         assert code == 503 and "queue is full" in reply["error"]["message"]
         assert headers.get("Retry-After") == "1"
+        code, reply, _ = post(server, "/v1/completions", '{"model": "llama", "prompt": "hi", "n": 2}')
+        assert code == 400 and "asks for 2 choices" in reply["error"]["message"]  # never, however long it waits
 
         assert server.terminate() == 0  # both requests in flight are answered before it exits
         first.join(WAIT_S)
