@@ -302,13 +302,22 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
             if choice.finish_reason == "error":
                 raise failure(choice.error)
 
-    def prompt_ids_of(prompt: str | list[int]) -> list[int]:
+    async def prompt_ids_of(prompt: str | list[int]) -> list[int]:
+        """A text prompt is tokenized on a worker thread: the tokenizer lets go of the interpreter lock, so the
+        loop goes on streaming to everyone else however long the text (token ids are only checked, here)."""
+        return await asyncio.to_thread(token_ids, prompt) if isinstance(prompt, str) else token_ids(prompt)
+
+    def token_ids(prompt: str | list[int]) -> list[int]:
         try:
             return llm.tokenize(prompt)
         except InvalidParamsError as exc:
             raise ApiError(400, str(exc), param="prompt") from None
 
-    def chat_ids_of(body: ChatRequest) -> list[int]:
+    async def chat_ids_of(body: ChatRequest) -> list[int]:
+        """The template and its tokenizing on a worker thread, as a text prompt's (prompt_ids_of)."""
+        return await asyncio.to_thread(chat_ids, body)
+
+    def chat_ids(body: ChatRequest) -> list[int]:
         if not getattr(tokenizer, "chat_template", None):
             raise ApiError(400, "this model's tokenizer has no chat template; use /v1/completions",
                            param="messages")
@@ -361,7 +370,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Any:
         check_model(body.model)
-        prompts = [prompt_ids_of(prompt) for prompt in body.prompt_list()]
+        prompts = [await prompt_ids_of(prompt) for prompt in body.prompt_list()]
         call = start_all(prompts, body.n, lambda length: body.choice_params(bridge.default_max_tokens(length)))
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": bridge.model_name}
@@ -387,7 +396,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
         check_model(body.model)
-        ids = chat_ids_of(body)
+        ids = await chat_ids_of(body)
         call = start_all([ids], body.n, lambda length: body.choice_params(bridge.default_max_tokens(length)))
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": bridge.model_name}
