@@ -34,8 +34,11 @@ from render.activity import Activity
 
 ENGINE_DEATH_GRACE_S = 2.0  # how long a server whose engine died answers 503 before it exits
 
-Host = Annotated[str, typer.Option("--host", help="Address to listen on.")]
-Port = Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on.")]
+NETWORK = "Network"  # where it listens and whom it answers
+WATCHING = "Watching it work"  # what it shows and writes of its work
+
+Host = Annotated[str, typer.Option("--host", rich_help_panel=NETWORK, help="Address to listen on.")]
+Port = Annotated[int, typer.Option("--port", rich_help_panel=NETWORK, min=0, max=65535, help="Port to listen on.")]
 MaxQueue = Annotated[Optional[int], typer.Option(
     "--max-queue", min=1, help="Most requests waiting for their first token; beyond it, 503 with Retry-After.")]
 ModelName = Annotated[Optional[str], typer.Option(
@@ -44,31 +47,31 @@ DataParallel = Annotated[int, typer.Option(
     "--dp", min=1, help="Engine processes behind this one server, each a whole model (on CUDA, one GPU each); a "
                         "request goes to the engine most likely to hold its prompt's prefix, else the least loaded.")]
 ApiKey = Annotated[Optional[str], typer.Option(
-    "--api-key", help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
+    "--api-key", rich_help_panel=NETWORK, help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
                       "/health, /metrics, /engines and /dashboard stay open.")]
 SslCertFile = Annotated[Optional[Path], typer.Option(
-    "--ssl-certfile", metavar="CERT.pem", help="Serve HTTPS with this certificate (chain), PEM; needs --ssl-keyfile.")]
+    "--ssl-certfile", rich_help_panel=NETWORK, metavar="CERT.pem", help="Serve HTTPS with this certificate (chain), PEM; needs --ssl-keyfile.")]
 SslKeyFile = Annotated[Optional[Path], typer.Option(
-    "--ssl-keyfile", metavar="KEY.pem", help="The private key of --ssl-certfile, PEM (unencrypted).")]
+    "--ssl-keyfile", rich_help_panel=NETWORK, metavar="KEY.pem", help="The private key of --ssl-certfile, PEM (unencrypted).")]
 AllowOrigin = Annotated[Optional[list[str]], typer.Option(
-    "--allow-origin", metavar="ORIGIN", help="Let web pages from this origin (scheme://host[:port], or * for any) "
+    "--allow-origin", rich_help_panel=NETWORK, metavar="ORIGIN", help="Let web pages from this origin (scheme://host[:port], or * for any) "
                                              "call the API from a browser (CORS); give it once per origin.")]
 LogStats = Annotated[float, typer.Option(
-    "--log-stats", min=0.0, metavar="SECONDS", help="While requests run, a line on stderr this often with the "
+    "--log-stats", rich_help_panel=WATCHING, min=0.0, metavar="SECONDS", help="While requests run, a line on stderr this often with the "
                                                     "throughput, batch and KV cache; 0: never.")]
 LogRequests = Annotated[bool, typer.Option(
-    "--log-requests", help="Write a line on stderr as each API request ends: its id (X-Request-Id), client, path, "
+    "--log-requests", rich_help_panel=WATCHING, help="Write a line on stderr as each API request ends: its id (X-Request-Id), client, path, "
                            "status, engine uid, token counts, finish reason, time to first token and in all; "
                            "never its text.")]
 ShutdownTimeout = Annotated[float, typer.Option(
     "--shutdown-timeout", min=0.0, help="On SIGTERM/Ctrl-C, seconds to let responses in progress finish.")]
-Trace = Annotated[bool, typer.Option("--trace", help="Show the live batch table as requests arrive.")]
+Trace = Annotated[bool, typer.Option("--trace", rich_help_panel=WATCHING, help="Show the live batch table as requests arrive.")]
 TraceOut = Annotated[Optional[Path], typer.Option(
-    "--trace-out", metavar="FILE.jsonl", help="Write every step event as a JSON line.")]
+    "--trace-out", rich_help_panel=WATCHING, metavar="FILE.jsonl", help="Write every step event as a JSON line.")]
 Dashboard = Annotated[bool, typer.Option(
-    "--dashboard", help="Serve a live view of the engine at /dashboard (batches, queue, KV pool, timeline).")]
+    "--dashboard", rich_help_panel=WATCHING, help="Serve a live view of the engine at /dashboard (batches, queue, KV pool, timeline).")]
 DashboardShowText = Annotated[bool, typer.Option(
-    "--dashboard-show-text", help="Show prompts and completions on the dashboard (else uids and token counts).")]
+    "--dashboard-show-text", rich_help_panel=WATCHING, help="Show prompts and completions on the dashboard (else uids and token counts).")]
 
 
 @with_engine_options
