@@ -28,7 +28,7 @@ from core.errors import InvalidParamsError
 from core.scheduler.reply import Reply
 from minisgl_cli.serve.auth import RequireApiKey
 from minisgl_cli.serve.bridge import EngineBridge, Tracked
-from minisgl_cli.serve.protocol import ApiError, ChatRequest, CompletionRequest
+from minisgl_cli.serve.protocol import ApiError, ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
 from minisgl_cli.serve.request_log import RequestIds, RequestRecord
 
 
@@ -115,7 +115,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
         where = f"{request.method} {request.url.path}"
         if exc.status_code == 404:
             message = (f"no route {where}; this server answers POST /v1/completions, POST /v1/chat/completions, "
-                       f"GET /v1/models[/NAME], GET /health and GET /metrics")
+                       f"GET /v1/models[/NAME], POST /tokenize, POST /detokenize, GET /health and GET /metrics")
         elif exc.status_code == 405:
             allowed = {name.lower(): value for name, value in (exc.headers or {}).items()}.get("allow")
             message = f"method {request.method} is not allowed on {request.url.path}" + (f"; use {allowed}"
@@ -313,17 +313,18 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
         except InvalidParamsError as exc:
             raise ApiError(400, str(exc), param="prompt") from None
 
-    async def chat_ids_of(body: ChatRequest) -> list[int]:
+    async def chat_ids_of(body: ChatRequest | TokenizeRequest, add_generation_prompt: bool = True) -> list[int]:
         """The template and its tokenizing on a worker thread, as a text prompt's (prompt_ids_of)."""
-        return await asyncio.to_thread(chat_ids, body)
+        return await asyncio.to_thread(chat_ids, body, add_generation_prompt)
 
-    def chat_ids(body: ChatRequest) -> list[int]:
+    def chat_ids(body: ChatRequest | TokenizeRequest, add_generation_prompt: bool) -> list[int]:
         if not getattr(tokenizer, "chat_template", None):
             raise ApiError(400, "this model's tokenizer has no chat template; use /v1/completions",
                            param="messages")
         messages = body.template_messages()
         try:
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                                tokenize=True)
         except Exception as exc:  # a template that refuses these roles, say
             raise ApiError(400, f"the chat template refused these messages: {exc}", param="messages") from None
         if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
@@ -419,6 +420,25 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
                              "logprobs": chat_logprobs(choice.logprobs), "finish_reason": choice.finish_reason}
                             for index, choice in enumerate(got)],
                 "usage": usage(call.prompt_tokens, sum(len(choice.tokens) for choice in got))}
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> dict[str, Any]:
+        """A prompt's token ids, as /v1/completions (a prompt) or /v1/chat/completions (messages) would send it."""
+        check_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise ApiError(400, "give 'prompt' or 'messages', one of the two", param="prompt")
+        ids = (await prompt_ids_of(body.prompt) if body.prompt is not None
+               else await chat_ids_of(body, body.add_generation_prompt))
+        return {"count": len(ids), "max_model_len": llm.max_seq_len, "tokens": ids}
+
+    @app.post("/detokenize")
+    async def detokenize(body: DetokenizeRequest) -> dict[str, Any]:
+        check_model(body.model)
+        outside = next((t for t in body.tokens if not 0 <= t < len(tokenizer)), None)
+        if outside is not None:
+            raise ApiError(400, f"token id {outside} is outside the tokenizer's vocabulary [0, {len(tokenizer)})",
+                           param="tokens")
+        return {"prompt": await asyncio.to_thread(tokenizer.decode, body.tokens)}
 
     return app
 

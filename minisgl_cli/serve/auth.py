@@ -1,7 +1,7 @@
 """``serve --api-key``: the OpenAI endpoints answer only a client that sends the key, as OpenAI's own API does.
 
 Clients send it as ``Authorization: Bearer KEY`` (the openai package's ``api_key``). Everything under /v1/ is
-guarded, unknown paths there included (a 401 says nothing about what exists); /health, /metrics, /engines and
+guarded, unknown paths there included, and /tokenize and /detokenize (a 401 says nothing about what exists); /health, /metrics, /engines and
 /dashboard stay open for probes, scrapers and a browser, which cannot add the header to a page's event stream.
 The key is compared in constant time, and a refusal never echoes what was sent.
 """
@@ -13,9 +13,8 @@ from typing import Any, Callable
 
 from fastapi.responses import JSONResponse
 
-from minisgl_cli.serve.protocol import ApiError
+from minisgl_cli.serve.protocol import API_PATHS, ApiError
 
-GUARDED_PREFIX = "/v1/"
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -45,7 +44,7 @@ class RequireApiKey:
         self.refused = refused
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(GUARDED_PREFIX):
+        if scope["type"] == "http" and scope["path"].startswith(API_PATHS):
             token = bearer_token(scope["headers"])
             if token is None or not secrets.compare_digest(token, self.key):
                 error = refusal(token)

@@ -18,6 +18,7 @@ from core.errors import InvalidParamsError
 
 
 MAX_CHOICES = 128  # OpenAI's own bound on n
+API_PATHS = ("/v1/", "/tokenize", "/detokenize")  # what --api-key guards and --log-requests logs
 
 # a token count as a JSON number, never a string that holds one: "5" is refused, as OpenAI's API refuses it
 TokenCount = Annotated[Optional[int], Field(strict=True)]
@@ -207,3 +208,23 @@ class ChatRequest(_Common):
         limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return self._params(limit if limit is not None else default_max_tokens, logprobs)
+
+
+class TokenizeRequest(_Strict):
+    """``POST /tokenize`` (as vLLM's): a prompt, or chat messages through the model's template, as the completions
+    and chat endpoints would tokenize them."""
+
+    model: str
+    prompt: Union[str, list[int], None] = None
+    messages: Optional[list[Message]] = None
+    add_generation_prompt: bool = True
+
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [m.as_template_message(f"messages.{i}") for i, m in enumerate(self.messages or ())]
+
+
+class DetokenizeRequest(_Strict):
+    """``POST /detokenize`` (as vLLM's): token ids back to text."""
+
+    model: str
+    tokens: list[int]

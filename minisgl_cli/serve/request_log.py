@@ -8,7 +8,8 @@ middleware is outermost, around the API key check.
 The log line is written when the response has ended (a stream's last byte sent): the request's id, the client,
 the method and path, the status, then what the handler learned (the engine's uid, which ``--trace-out``'s step
 events name, and the finish reason, for each choice; the prompt and completion tokens; the time to the first token and in all; an
-error's message). It never holds the prompt or the completion. Only paths under /v1/ are logged: health probes,
+error's message). It never holds the prompt or the completion. Only the API's paths are logged (/v1/, /tokenize,
+/detokenize): health probes,
 metric scrapes and the dashboard's stream would drown the requests.
 """
 
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from minisgl_cli.serve.protocol import API_PATHS
+
 ID_HEADER = b"x-request-id"
 MAX_ID_BYTES = 128
-LOGGED_PREFIX = "/v1/"
 
 
 @dataclass
@@ -98,5 +100,5 @@ class RequestIds:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            if self.log is not None and scope["path"].startswith(LOGGED_PREFIX):
+            if self.log is not None and scope["path"].startswith(API_PATHS):
                 self.log(log_line(record, scope, status, time.perf_counter()))

@@ -63,8 +63,10 @@ def test_another_key_or_none_is_a_401_in_openai_shape_that_never_echoes_it(serve
     code, reply, _ = request(server, "GET", "/v1/nowhere", headers={"Authorization": f"Basic {KEY}"})
     assert code == 401  # guarded before routing: a refusal says nothing about which paths exist
     assert_openai_error(reply, "no API key")
-    after = server.wait_metrics(lambda m: m.get('http_errors_total{status="401"}', 0.0) >= before + 3)
-    assert after['http_errors_total{status="401"}'] == before + 3
+    code, _, _ = request(server, "POST", "/tokenize", json.dumps({"model": MODEL, "prompt": "hi"}).encode())
+    assert code == 401  # the tokenizer's endpoints are the API's too
+    after = server.wait_metrics(lambda m: m.get('http_errors_total{status="401"}', 0.0) >= before + 4)
+    assert after['http_errors_total{status="401"}'] == before + 4
 
 
 def test_health_and_metrics_stay_open(server):

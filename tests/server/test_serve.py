@@ -382,6 +382,33 @@ def test_errors_through_the_openai_client(client):
         assert caught.value.code == "model_not_found"
 
 
+def test_tokenize_and_detokenize_agree_with_what_the_endpoints_send(server, client, llm):
+    code, got, _ = post(server, "/tokenize", json.dumps({"model": MODEL, "prompt": PROMPTS[2]}))
+    assert code == 200 and got["tokens"] == llm.tokenize(PROMPTS[2]) and got["count"] == len(got["tokens"])
+    assert got["max_model_len"] == client.models.retrieve(MODEL).model_extra["max_model_len"]
+
+    messages = [{"role": "user", "content": "hello there"}]
+    code, got, _ = post(server, "/tokenize", json.dumps({"model": MODEL, "messages": messages}))
+    answer = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1)
+    assert code == 200 and got["tokens"] == chat_ids(llm, "hello there")
+    assert got["count"] == answer.usage.prompt_tokens
+    code, bare, _ = post(server, "/tokenize", json.dumps({"model": MODEL, "messages": messages,
+                                                          "add_generation_prompt": False}))
+    assert code == 200 and bare["count"] < got["count"]  # no '<assistant>' opened
+
+    code, text, _ = post(server, "/detokenize", json.dumps({"model": MODEL, "tokens": llm.tokenize(PROMPTS[2])}))
+    assert code == 200 and text["prompt"] == llm.tokenizer.decode(llm.tokenize(PROMPTS[2]))
+
+    for path, body, fragment in [
+            ("/tokenize", {"model": MODEL}, "give 'prompt' or 'messages'"),
+            ("/tokenize", {"model": MODEL, "prompt": "a", "messages": messages}, "one of the two"),
+            ("/detokenize", {"model": MODEL, "tokens": [1, 10 ** 9]}, "token id 1000000000 is outside"),
+            ("/detokenize", {"model": "gpt-9", "tokens": [1]}, "'gpt-9' does not exist")]:
+        code, reply, _ = post(server, path, json.dumps(body))
+        assert code in (400, 404)
+        assert_openai_error(reply, fragment)
+
+
 def test_health_models_and_metrics(server):
     with urllib.request.urlopen(server.base + "/health", timeout=10) as reply:
         assert json.loads(reply.read()) == {"status": "ok"}
