@@ -341,9 +341,10 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     async def chunks(call: Call, request: Request, make: Callable[[Piece, bool, int], dict[str, Any] | None],
-                     include_usage: bool, head: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+                     body: CompletionRequest | ChatRequest, head: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         """The stream's events: per batch of ready replies, a chunk for each choice that has news (made by
-        ``make(piece, first, index)``), then with ``include_usage`` the counts."""
+        ``make(piece, first, index)``), then as ``stream_options`` asks the counts (also in every chunk)."""
+        every_chunk = body.usage_in_every_chunk
         completion_tokens = 0
         first = [True] * len(call.tracked)
         record = record_of(request)
@@ -360,12 +361,13 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
                     chunk = make(piece, first[index], index)
                     first[index] = False
                     if chunk is not None:
-                        yield {**head, **chunk}
+                        yield ({**head, **chunk, "usage": usage(call.prompt_tokens, completion_tokens)} if every_chunk
+                               else {**head, **chunk})
         except ClientGone:
             return
         finally:
             record.completion_tokens = completion_tokens
-        if include_usage:
+        if body.include_usage:
             yield {**head, "choices": [], "usage": usage(call.prompt_tokens, completion_tokens)}
 
     @app.post("/v1/completions")
@@ -386,7 +388,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
                 return {"choices": [{"index": index, "text": piece.text, "logprobs": logprobs,
                                      "finish_reason": piece.finish_reason if piece.finished else None}]}
 
-            return stream(chunks(call, request, make, body.include_usage, head))
+            return stream(chunks(call, request, make, body, head))
         got = await gather(call, request)
         ended_badly(got)
         return {**head, "choices": [{"index": index, "text": "".join(choice.text),
@@ -412,7 +414,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
                 return {"choices": [{"index": index, "delta": delta, "logprobs": chat_logprobs(piece.entries),
                                      "finish_reason": piece.finish_reason if piece.finished else None}]}
 
-            return stream(chunks(call, request, make, body.include_usage, head))
+            return stream(chunks(call, request, make, body, head))
         got = await gather(call, request)
         ended_badly(got)
         return {**head, "object": "chat.completion",

@@ -71,6 +71,9 @@ class _Common(_Strict):
                                param=name)
         if self.stream_options is not None and not self.stream:
             raise ApiError(400, "'stream_options' is only allowed with stream: true", param="stream_options")
+        if self.stream_options is not None and self.stream_options.continuous_usage_stats and not self.include_usage:
+            raise ApiError(400, "'stream_options.continuous_usage_stats' needs 'include_usage': true",
+                           param="stream_options")
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         raise NotImplementedError
@@ -86,6 +89,11 @@ class _Common(_Strict):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def usage_in_every_chunk(self) -> bool:
+        """``continuous_usage_stats`` (vLLM's): every chunk carries the counts so far, not only the last."""
+        return self.include_usage and self.stream_options.continuous_usage_stats
 
     def _params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])

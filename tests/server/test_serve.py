@@ -165,6 +165,18 @@ def test_streamed_chunks_join_to_the_same_text(client, llm):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+def test_continuous_usage_stats_puts_the_counts_so_far_in_every_chunk(client):
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPTS[2], max_tokens=12, temperature=0, stream=True,
+                                            stream_options={"include_usage": True, "continuous_usage_stats": True},
+                                            extra_body={"ignore_eos": True}))
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == 12 and all(c.usage is not None for c in chunks)
+    assert len({c.usage.prompt_tokens for c in chunks}) == 1
+    with pytest.raises(openai.BadRequestError, match="needs 'include_usage'"):
+        client.completions.create(model=MODEL, prompt="hi", stream=True,
+                                  stream_options={"continuous_usage_stats": True})
+
+
 def test_stop_strings_cut_the_text_before_them(client, llm):
     full = llm.generate([PROMPTS[0]], greedy(30))[0]["text"]
     stop = full[6:8]
