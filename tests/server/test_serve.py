@@ -460,7 +460,8 @@ def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path
     try:
         results: list = []
         running, queued = threading.Event(), threading.Event()
-        first = stream_in_thread(server.base, "first", 120, results, running)
+        # long enough to be running still when the third request comes, on a slow machine too
+        first = stream_in_thread(server.base, "first", 450, results, running)
         assert running.wait(WAIT_S)
         second = stream_in_thread(server.base, "second", 5, results, queued)
         metrics = server.wait_metrics(lambda m: m["requests_waiting"] == 1)
@@ -474,7 +475,7 @@ def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path
         assert server.terminate() == 0  # both requests in flight are answered before it exits
         first.join(WAIT_S)
         second.join(WAIT_S)
-        expected = llm.generate(["first", "second"], [greedy(120), greedy(5)])
+        expected = llm.generate(["first", "second"], [greedy(450), greedy(5)])
         assert sorted(results) == sorted((want["text"], "length") for want in expected)
         assert "Traceback" not in server.log()
         # one whole line, as a log keeps it (the server's stderr is no terminal and has no width here)
