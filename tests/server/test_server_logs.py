@@ -35,8 +35,9 @@ def model_dir(model_dirs):
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
+    # paced: a request is still running when the test that leaves mid-stream goes
     srv = Server(model_dir, "--log-requests", "--log-stats", str(STATS_EVERY_S), "--max-running", "4",
-                 log=tmp_path_factory.mktemp("serve-ids") / "server.log")
+                 log=tmp_path_factory.mktemp("serve-ids") / "server.log", paced=True)
     yield srv
     srv.stop()
 
