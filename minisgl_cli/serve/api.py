@@ -23,12 +23,12 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from core import SamplingParams
 from core.errors import InvalidParamsError
 from core.scheduler.reply import Reply
 from minisgl_cli.serve.auth import RequireApiKey
 from minisgl_cli.serve.bridge import EngineBridge, Tracked
-from minisgl_cli.serve.protocol import ApiError, ChatRequest, CompletionRequest, DetokenizeRequest, TokenizeRequest
+from minisgl_cli.serve.protocol import (ApiError, ChatRequest, CompletionRequest, DetokenizeRequest, Message,
+                                        TokenizeRequest, template_messages)
 from minisgl_cli.serve.request_log import RequestIds, RequestRecord
 
 
@@ -167,19 +167,19 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     def token_text(token: int) -> str:
         return tokenizer.decode([token], skip_special_tokens=False)
 
-    def start_all(prompts: list[list[int]], choices_per_prompt: int,
-                  choices_of: Callable[[int], list[SamplingParams]]) -> Call:
+    def start_all(prompts: list[list[int]], body: CompletionRequest | ChatRequest) -> Call:
         """Every choice of every prompt submitted, their replies into one queue; if one is refused (a prompt too
         long, a full queue), those already started are aborted and the refusal stands for the whole request."""
-        wanted = len(prompts) * choices_per_prompt
+        wanted = len(prompts) * body.n
         if bridge.max_queue is not None and wanted > bridge.max_queue:  # a 503 would say retry, in vain
             raise ApiError(400, f"this request asks for {wanted} choices (prompts x n); the server queues at most "
                                 f"{bridge.max_queue} requests (--max-queue)", param="n")
         queue: asyncio.Queue = asyncio.Queue()
         started: list[Tracked] = []
         try:
-            for ids in prompts:  # a prompt's choices, each sampled as its params say (given its length)
-                started += [bridge.start(ids, params, queue) for params in choices_of(len(ids))]
+            for ids in prompts:  # a prompt's choices, unset max_tokens what its length leaves
+                started += [bridge.start(ids, params, queue)
+                            for params in body.choice_params(bridge.default_max_tokens(len(ids)))]
         except ApiError:
             for tracked in started:
                 bridge.abort(tracked)
@@ -313,18 +313,17 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
         except InvalidParamsError as exc:
             raise ApiError(400, str(exc), param="prompt") from None
 
-    async def chat_ids_of(body: ChatRequest | TokenizeRequest, add_generation_prompt: bool = True) -> list[int]:
+    async def chat_ids_of(messages: list[Message], add_generation_prompt: bool = True) -> list[int]:
         """The template and its tokenizing on a worker thread, as a text prompt's (prompt_ids_of)."""
-        return await asyncio.to_thread(chat_ids, body, add_generation_prompt)
+        return await asyncio.to_thread(chat_ids, messages, add_generation_prompt)
 
-    def chat_ids(body: ChatRequest | TokenizeRequest, add_generation_prompt: bool) -> list[int]:
+    def chat_ids(messages: list[Message], add_generation_prompt: bool) -> list[int]:
         if not getattr(tokenizer, "chat_template", None):
             raise ApiError(400, "this model's tokenizer has no chat template; use /v1/completions",
                            param="messages")
-        messages = body.template_messages()
+        rendered = template_messages(messages)  # a part that cannot be read is refused here, naming its message
         try:
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
-                                                tokenize=True)
+            ids = tokenizer.apply_chat_template(rendered, add_generation_prompt=add_generation_prompt, tokenize=True)
         except Exception as exc:  # a template that refuses these roles, say
             raise ApiError(400, f"the chat template refused these messages: {exc}", param="messages") from None
         if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
@@ -374,7 +373,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     async def completions(body: CompletionRequest, request: Request) -> Any:
         check_model(body.model)
         prompts = [await prompt_ids_of(prompt) for prompt in body.prompt_list()]
-        call = start_all(prompts, body.n, lambda length: body.choice_params(bridge.default_max_tokens(length)))
+        call = start_all(prompts, body)
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": bridge.model_name}
         if body.stream:
@@ -399,8 +398,8 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Any:
         check_model(body.model)
-        ids = await chat_ids_of(body)
-        call = start_all([ids], body.n, lambda length: body.choice_params(bridge.default_max_tokens(length)))
+        ids = await chat_ids_of(body.messages)
+        call = start_all([ids], body)
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk",
                 "created": int(time.time()), "model": bridge.model_name}
         if body.stream:
@@ -430,7 +429,7 @@ def create_app(bridge: EngineBridge, api_key: str | None = None,
         if (body.prompt is None) == (body.messages is None):
             raise ApiError(400, "give 'prompt' or 'messages', one of the two", param="prompt")
         ids = (await prompt_ids_of(body.prompt) if body.prompt is not None
-               else await chat_ids_of(body, body.add_generation_prompt))
+               else await chat_ids_of(body.messages, body.add_generation_prompt))
         return {"count": len(ids), "max_model_len": llm.max_seq_len, "tokens": ids}
 
     @app.post("/detokenize")

@@ -13,7 +13,7 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from core import SamplingParams
@@ -34,8 +34,7 @@ class Tracked:
     prompt_ids: list[int]
     params: SamplingParams
     arrived: float
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)  # its replies (shared by the other choices of
-    # its HTTP request); None: the client has gone
+    queue: asyncio.Queue  # its replies, shared with the other choices of its HTTP request; None: the client has gone
     uid: int = -1
     last_token_at: float | None = None
     first_token_at: float | None = None
@@ -64,9 +63,9 @@ class EngineBridge:
         llm.on_batch = self._hand_over
 
     # ---- requests in (the asyncio loop) ------------------------------------------------------------------
-    def start(self, prompt_ids: list[int], params: SamplingParams, queue: asyncio.Queue | None = None) -> Tracked:
-        """Submit a request, its replies to go into ``queue`` (a new one if None); the 400 for one that can never
-        run and the 503 for a full queue come from here."""
+    def start(self, prompt_ids: list[int], params: SamplingParams, queue: asyncio.Queue) -> Tracked:
+        """Submit a request, its replies to go into ``queue``; the 400 for one that can never run and the 503 for
+        a full queue come from here."""
         if self.llm.dead is not None:
             raise ApiError(503, f"the engine is not running: {self.llm.dead}", kind="server_error",
                            code="engine_dead")
@@ -82,9 +81,7 @@ class EngineBridge:
             self._waiting += 1
             self._in_flight += 1
         self._loop = self._loop or asyncio.get_running_loop()
-        tracked = Tracked(prompt_ids, params, time.perf_counter(), text=[] if self.keep_text else None)
-        if queue is not None:
-            tracked.queue = queue
+        tracked = Tracked(prompt_ids, params, time.perf_counter(), queue, text=[] if self.keep_text else None)
         with self.metrics.lock:
             self.metrics.prompt_tokens += len(prompt_ids)
         try:

@@ -164,6 +164,11 @@ class Message(BaseModel):
         return {**(self.model_extra or {}), "role": role, "content": content or ""}
 
 
+def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """A request's messages as the chat template takes them, each named 'messages.N' in an error."""
+    return [m.as_template_message(f"messages.{i}") for i, m in enumerate(messages)]
+
+
 class ResponseFormat(_Strict):
     type: Literal["text"]
 
@@ -201,9 +206,6 @@ class ChatRequest(_Common):
     prompt_cache_retention: Any = None
     prompt_cache_options: Any = None
 
-    def template_messages(self) -> list[dict[str, Any]]:
-        return [m.as_template_message(f"messages.{i}") for i, m in enumerate(self.messages)]
-
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         self._refuse_unsupported({"tools": bool(self.tools), "tool_choice": self.tool_choice not in (None, "none"),
                                   "functions": bool(self.functions), "function_call": self.function_call is not None,
@@ -226,9 +228,6 @@ class TokenizeRequest(_Strict):
     prompt: Union[str, list[int], None] = None
     messages: Optional[list[Message]] = None
     add_generation_prompt: bool = True
-
-    def template_messages(self) -> list[dict[str, Any]]:
-        return [m.as_template_message(f"messages.{i}") for i, m in enumerate(self.messages or ())]
 
 
 class DetokenizeRequest(_Strict):

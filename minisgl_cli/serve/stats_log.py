@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
@@ -18,7 +18,7 @@ from typing import Any, Callable
 class Totals:
     """The server's running totals at one moment."""
 
-    at: float  # time.monotonic()
+    at: float = field(compare=False)  # time.monotonic(); two totals are equal when their counts are
     finished: int
     prompt_tokens: int
     generated_tokens: int
@@ -59,8 +59,7 @@ class StatsLog:
         """The line for the interval that ends ``at``, or None when nothing happened in it and nothing is open."""
         now = totals_of(self.bridge.metrics, at)
         gauges = self.bridge.gauges()
-        moved = now != Totals(at, self.last.finished, self.last.prompt_tokens, self.last.generated_tokens)
-        busy = moved or gauges["requests_in_flight"][0] > 0
+        busy = now != self.last or gauges["requests_in_flight"][0] > 0
         line = stats_line(self.last, now, gauges) if busy or not self._idle else None
         self._idle = not busy
         self.last = now
