@@ -1,9 +1,9 @@
 """``serve --api-key``: the OpenAI endpoints answer only a client that sends the key, as OpenAI's own API does.
 
 Clients send it as ``Authorization: Bearer KEY`` (the openai package's ``api_key``). Everything under /v1/ is
-guarded, unknown paths there included, and /tokenize and /detokenize (a 401 says nothing about what exists); /health, /metrics, /engines and
-/dashboard stay open for probes, scrapers and a browser, which cannot add the header to a page's event stream.
-The key is compared in constant time, and a refusal never echoes what was sent.
+guarded, unknown paths there included, and /tokenize and /detokenize (a 401 says nothing about what exists);
+/health, /metrics, /engines and /dashboard stay open for probes, scrapers and a browser, which cannot add the header
+to a page's event stream. The key is compared in constant time, and a refusal never echoes what was sent.
 """
 
 from __future__ import annotations

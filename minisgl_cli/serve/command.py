@@ -47,31 +47,38 @@ DataParallel = Annotated[int, typer.Option(
     "--dp", min=1, help="Engine processes behind this one server, each a whole model (on CUDA, one GPU each); a "
                         "request goes to the engine most likely to hold its prompt's prefix, else the least loaded.")]
 ApiKey = Annotated[Optional[str], typer.Option(
-    "--api-key", rich_help_panel=NETWORK, help="Answer /v1/ only with 'Authorization: Bearer KEY' (the openai client's api_key), else 401; "
-                      "/health, /metrics, /engines and /dashboard stay open.")]
+    "--api-key", rich_help_panel=NETWORK,
+    help="Answer the API (/v1/, /tokenize, /detokenize) only with 'Authorization: Bearer KEY' (the openai client's "
+         "api_key), else 401; /health, /metrics, /engines and /dashboard stay open.")]
 SslCertFile = Annotated[Optional[Path], typer.Option(
-    "--ssl-certfile", rich_help_panel=NETWORK, metavar="CERT.pem", help="Serve HTTPS with this certificate (chain), PEM; needs --ssl-keyfile.")]
+    "--ssl-certfile", rich_help_panel=NETWORK, metavar="CERT.pem",
+    help="Serve HTTPS with this certificate (chain), PEM; needs --ssl-keyfile.")]
 SslKeyFile = Annotated[Optional[Path], typer.Option(
-    "--ssl-keyfile", rich_help_panel=NETWORK, metavar="KEY.pem", help="The private key of --ssl-certfile, PEM (unencrypted).")]
+    "--ssl-keyfile", rich_help_panel=NETWORK, metavar="KEY.pem",
+    help="The private key of --ssl-certfile, PEM (unencrypted).")]
 AllowOrigin = Annotated[Optional[list[str]], typer.Option(
-    "--allow-origin", rich_help_panel=NETWORK, metavar="ORIGIN", help="Let web pages from this origin (scheme://host[:port], or * for any) "
-                                             "call the API from a browser (CORS); give it once per origin.")]
+    "--allow-origin", rich_help_panel=NETWORK, metavar="ORIGIN",
+    help="Let web pages from this origin (scheme://host[:port], or * for any) call the API from a browser (CORS); "
+         "give it once per origin.")]
 LogStats = Annotated[float, typer.Option(
-    "--log-stats", rich_help_panel=WATCHING, min=0.0, metavar="SECONDS", help="While requests run, a line on stderr this often with the "
-                                                    "throughput, batch and KV cache; 0: never.")]
+    "--log-stats", rich_help_panel=WATCHING, min=0.0, metavar="SECONDS",
+    help="While requests run, a line on stderr this often with the throughput, batch and KV cache; 0: never.")]
 LogRequests = Annotated[bool, typer.Option(
-    "--log-requests", rich_help_panel=WATCHING, help="Write a line on stderr as each API request ends: its id (X-Request-Id), client, path, "
-                           "status, engine uid, token counts, finish reason, time to first token and in all; "
-                           "never its text.")]
+    "--log-requests", rich_help_panel=WATCHING,
+    help="Write a line on stderr as each API request ends: its id (X-Request-Id), client, path, status, engine uid, "
+         "token counts, finish reason, time to first token and in all; never its text.")]
 ShutdownTimeout = Annotated[float, typer.Option(
     "--shutdown-timeout", min=0.0, help="On SIGTERM/Ctrl-C, seconds to let responses in progress finish.")]
-Trace = Annotated[bool, typer.Option("--trace", rich_help_panel=WATCHING, help="Show the live batch table as requests arrive.")]
+Trace = Annotated[bool, typer.Option(
+    "--trace", rich_help_panel=WATCHING, help="Show the live batch table as requests arrive.")]
 TraceOut = Annotated[Optional[Path], typer.Option(
     "--trace-out", rich_help_panel=WATCHING, metavar="FILE.jsonl", help="Write every step event as a JSON line.")]
 Dashboard = Annotated[bool, typer.Option(
-    "--dashboard", rich_help_panel=WATCHING, help="Serve a live view of the engine at /dashboard (batches, queue, KV pool, timeline).")]
+    "--dashboard", rich_help_panel=WATCHING,
+    help="Serve a live view of the engine at /dashboard (batches, queue, KV pool, timeline).")]
 DashboardShowText = Annotated[bool, typer.Option(
-    "--dashboard-show-text", rich_help_panel=WATCHING, help="Show prompts and completions on the dashboard (else uids and token counts).")]
+    "--dashboard-show-text", rich_help_panel=WATCHING,
+    help="Show prompts and completions on the dashboard (else uids and token counts).")]
 
 
 @with_engine_options
@@ -79,7 +86,8 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
           served_model_name: ModelName = None, shutdown_timeout: ShutdownTimeout = 30.0, trace: Trace = False,
           trace_out: TraceOut = None, dashboard: Dashboard = False, dashboard_show_text: DashboardShowText = False,
           dp: DataParallel = 1, api_key: ApiKey = None, allow_origin: AllowOrigin = None,
-          log_requests: LogRequests = False, log_stats: LogStats = 10.0, ssl_certfile: SslCertFile = None, ssl_keyfile: SslKeyFile = None,
+          log_requests: LogRequests = False, log_stats: LogStats = 10.0, ssl_certfile: SslCertFile = None,
+          ssl_keyfile: SslKeyFile = None,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""

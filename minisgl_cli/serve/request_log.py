@@ -5,12 +5,11 @@ the server's join on it; without one (or with one that is not a short run of vis
 The openai client shows it as ``response._request_id`` and ``APIError.request_id``. Errors carry it too: the
 middleware is outermost, around the API key check.
 
-The log line is written when the response has ended (a stream's last byte sent): the request's id, the client,
-the method and path, the status, then what the handler learned (the engine's uid, which ``--trace-out``'s step
-events name, and the finish reason, for each choice; the prompt and completion tokens; the time to the first token and in all; an
-error's message). It never holds the prompt or the completion. Only the API's paths are logged (/v1/, /tokenize,
-/detokenize): health probes,
-metric scrapes and the dashboard's stream would drown the requests.
+The log line is written when the response has ended (a stream's last byte sent): the request's id, the client, the
+method and path, the status, then what the handler learned (the engine's uid, which ``--trace-out``'s step events
+name, and the finish reason, for each choice; the prompt and completion tokens; the time to the first token and in
+all; an error's message). It never holds the prompt or the completion. Only the API's paths are logged (/v1/,
+/tokenize, /detokenize): health probes, metric scrapes and the dashboard's stream would drown the requests.
 """
 
 from __future__ import annotations
