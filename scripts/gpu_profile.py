@@ -114,7 +114,7 @@ def sampler_ms(llm: LLM, batch: int) -> dict[str, float]:
                       top_k=torch.full((batch,), -1, device=dev), greedy_rows=torch.zeros(batch, dtype=torch.bool,
                                                                                            device=dev))
     sampler = llm.engine.sampler
-    compiled = Sampler(dev, triton_race=False)  # torch.compile's race, what MINISGL_DISABLE_TRITON_SAMPLER=1 runs
+    compiled = Sampler(dev)  # torch.compile's race, what MINISGL_DISABLE_TRITON_SAMPLER=1 runs
     return {"greedy": time_device(lambda: sampler.sample(logits, SampleArgs())),
             "temperature": time_device(lambda: sampler.sample(logits, args)),
             "temperature, torch.compile race": time_device(lambda: compiled.sample(logits, args)),

@@ -124,6 +124,39 @@ def test_the_walk_sees_an_upward_import(tmp_path):
     assert layer_of("core.engine.engine") > layer_of("core.layers.linear")
 
 
+# the wings of fast paths (docs/ARCHITECTURE.md), and the engine's modules that choose, describe and install them;
+# every other module outside core/kernels and core/bench is the reference path, which runs without them
+WINGS = ("core.kernels.cpu", "core.kernels.cuda")
+WING_SEAMS = frozenset({"core.engine.plan", "core.engine.describe", "core.engine.engine"})
+
+
+def wing_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for each import of a wing's module in ``path``."""
+    return [(line, target) for line, target in imports_of(path)
+            if any(target == wing or target.startswith(wing + ".") for wing in WINGS)]
+
+
+def test_the_reference_path_imports_no_wing():
+    """The layers, models, attention, KV cache, sampler, scheduler and LLM run as written with every fast path off:
+    what a wing gives them (a screen on the LM head, the sampler's kernels) reaches them through the plan or the
+    wing's install call, never by an import."""
+    reference = [p for p in core_modules() if module_name(p).split(".")[1:2] not in (["kernels"], ["bench"])
+                 and module_name(p) not in WING_SEAMS]
+    assert len(reference) > 40
+    wrong = [f"{path.relative_to(CORE.parent)}:{line} imports {target}"
+             for path in reference for line, target in wing_imports(path)]
+    assert not wrong, "the reference path imports a wing:\n" + "\n".join(wrong)
+
+
+def test_the_walk_sees_a_wing_import(tmp_path):
+    """The check itself: a wing's module imported inside a function, and a name from a wing's package, are found;
+    the shared kernels modules are not."""
+    source = tmp_path / "probe.py"
+    source.write_text("from core.kernels.sampling import mix\nfrom core.kernels.cuda import install\n\n"
+                      "def f():\n    from core.kernels.cpu.screened_head import ScreenedHead\n")
+    assert wing_imports(source) == [(2, "core.kernels.cuda.install"), (5, "core.kernels.cpu.screened_head")]
+
+
 def imports_across_packages(package: str, path: Path) -> list[tuple[int, str]]:
     """(line, module) for each import in ``path``, a module of ``package``, of a top-level package it may not
     import."""

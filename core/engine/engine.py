@@ -35,7 +35,7 @@ from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary
 from core.kernels.cpu.install import install_cpu_fast_paths
 from core.kernels.cuda.graphs.step import CudaGraphs
-from core.kernels.cuda.install import EngineParts, install_cuda_fast_paths
+from core.kernels.cuda.install import EngineParts, install_cuda_fast_paths, sampling_kernels
 from core.kernels.dispatch import install_kernels, kernels_for
 from core.kernels.derived import DerivedCache, source_key
 from core.distributed.info import get_tp_info
@@ -108,7 +108,7 @@ class Engine:
         self.page_table = torch.zeros(config.max_running_req + 1, width, dtype=torch.int64, device=self.device)
         self.pad_row = config.max_running_req
         self.page_table[self.pad_row] = self.dummy_page * self.page_size
-        self.sampler = Sampler(self.device, triton_race=self.plan.kernels.triton_sampler)
+        self.sampler = Sampler(self.device, kernels=sampling_kernels(self.plan.kernels))
         if self.device.type == "cuda":
             self.sampler.warm_up(cfg.vocab_size, self.dtype)
         self._install_fast_paths(heads, derived, log)

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from core.kernels.cuda.race import COLUMN_MULTIPLIER, FEW_WARPS_FROM_ROWS, MASK31, greedy_tokens, mix, race_tokens, row_keys
+from core.kernels.sampling import COLUMN_MULTIPLIER, MASK31, SamplingKernels, mix, row_keys
 from core.request import Batch, Req
 from core.transfer import upload_list
 
@@ -106,22 +106,24 @@ def _compiled_race() -> Callable:
 
 
 class Sampler:
-    def __init__(self, device: torch.device, compile: bool | None = None, triton_race: bool = False) -> None:
-        """``triton_race``: temperature draws on the Triton kernels of core/kernels/cuda/race.py (the engine's plan,
-        KernelChoices.triton_sampler), else compiled on CUDA (``compile``, by default there) or eager."""
+    def __init__(self, device: torch.device, compile: bool | None = None,
+                 kernels: SamplingKernels | None = None) -> None:
+        """``kernels``: a wing's race and greedy pick, handed over where the engine's plan chose them (the CUDA
+        wing's Triton kernels), else the race compiled on CUDA (``compile``, by default there) or eager."""
         self.device = device
         if compile is None:
             compile = device.type == "cuda"
-        self._race = race_tokens if triton_race else _compiled_race() if compile else _race
+        self._race = kernels.race if kernels else _compiled_race() if compile else _race
         # greedy picks on the race's kernels too where they run (the same first maximal column)
-        self._greedy = _first_max if device.type == "cpu" else greedy_tokens if triton_race else _argmax
+        self._greedy = _first_max if device.type == "cpu" else kernels.greedy if kernels else _argmax
+        self._warm_rows = kernels.warm_rows if kernels else (1, 2)
 
     def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:
         """Compile the race now rather than inside the first sampled step. Compiled code is shared by every
         batch of two rows or more, but a batch of one gets its own (sizes 0 and 1 are specialised): without
-        this, the step where a run's batch first shrinks to one request would stall for the compilation. The Triton
-        race has a variant for many rows (fewer warps a program), compiled here too."""
-        for rows in (1, 2, FEW_WARPS_FROM_ROWS):
+        this, the step where a run's batch first shrinks to one request would stall for the compilation. A wing's
+        kernels may have more variants (the Triton race's for many rows), compiled here too."""
+        for rows in self._warm_rows:
             logits = torch.zeros(rows, vocab_size, dtype=dtype, device=self.device)
             ones = torch.ones(rows, dtype=torch.float32, device=self.device)
             ids = torch.zeros(rows, dtype=torch.int64, device=self.device)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -11,8 +13,6 @@ from core.attention.context import get_context
 from core.distributed.comm import all_gather_last_dim, all_reduce
 from core.distributed.info import get_tp_info
 from core.kernels.dispatch import TorchKernels
-from core.kernels.cuda.screened_head import GpuScreenedHead
-from core.kernels.cpu.screened_head import ScreenedHead
 from core.layers.fill import fill
 
 
@@ -38,6 +38,15 @@ class VocabParallelEmbedding(nn.Module):
         return all_reduce(out, self.tp_size)
 
 
+class HeadScreen(Protocol):
+    """A wing's screened head, installed on ``LMHead.screen``: a greedy step's logits with each row's largest (and
+    its first index) exact and the rest possibly -inf, for the batches it ``takes``."""
+
+    def takes(self, hidden: torch.Tensor) -> bool: ...
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+
 class LMHead(nn.Module):
     """Projects hidden states to logits; shares the embedding's weight when the model ties them."""
 
@@ -47,8 +56,8 @@ class LMHead(nn.Module):
         self.tp_size = get_tp_info().size
         self.tied_to = tied_to
         self.packed: torch.Tensor | None = None
-        # a greedy step's screened logits (the engine sets it where it runs)
-        self.screen: ScreenedHead | GpuScreenedHead | None = None
+        # a greedy step's screened logits (a wing's install call sets it where it runs)
+        self.screen: HeadScreen | None = None
         self.kernels = TorchKernels()
         if tied_to is None:
             self.inner = VocabParallelEmbedding(vocab_size, dim)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from core.engine.sampler import SampleArgs, Sampler, _race, hashed_uniform
-from core.kernels.cuda.race import BLOCK, greedy_tokens, race_tokens
+from core.kernels.cuda.race import BLOCK, TRITON_SAMPLING, greedy_tokens, race_tokens
 from core.kernels.cuda.triton_available import triton_runs_on
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -112,7 +112,7 @@ def test_the_sampler_on_the_kernels_draws_what_it_draws_on_torch():
                       top_k=torch.full((rows,), -1, device=DEVICE), top_p=torch.ones(rows, device=DEVICE),
                       seeds=torch.arange(rows, device=DEVICE) + 3, positions=torch.full((rows,), 8, device=DEVICE),
                       greedy_rows=torch.tensor([False, True, False, False], device=DEVICE))
-    on_kernels = Sampler(torch.device(DEVICE), triton_race=True).sample(logits, args)
+    on_kernels = Sampler(torch.device(DEVICE), kernels=TRITON_SAMPLING).sample(logits, args)
     on_torch = Sampler(torch.device(DEVICE), compile=False).sample(logits, args)
     assert torch.equal(on_kernels, on_torch) and on_kernels[1] == logits[1].argmax()
 

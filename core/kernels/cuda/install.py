@@ -1,10 +1,10 @@
 """The CUDA wing installed on an engine in one call, from what the plan chose.
 
 Some of the wing is taken by the plan's other records, not installed: the kernels table runs the GEMVs and the
-split-K linears from ``KernelChoices`` (core/kernels/dispatch.py), the attention backends their decode kernels,
-the sampler the race. What is installed here: a screen on the model's LM head, the attention backend where the
-plan chose one of this wing's (attention/), and the CUDA graphs captured over it (graphs/), which are the
-engine's fast step. With every switch off this does nothing: the engine keeps its torch backend and the model.
+split-K linears from ``KernelChoices`` (core/kernels/dispatch.py), the attention backends their decode kernels;
+the sampler is handed the race's kernels (``sampling_kernels``). What is installed here: a screen on the model's
+LM head, the attention backend where the plan chose one of this wing's (attention/), and the CUDA graphs captured
+over it (graphs/), which are the engine's fast step. With every switch off this does nothing: the engine keeps its torch backend and the model.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from core.kernels.cuda.attention.paged_torch import PagedTorchBackend
 from core.kernels.cuda.graphs.decode import CudaGraphRunner, Pick
 from core.kernels.cuda.graphs.prefill import PrefillGraphRunner
 from core.kernels.cuda.graphs.step import CudaGraphs
+from core.kernels.cuda.race import TRITON_SAMPLING
 from core.kernels.cuda.screened_head import GpuScreenedHead
+from core.kernels.sampling import SamplingKernels
 from core.kvcache.pool import KVPool
 
 Log = Callable[[str], None]
@@ -77,6 +79,11 @@ def install_cuda_fast_paths(model: nn.Module, plan: CudaPlan, config: EngineConf
     graphs = (capture_graphs(model, backend, plan, config, parts, screened, greedy_pick, log)
               if backend is not None else None)
     return CudaFastPaths(screened, backend, graphs)
+
+
+def sampling_kernels(kernels: KernelChoices) -> SamplingKernels | None:
+    """The race and greedy pick this wing hands the sampler where the plan chose its Triton kernels, else None."""
+    return TRITON_SAMPLING if kernels.triton_sampler else None
 
 
 def screen_head(model: nn.Module, kernels: KernelChoices, one_rank: bool) -> bool:

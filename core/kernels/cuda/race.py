@@ -7,10 +7,9 @@ one program per (row, chunk) computes its chunk's scores and best column, a seco
 chunk (the first on ties, so the first maximal column wins, as ``argmax`` says). The hash is the sampler's, with
 the same 31-bit values: its products are taken modulo 2**32 in uint32, whose low 31 bits are the int64 product's.
 
-The row keys (a few integer ops on [rows]) and the hash's constants live here, below the sampler, which draws with
-them on every device; ``race_tokens`` is what the sampler calls where the engine's plan chose this kernel. Its
-first kernel derives each row's key itself from the seed and the position: in torch the keys were 25 kernels of
-a microsecond or two each, on every sampled step.
+The hash itself lives below both (core/kernels/sampling.py); ``TRITON_SAMPLING`` is what this wing hands the
+sampler where the engine's plan chose these kernels. Their first kernel derives each row's key itself from the
+seed and the position: in torch the keys were 25 kernels of a microsecond or two each, on every sampled step.
 """
 
 from __future__ import annotations
@@ -21,27 +20,12 @@ from typing import Any, NamedTuple
 import torch
 
 from core.arith import next_pow2
+from core.kernels.sampling import COLUMN_MULTIPLIER, MASK31, MIX_MULTIPLIER, SamplingKernels
 
-MASK31 = 0x7FFFFFFF
-MIX_MULTIPLIER = 0x45D9F3B
-COLUMN_MULTIPLIER = 0x27D4EB2D
 BLOCK = 2048  # columns per program
 # a race program's warps: two where the rows are many (programs enough to fill the device), four where they are
 # few (each program's arithmetic is then the step's length); docs/BENCHMARKS.md
 FEW_WARPS_FROM_ROWS = 64
-
-
-def mix(x: torch.Tensor) -> torch.Tensor:
-    """A 31-bit integer hash (products stay below 2**62, so int64 never overflows)."""
-    x = ((x ^ (x >> 16)) * MIX_MULTIPLIER) & MASK31
-    x = ((x ^ (x >> 16)) * MIX_MULTIPLIER) & MASK31
-    return x ^ (x >> 16)
-
-
-def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Each row's key, [rows] int64 below 2**31: its seed mixed thoroughly, then its position."""
-    seeds = seeds.to(torch.int64)
-    return mix(mix((seeds ^ (seeds >> 31)) & MASK31) ^ (positions.to(torch.int64) & MASK31))
 
 
 class RaceKernels(NamedTuple):
@@ -106,3 +90,8 @@ def _two_stages(logits: torch.Tensor, chunks, block: int = BLOCK) -> torch.Tenso
     chunks(logits, parts, part_max, part_col)
     _kernels().pick[(rows,)](part_max, part_col, tokens, parts, BLOCK_C=next_pow2(parts))
     return tokens
+
+
+# the wing's race and greedy pick for the sampler; a batch of one, of two or more, and of many rows (fewer warps)
+# each compile their own code
+TRITON_SAMPLING = SamplingKernels(race_tokens, greedy_tokens, (1, 2, FEW_WARPS_FROM_ROWS))

@@ -9,7 +9,7 @@ import triton.language as tl
 
 @triton.jit
 def _mix(x, MASK: tl.constexpr, MIX: tl.constexpr):
-    """race.mix on uint32 values below 2**31: each product modulo 2**32, then its low 31 bits."""
+    """sampling.mix on uint32 values below 2**31: each product modulo 2**32, then its low 31 bits."""
     x = ((x ^ (x >> 16)) * MIX) & MASK
     x = ((x ^ (x >> 16)) * MIX) & MASK
     return x ^ (x >> 16)
@@ -17,7 +17,7 @@ def _mix(x, MASK: tl.constexpr, MIX: tl.constexpr):
 
 @triton.jit
 def _row_key(seeds_ptr, positions_ptr, row, MASK: tl.constexpr, MIX: tl.constexpr):
-    """race.row_keys for one row: the int64 seed folded to 31 bits (an arithmetic shift, as torch's), mixed
+    """sampling.row_keys for one row: the int64 seed folded to 31 bits (an arithmetic shift, as torch's), mixed
     twice, then mixed with the position's low 31 bits."""
     seed = tl.load(seeds_ptr + row)
     folded = ((seed ^ (seed >> 31)) & MASK).to(tl.uint32)
