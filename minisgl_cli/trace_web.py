@@ -1,6 +1,6 @@
 """``minisgl trace --web``: the offline run (or a saved trace, with ``--replay``) in the browser, on a local port.
 
-The live run feeds the same page and stream as ``minisgl serve --dashboard`` (minisgl_cli/serve/dashboard.py),
+The live run feeds the same page and stream as ``minisgl serve --dashboard`` (minisgl_cli/dashboard.py),
 from the engine's step callbacks on this thread; the prompts are the user's own, so they are shown. A replay
 serves the saved trace's replay page (render/html_replay.py), which plays it step by step. Either way the server
 runs on a thread beside the run and keeps serving after it until Ctrl-C, so the run can still be looked at.
@@ -65,16 +65,16 @@ class LiveRun:
 
     def __init__(self, labels: list[str], model: str, options: dict[str, Any],
                  report_radix: Callable[[bool], None]) -> None:
-        from minisgl_cli.serve.dashboard import StepRing, add_dashboard_routes
+        from minisgl_cli.dashboard import add_live_dashboard
 
         self.labels = labels
         self._prompt: dict[int, int] = {}
         self._generated: dict[int, int] = {}
         self._finish: dict[int, str] = {}
         self._text: dict[int, str] = {}
-        self.ring = StepRing(self.facts, True, history=HISTORY, report_radix=report_radix)
         self.app = _app()
-        add_dashboard_routes(self.app, self.ring, model, options)
+        self.ring = add_live_dashboard(self.app, self.facts, True, model, options, history=HISTORY,
+                                       report_radix=report_radix)
 
     def add(self, event: StepEvent) -> None:
         for r in event.reqs:

@@ -1,5 +1,1 @@
-"""The OpenAI-compatible HTTP server on the engine (``minisgl serve``).
-
-protocol: request bodies and their SamplingParams; bridge: the asyncio side of the engine's loop thread;
-api: the FastAPI routes and server-sent events; metrics: Prometheus text; command: the Typer command.
-"""
+"""``minisgl serve``: the command (options, checks, start, signals); the HTTP API it starts is serving/api/."""

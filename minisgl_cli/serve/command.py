@@ -93,10 +93,10 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
     import uvicorn  # the server's libraries load only for this command
 
-    from minisgl_cli.serve.api import create_app
-    from minisgl_cli.serve.bridge import EngineBridge
+    from serving.api.app import create_app
+    from serving.api.bridge import EngineBridge
     from minisgl_cli.serve.checks import check_api_key, check_origins, check_tls
-    from minisgl_cli.serve.stats_log import StatsLog
+    from serving.api.stats_log import StatsLog
     from minisgl_cli.trace_exports import serve_header
     from minisgl_cli.trace_file import TraceFile
 
@@ -164,14 +164,14 @@ def plain_lines(err: Console) -> Callable[[str], None]:
 
 def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: bool) -> None:
     """/dashboard and its event stream, fed by the engine's step events."""
-    from minisgl_cli.serve.dashboard import StepRing, add_dashboard_routes
-    from minisgl_cli.serve.figures import LiveFigures
+    from minisgl_cli.dashboard import add_live_dashboard
+    from serving.api.figures import LiveFigures
 
     remote = bridge.llm
-    ring = StepRing(bridge.facts, show_text, decode=remote.tokenizer.decode, report_radix=remote.report_radix,
-                    figures=LiveFigures(bridge))
+    ring = add_live_dashboard(app, bridge.facts, show_text, bridge.model_name, options,
+                              decode=remote.tokenizer.decode, report_radix=remote.report_radix,
+                              figures=LiveFigures(bridge))
     remote.add_step_callback(ring.add)
-    add_dashboard_routes(app, ring, bridge.model_name, options)
 
 
 def bind_listener(host: str, port: int) -> socket.socket:

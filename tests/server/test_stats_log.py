@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from minisgl_cli.serve.metrics import Metrics
-from minisgl_cli.serve.stats_log import StatsLog
+from serving.api.metrics import Metrics
+from serving.api.stats_log import StatsLog
 
 
 class Bridge:

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from minisgl_cli.serve.bridge import EngineBridge
+from serving.api.bridge import EngineBridge
 
 MIN_INTERVAL_S = 1.0
 

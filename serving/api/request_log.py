@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from minisgl_cli.serve.protocol import API_PATHS
+from serving.api.protocol import API_PATHS
 
 ID_HEADER = b"x-request-id"
 MAX_ID_BYTES = 128

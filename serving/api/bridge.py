@@ -20,8 +20,8 @@ from core import SamplingParams
 from core.errors import ContextLengthError, EngineDeadError
 from serving.remote import RemoteEngine
 from core.scheduler.reply import Reply
-from minisgl_cli.serve.metrics import Metrics
-from minisgl_cli.serve.protocol import ApiError
+from serving.api.metrics import Metrics
+from serving.api.protocol import ApiError
 
 RETRY_AFTER_S = 1
 RECENT = 4096  # requests whose facts a dashboard can still ask for

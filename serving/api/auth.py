@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from fastapi.responses import JSONResponse
 
-from minisgl_cli.serve.protocol import API_PATHS, ApiError
+from serving.api.protocol import API_PATHS, ApiError
 
 
 

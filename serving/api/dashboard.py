@@ -8,6 +8,9 @@ arrivals and finishes folded in. A viewer that stops reading blocks only its own
 holds one message and its socket's buffer: the ring moves on without it.
 
 The radix tree costs the engine a walk per step, so it is asked for only while some viewer's stream wants it.
+
+The page and each step's record are shaped in render/ (render/dashboard_page.py); the command hands them in (the
+page as text, the record as a function), so this side stays free of the views.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from core.events import StepEvent
-from render.dashboard_page import Facts, dashboard_html, dashboard_record
+
+# one step's record for the page: the step, and the steps folded into it that a lagging viewer will never see
+StepRecord = Callable[[StepEvent, list[StepEvent]], dict[str, Any]]
 
 HISTORY = 240  # steps a viewer can step back through, and the ring's size
 CATCH_UP = 8  # a viewer this many steps behind or more gets only the newest
@@ -31,12 +36,10 @@ FIGURES_EVERY_S = 1.0
 class StepRing:
     """The newest step events of one server, for any number of viewers."""
 
-    def __init__(self, facts: Facts, show_text: bool, *, history: int = HISTORY,
-                 decode: Callable[[list[int]], str] | None = None,
+    def __init__(self, record: StepRecord, *, history: int = HISTORY,
                  report_radix: Callable[[bool], None] | None = None,
                  figures: Callable[[], dict[str, Any]] | None = None) -> None:
-        self.facts, self.show_text, self.history, self.decode = facts, show_text, history, decode
-        self.figures = figures
+        self.record, self.history, self.figures = record, history, figures
         self._ring: deque[StepEvent] = deque(maxlen=history)
         self._report_radix = report_radix
         self._radix_viewers = 0
@@ -72,12 +75,10 @@ class StepRing:
 
     def _record(self, event: StepEvent, skipped: list[StepEvent]) -> str:
         if skipped:
-            return json.dumps(dashboard_record(event, self.facts, self.show_text, self.decode, skipped),
-                              ensure_ascii=False, separators=(",", ":"))
+            return json.dumps(self.record(event, skipped), ensure_ascii=False, separators=(",", ":"))
         text = self._records.get(event.step)
         if text is None:
-            text = json.dumps(dashboard_record(event, self.facts, self.show_text, self.decode),
-                              ensure_ascii=False, separators=(",", ":"))
+            text = json.dumps(self.record(event, []), ensure_ascii=False, separators=(",", ":"))
             self._records[event.step] = text
             oldest = self._ring[0].step if self._ring else event.step
             for step in [s for s in self._records if s < oldest]:
@@ -127,15 +128,13 @@ class StepRing:
                     self._report_radix(False)
 
 
-def add_dashboard_routes(app: Any, ring: StepRing, model: str, options: dict[str, Any]) -> None:
-    """GET /dashboard (the page) and GET /dashboard/events (its stream); nothing that changes the engine's work
-    but whether step events carry the radix tree."""
+def add_dashboard_routes(app: Any, ring: StepRing, page: str, csp: str) -> None:
+    """GET /dashboard (the page, served under its Content-Security-Policy ``csp``) and GET /dashboard/events (its
+    stream, at the URL the page names); nothing that changes the engine's work but whether step events carry the
+    radix tree."""
     from fastapi.responses import HTMLResponse, StreamingResponse
 
-    from render.dashboard_page import CSP
-
-    page = dashboard_html(model, options, ring.show_text, ring.history, events_url="/dashboard/events")
-    headers = {"Content-Security-Policy": CSP, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+    headers = {"Content-Security-Policy": csp, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
 
     @app.get("/dashboard")
     async def dashboard() -> HTMLResponse:

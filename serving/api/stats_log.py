@@ -1,7 +1,7 @@
 """``serve --log-stats SECONDS``: while the server works, a line on stderr every few seconds with its throughput,
 its batch and its KV cache, so whoever runs it sees it work without a metrics scraper.
 
-The figures are the ones /metrics gives (serve/metrics.py, the engine's numbers from its last step), the rates
+The figures are the ones /metrics gives (metrics.py, the engine's numbers from its last step), the rates
 taken over the interval since the last line. An idle server writes one line after its last request and then
 nothing until the next one arrives.
 """

@@ -25,11 +25,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from core.errors import InvalidParamsError
 from core.scheduler.reply import Reply
-from minisgl_cli.serve.auth import RequireApiKey
-from minisgl_cli.serve.bridge import EngineBridge, Tracked
-from minisgl_cli.serve.protocol import (ApiError, ChatRequest, CompletionRequest, DetokenizeRequest, Message,
+from serving.api.auth import RequireApiKey
+from serving.api.bridge import EngineBridge, Tracked
+from serving.api.protocol import (ApiError, ChatRequest, CompletionRequest, DetokenizeRequest, Message,
                                         TokenizeRequest, template_messages)
-from minisgl_cli.serve.request_log import RequestIds, RequestRecord
+from serving.api.request_log import RequestIds, RequestRecord
 
 
 class ClientGone(Exception):
@@ -88,9 +88,9 @@ class Gathered:
 
 def create_app(bridge: EngineBridge, api_key: str | None = None,
                log_request: Callable[[str], None] | None = None, allow_origins: list[str] | None = None) -> FastAPI:
-    """The app; with ``api_key``, everything under /v1/ answers only a client that sends it (serve/auth.py);
+    """The app; with ``api_key``, everything under /v1/ answers only a client that sends it (auth.py);
     every response carries its request's id, and ``log_request`` hears each API request's line
-    (serve/request_log.py); pages from ``allow_origins`` may call it from a browser (CORS)."""
+    (request_log.py); pages from ``allow_origins`` may call it from a browser (CORS)."""
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None)
     llm = bridge.llm
     tokenizer = llm.tokenizer
