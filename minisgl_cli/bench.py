@@ -4,7 +4,7 @@ behind its HTTP server at several request rates (minisgl_cli/bench_serve.py)."""
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -34,56 +34,58 @@ def _check_rates(value: Optional[str]) -> Optional[str]:
     return value
 
 
-def bench(
-    workload: Optional[str] = typer.Option(
-        None, help=f"One of {', '.join(WORKLOADS)}; default 'cpu' without CUDA, else 'nanovllm'."),
-    model: engine_option("model") = None,
-    requests: Optional[int] = typer.Option(None, min=1, help="Number of requests; default the workload's."),
-    seed: int = typer.Option(0, help="Seed for the random prompts and lengths."),
-    hf_requests: Optional[int] = typer.Option(
-        None, "--hf-requests", min=1, help="Run the transformers baselines on only the first N requests (their tokens/s "
-                                    "is measured on those); default all."),
-    skip_baselines: bool = typer.Option(False, "--skip-baselines", metavar=FLAG, help="Run only the engine."),
-    baselines: Optional[str] = typer.Option(
-        None, help=f"A comma-separated subset of {', '.join(BASELINES)} (written without spaces, e.g. "
-                   f"{BASELINES[0]},{BASELINES[1]}); default all of them on a CPU, {' and '.join(CUDA_BASELINES)} "
-                   f"on CUDA."),
-    device: engine_option("device") = None,
-    threads: Optional[int] = typer.Option(
-        None, min=1, help="torch threads for the whole run; default torch's (one per core). On a busy machine "
-                          "1 gives steadier figures."),
-    tp: engine_option("tp") = 1,
-    kv_dtype: engine_option("kv_dtype") = "auto",
-    precision: engine_option("precision") = "exact",
-    page_size: Optional[int] = typer.Option(
-        None, "--page-size", min=1, help="Tokens per KV page for the engine; default 128 on CUDA (flashinfer's decode "
-                                         "reads large head-major pages fastest), the engine's default (1) on a CPU."),
-    baseline_seconds: Optional[float] = typer.Option(
-        None, "--baseline-seconds", min=1.0, help="Stop each baseline after this long and measure it on the "
-                                                   "tokens it made; default 45 on CUDA, no limit on a CPU."),
-    as_json: bool = typer.Option(False, "--json", metavar=FLAG, help="Print one JSON object instead of the table."),
-    serve: bool = typer.Option(
-        False, "--serve", metavar=FLAG, rich_help_panel=SERVING,
-        help="Measure the engine behind 'minisgl serve' instead: the requests as streaming completions at each "
-             "--rate (throughput, TTFT, TPOT, ITL), beside LLM.generate on the same requests."),
-    rate: Optional[str] = typer.Option(
-        None, "--rate", callback=_check_rates, rich_help_panel=SERVING, show_default=False,
-        help="Requests per second, Poisson arrivals (seeded); a comma-separated list runs each in turn; 'inf' "
-             "sends every request at once. Default: inf."),
-    url: Optional[str] = typer.Option(
-        None, "--url", rich_help_panel=SERVING,
-        help="Drive the server already running at this address (e.g. http://127.0.0.1:8000) instead of starting "
-             "one; --model then names its model (its config gives the vocabulary the prompts are drawn from)."),
-    api_key: Optional[str] = typer.Option(
-        None, "--api-key", rich_help_panel=SERVING,
-        help="The key the server at --url wants (its 'minisgl serve --api-key'), sent as a bearer token."),
-    skip_offline: bool = typer.Option(False, "--skip-offline", metavar=FLAG, rich_help_panel=SERVING,
-                                      help="Leave out the offline pass (LLM.generate in this process)."),
-    max_running: Optional[int] = typer.Option(
-        None, "--max-running", min=1, rich_help_panel=SERVING,
-        help="Most requests in one batch, for the server started here and the offline engine alike; default "
-             "every request, at most 256."),
-) -> None:
+Workload = Annotated[Optional[str], typer.Option(
+    help=f"One of {', '.join(WORKLOADS)}; default 'cpu' without CUDA, else 'nanovllm'.")]
+Requests = Annotated[Optional[int], typer.Option(min=1, help="Number of requests; default the workload's.")]
+Seed = Annotated[int, typer.Option(help="Seed for the random prompts and lengths.")]
+HfRequests = Annotated[Optional[int], typer.Option(
+    "--hf-requests", min=1, help="Run the transformers baselines on only the first N requests (their tokens/s is "
+                                 "measured on those); default all.")]
+SkipBaselines = Annotated[bool, typer.Option("--skip-baselines", metavar=FLAG, help="Run only the engine.")]
+Baselines = Annotated[Optional[str], typer.Option(
+    help=f"A comma-separated subset of {', '.join(BASELINES)} (written without spaces, e.g. "
+         f"{BASELINES[0]},{BASELINES[1]}); default all of them on a CPU, {' and '.join(CUDA_BASELINES)} on CUDA.")]
+Threads = Annotated[Optional[int], typer.Option(
+    min=1, help="torch threads for the whole run; default torch's (one per core). On a busy machine 1 gives "
+                "steadier figures.")]
+PageSize = Annotated[Optional[int], typer.Option(
+    "--page-size", min=1, help="Tokens per KV page for the engine; default 128 on CUDA (flashinfer's decode reads "
+                               "large head-major pages fastest), the engine's default (1) on a CPU.")]
+BaselineSeconds = Annotated[Optional[float], typer.Option(
+    "--baseline-seconds", min=1.0, help="Stop each baseline after this long and measure it on the tokens it made; "
+                                        "default 45 on CUDA, no limit on a CPU.")]
+AsJson = Annotated[bool, typer.Option("--json", metavar=FLAG, help="Print one JSON object instead of the table.")]
+Serve = Annotated[bool, typer.Option(
+    "--serve", metavar=FLAG, rich_help_panel=SERVING,
+    help="Measure the engine behind 'minisgl serve' instead: the requests as streaming completions at each --rate "
+         "(throughput, TTFT, TPOT, ITL), beside LLM.generate on the same requests.")]
+Rate = Annotated[Optional[str], typer.Option(
+    "--rate", callback=_check_rates, rich_help_panel=SERVING, show_default=False,
+    help="Requests per second, Poisson arrivals (seeded); a comma-separated list runs each in turn; 'inf' sends "
+         "every request at once. Default: inf.")]
+Url = Annotated[Optional[str], typer.Option(
+    "--url", rich_help_panel=SERVING,
+    help="Drive the server already running at this address (e.g. http://127.0.0.1:8000) instead of starting one; "
+         "--model then names its model (its config gives the vocabulary the prompts are drawn from).")]
+ApiKey = Annotated[Optional[str], typer.Option(
+    "--api-key", rich_help_panel=SERVING,
+    help="The key the server at --url wants (its 'minisgl serve --api-key'), sent as a bearer token.")]
+SkipOffline = Annotated[bool, typer.Option(
+    "--skip-offline", metavar=FLAG, rich_help_panel=SERVING,
+    help="Leave out the offline pass (LLM.generate in this process).")]
+MaxRunning = Annotated[Optional[int], typer.Option(
+    "--max-running", min=1, rich_help_panel=SERVING,
+    help="Most requests in one batch, for the server started here and the offline engine alike; default every "
+         "request, at most 256.")]
+
+
+def bench(workload: Workload = None, model: engine_option("model") = None, requests: Requests = None, seed: Seed = 0,
+          hf_requests: HfRequests = None, skip_baselines: SkipBaselines = False, baselines: Baselines = None,
+          device: engine_option("device") = None, threads: Threads = None, tp: engine_option("tp") = 1,
+          kv_dtype: engine_option("kv_dtype") = "auto", precision: engine_option("precision") = "exact",
+          page_size: PageSize = None, baseline_seconds: BaselineSeconds = None, as_json: AsJson = False,
+          serve: Serve = False, rate: Rate = None, url: Url = None, api_key: ApiKey = None,
+          skip_offline: SkipOffline = False, max_running: MaxRunning = None) -> None:
     """Measure throughput against transformers (one at a time, static batch, continuous batching).
 
     With --precision fast (or int8) the exact engine runs first in the same run, as 'minisgl exact'.
