@@ -12,7 +12,7 @@ what ``--svg`` saves. Ctrl-C stops cleanly: the live display is closed, the step
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console, RenderableType
@@ -99,16 +99,11 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     out, err = stdout_console(), Console(stderr=True)
     exports = x.Exports(html, perfetto)
     server = _web_server(web_port, err) if web else None
+    view_options = x.ReplayView(show_radix, not no_legend, step_delay, step)
     if replay:
         if prompts is not None:
             raise typer.BadParameter("a replay takes no PROMPTS: the trace file holds the run", param_hint="'--replay'")
-        if server is not None:
-            from minisgl_cli.trace_web import replay_app
-
-            server.start(replay_app(x.load_replay(replay)))
-        x.replay(replay, x.ReplayView(show_radix, not no_legend, step_delay, step), exports, svg, out, err)
-        if server is not None:
-            server.serve_until_interrupted(err)
+        _replay(replay, view_options, exports, svg, server, out, err)
         return
     if show_radix and engine.cache != "radix":
         raise InvalidParamsError(f"--show-radix: the radix tree needs --cache radix (--cache {engine.cache} keeps "
@@ -155,14 +150,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
             trace_file.close()
     verdicts = check_against_reference(llm, inputs, job, results, Activity(err)) if verify else None
     run = Trace(header, view.events, results)
-    screen: list[RenderableType] = x.final_screen(run, show_radix, not no_legend, llm.tokenizer.decode, verdicts)
-    if verdicts is not None:
-        screen.append(summary_line(verdicts))
-    for renderable in screen:
-        out.print(renderable)
-    if svg:
-        save_svg(screen, svg, title="minisgl trace")
-        err.print(f"[dim]saved {svg}[/]")
+    _show_run(run, verdicts, view_options, llm.tokenizer.decode, svg, out, err)
     if trace_file:
         err.print(f"[dim]wrote {trace_file.lines} step events to {trace_file.path}[/]")
     exports.save(run, err, llm.tokenizer.decode)
@@ -172,6 +160,31 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     if verdicts is not None and not all(v.exact for v in verdicts):
         raise typer.Exit(SOME_FAILED)
     exit_for(results, Activity(err))
+
+
+def _replay(path: Path, view: x.ReplayView, exports: x.Exports, svg: Optional[Path], server: Any, out: Console,
+            err: Console) -> None:
+    """``--replay``: the saved run step by step, and with ``--web`` its replay page until Ctrl-C."""
+    if server is not None:
+        from minisgl_cli.trace_web import replay_app
+
+        server.start(replay_app(x.load_replay(path)))
+    x.replay(path, view, exports, svg, out, err)
+    if server is not None:
+        server.serve_until_interrupted(err)
+
+
+def _show_run(run: Trace, verdicts: Optional[list], view: x.ReplayView, decode: Any, svg: Optional[Path],
+              out: Console, err: Console) -> None:
+    """The final screen (generations, timeline, and the verdicts under --verify), also as an SVG with --svg."""
+    screen: list[RenderableType] = x.final_screen(run, view.show_radix, view.show_legend, decode, verdicts)
+    if verdicts is not None:
+        screen.append(summary_line(verdicts))
+    for renderable in screen:
+        out.print(renderable)
+    if svg:
+        save_svg(screen, svg, title="minisgl trace")
+        err.print(f"[dim]saved {svg}[/]")
 
 
 def _web_server(port: int, err: Console):
