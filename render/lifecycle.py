@@ -27,10 +27,6 @@ class RequestLife:
     waits: dict[int, WaitReason]  # step -> why it was not admitted in that step (when the events say)
     finish_step: int | None = None  # the step it finished in; None if it had not when the trace ends
 
-    @property
-    def scheduled_steps(self) -> list[int]:
-        return [i for i, s in enumerate(self.states) if s in (PREFILL, DECODE)]
-
 
 def arrival_steps(events: Sequence[StepEvent], num_requests: int) -> list[int]:
     """The step before which each request arrived; 0 for requests no event reports arriving."""

@@ -212,3 +212,54 @@ def test_the_walk_sees_a_library_imported_inside_a_function(tmp_path):
     source.write_text("import torch\n\ndef f():\n    import httpx\n    from rich.console import Console\n")
     assert [(line, name) for line, name in outside_imports(source) if name in NOT_IN_CORE] == \
         [(4, "httpx"), (5, "rich")]
+
+
+ROOT = CORE.parent
+SCHEDULER = CORE / "scheduler"
+
+
+def private_members(path: Path, class_name: str) -> set[str]:
+    """The underscore names a class defines: its methods and what its methods assign on ``self``."""
+    cls = next(n for n in ast.walk(ast.parse(path.read_text(), str(path)))
+               if isinstance(n, ast.ClassDef) and n.name == class_name)
+    names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    names |= {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+              and isinstance(n.value, ast.Name) and n.value.id == "self"}
+    return {n for n in names if n.startswith("_") and not n.endswith("__")}
+
+
+def private_uses(path: Path, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) for every ``<other>.<name>`` in ``path`` with ``name`` among ``names``: on anything but
+    ``self``, or on ``self`` too inside a subclass of Scheduler (another class may have a ``self._rng`` of its own)."""
+    found = []
+    tree = ast.parse(path.read_text(), str(path))
+    subclasses = [c for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                  and any(isinstance(b, ast.Name) and b.id == "Scheduler" for b in c.bases)]
+    in_subclass = {id(n) for c in subclasses for n in ast.walk(c)}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Attribute) and n.attr in names:
+            on_self = isinstance(n.value, ast.Name) and n.value.id == "self"
+            if not on_self or id(n) in in_subclass:
+                found.append((n.lineno, n.attr))
+    return found
+
+
+def test_nothing_outside_the_scheduler_package_touches_a_schedulers_underscore_members():
+    """core/llm, the loops' callers and the tensor-parallel workers use the Scheduler's public face (its
+    docstring lists it); its underscore members are its own, so they can change without a search."""
+    names = private_members(SCHEDULER / "scheduler.py", "Scheduler")
+    assert {"_run_loop", "_scheduled", "_freed_by_reset"} <= names
+    files = [p for package in ("core", "render", "serving", "minisgl_cli", "tests")
+             for p in sorted((ROOT / package).rglob("*.py")) if SCHEDULER not in p.parents]
+    wrong = [f"{p.relative_to(ROOT)}:{line} uses {name}" for p in files for line, name in private_uses(p, names)]
+    assert not wrong, "a scheduler's underscore members used outside core/scheduler:\n" + "\n".join(wrong)
+
+
+def test_the_walk_sees_a_schedulers_underscore_member(tmp_path):
+    """The check itself: a private method called and a private attribute written are both found."""
+    source = tmp_path / "probe.py"
+    source.write_text("def f(core):\n    core.scheduler._run_loop(False)\n    core.scheduler._scheduled = 0\n"
+                      "class Mine:\n    def g(self):\n        self._scheduled = 1\n"
+                      "class Follower(Scheduler):\n    def h(self):\n        return self._scheduled\n")
+    assert sorted(private_uses(source, {"_run_loop", "_scheduled"})) == \
+        [(2, "_run_loop"), (3, "_scheduled"), (9, "_scheduled")]

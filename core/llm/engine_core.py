@@ -58,7 +58,7 @@ class EngineCore:
         finishes every request already taken in and returns."""
         self.scheduler.stop_requested.clear()
         with self._owning_the_loop():
-            self.scheduler._run_loop(stop_when_idle=False)
+            self.scheduler.run_until_stopped()
 
     def stop(self) -> None:
         """Have ``serve_forever`` return once every request is answered. Safe from any thread."""
@@ -89,9 +89,8 @@ class EngineCore:
         self.post(ResetPrefixCache())
         if self._loop_thread is not None:
             return None
-        self.scheduler._freed_by_reset = 0
         self.run_until_idle()
-        return self.scheduler._freed_by_reset
+        return self.scheduler.pages_freed_by_last_reset
 
     def forget(self, uids: list[int]) -> None:
         """Drop requests whose caller gave up while no loop runs: unposted ones vanish, taken-in ones are freed
@@ -99,7 +98,7 @@ class EngineCore:
         self.scheduler.inbox.discard_requests(set(uids))
         if self._group.info.size == 1:  # with tp > 1 the failed loop's guard has already stopped the workers
             for uid in uids:
-                self.scheduler._abort(uid)
+                self.scheduler.abort(uid)
 
     def close(self) -> None:
         """Stop the tensor-parallel workers, if any."""

@@ -112,9 +112,6 @@ class LLM:
         """``fn(event)`` after every step, on the loop's thread (core/events.py)."""
         self.scheduler.add_step_callback(fn)
 
-    def remove_step_callback(self, fn: StepCallback) -> None:
-        self.scheduler.step_callbacks.remove(fn)
-
     def add_before_step_callback(self, fn: Callable[[int], None]) -> None:
         self.scheduler.add_before_step_callback(fn)
 
@@ -214,7 +211,7 @@ class LLM:
                 else:
                     self.run_until_idle()
             else:
-                self._run_arrivals(ArrivalFeeder(arrivals, self.scheduler._scheduled), submit)
+                self._run_arrivals(ArrivalFeeder(arrivals, self.scheduler.steps_scheduled), submit)
         except BaseException:  # Ctrl-C or an error mid-run: free what this call holds, so the LLM stays usable
             self._abandon([uid for uid in uids if uid is not None])
             raise
@@ -224,8 +221,8 @@ class LLM:
         def at_step(step: int) -> None:
             submit(feeder.due(step))
 
-        submit(feeder.due(self.scheduler._scheduled))
-        self.scheduler.before_step_callbacks.append(at_step)
+        submit(feeder.due(self.scheduler.steps_scheduled))
+        self.scheduler.add_before_step_callback(at_step)
         try:
             while True:
                 self.run_until_idle()

@@ -50,7 +50,7 @@ class Follower(Scheduler):
         self.eos_token_ids = command.eos_token_ids
         return list(command.messages)
 
-    def _wait_for_work(self, stop_when_idle: bool) -> bool:
+    def wait_for_work(self, stop_when_idle: bool) -> bool:
         return True  # the next broadcast is the wait
 
 
@@ -69,7 +69,7 @@ def worker_main(rank: int, size: int, port: int, backend: str, config: EngineCon
             scheduler = Follower(config, model_dir, control)
         freeze_startup_heap()
         dist.all_gather_object([None] * size, "ready", group=control)
-        scheduler._run_loop(stop_when_idle=False)  # until rank 0 says stop
+        scheduler.run_until_stopped()  # until rank 0 says stop
         scheduler.engine.release_cuda_graphs()  # graphs hold NCCL work: free them before the communicators
         leave_groups()
     except BaseException as exc:  # noqa: BLE001 - report, then leave: rank 0 turns this into WorkerError

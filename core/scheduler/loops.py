@@ -30,51 +30,51 @@ class Steps(Protocol):
     @property
     def busy(self) -> bool: ...
 
-    def _wait_for_work(self, stop_when_idle: bool) -> bool: ...
+    def wait_for_work(self, stop_when_idle: bool) -> bool: ...
 
-    def _receive(self) -> bool: ...
+    def receive(self) -> bool: ...
 
-    def _schedule_next_batch(self) -> Prepared | None: ...
+    def schedule_next_batch(self) -> Prepared | None: ...
 
-    def _launch(self, prepared: Prepared) -> InFlight: ...
+    def launch(self, prepared: Prepared) -> InFlight: ...
 
-    def _finish(self, flight: InFlight) -> None: ...
+    def finish(self, flight: InFlight) -> None: ...
 
-    def _fail_stuck_requests(self) -> None: ...
+    def fail_stuck_requests(self) -> None: ...
 
 
 def plain_loop(steps: Steps, stop_when_idle: bool) -> None:
     """Each step finishes (launch, wait, handle results) before the next is scheduled."""
     while True:
-        if not steps.busy and not steps._wait_for_work(stop_when_idle):
+        if not steps.busy and not steps.wait_for_work(stop_when_idle):
             return
-        if not steps._receive():
+        if not steps.receive():
             return
         if not steps.busy:
             continue
-        prepared = steps._schedule_next_batch()
+        prepared = steps.schedule_next_batch()
         if prepared is None:
-            steps._fail_stuck_requests()
+            steps.fail_stuck_requests()
             continue
-        steps._finish(steps._launch(prepared))
+        steps.finish(steps.launch(prepared))
 
 
 def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
     """Launch step N, then handle step N-1's results while step N runs."""
     last: InFlight | None = None
     while True:
-        if last is None and not steps.busy and not steps._wait_for_work(stop_when_idle):
+        if last is None and not steps.busy and not steps.wait_for_work(stop_when_idle):
             return
-        if not steps._receive():
+        if not steps.receive():
             if last is not None:
-                steps._finish(last)
+                steps.finish(last)
             return
-        prepared = steps._schedule_next_batch() if steps.busy else None
-        current = steps._launch(prepared) if prepared is not None else None
+        prepared = steps.schedule_next_batch() if steps.busy else None
+        current = steps.launch(prepared) if prepared is not None else None
         if last is not None:
-            steps._finish(last)  # frees made here wait for ``current``
+            steps.finish(last)  # frees made here wait for ``current``
         elif current is None:
-            steps._fail_stuck_requests()  # nothing in flight, nothing held: the head can never fit
+            steps.fail_stuck_requests()  # nothing in flight, nothing held: the head can never fit
         last = current
 
 

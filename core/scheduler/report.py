@@ -4,13 +4,15 @@ for step events; the scheduler's decisions never depend on any of it."""
 
 from __future__ import annotations
 
-from typing import Iterable
+import time
+from typing import Callable, Iterable
 
-from core.events import KVUsage, RadixNodeView, StepEvent, WaitReason
+from core.events import KVUsage, RadixNodeView, ReqStep, StepCallback, StepEvent, WaitReason
 from core.kvcache.prefix import PrefixCache
-from core.request import Req
-from core.scheduler.prefill import PendingReq
-from core.scheduler.step import Prepared
+from core.request import Batch, Req
+from core.scheduler.cache import CacheManager
+from core.scheduler.prefill import PendingReq, PrefillManager
+from core.scheduler.step import Prepared, StepReport
 
 FIRST_TOKENS_SHOWN = 8
 
@@ -54,11 +56,59 @@ def radix_view(running: Iterable[Req], cache: PrefixCache) -> tuple[RadixNodeVie
 def step_event(step: int, prepared: Prepared, finished: tuple[int, ...], elapsed_s: float, kv_pages_total: int,
                tp_size: int, radix: tuple[RadixNodeView, ...] | None, started_s: float) -> StepEvent:
     """The event for a finished step, from what was recorded when it was scheduled."""
-    batch = prepared.batch
+    batch, report = prepared.batch, prepared.report
     return StepEvent(
         step=step, phase=batch.phase, batch_size=batch.size,
-        num_tokens=len(batch.positions) if batch.is_prefill else batch.size, reqs=prepared.req_steps,
-        kv_pages_used=prepared.pages_used, kv_pages_total=kv_pages_total, elapsed_s=elapsed_s, tp_size=tp_size,
-        note=prepared.note, finished=finished, waiting=prepared.waiting, kv_pages_cached=prepared.pages_cached,
-        arrived=prepared.arrived, waits=prepared.waits, kv=prepared.kv, evicted_pages=prepared.evicted_pages,
+        num_tokens=len(batch.positions) if batch.is_prefill else batch.size, reqs=report.req_steps,
+        kv_pages_used=report.pages_used, kv_pages_total=kv_pages_total, elapsed_s=elapsed_s, tp_size=tp_size,
+        note=report.note, finished=finished, waiting=report.waiting, kv_pages_cached=report.pages_cached,
+        arrived=report.arrived, waits=report.waits, kv=report.kv, evicted_pages=report.evicted_pages,
         radix=radix, started_s=started_s)
+
+
+class StepReporter:
+    """Records each step as it is scheduled and hands its event to the step callbacks when its result is in.
+    ``running`` gives the requests that hold rows and pages (for the KV split and the radix holders)."""
+
+    def __init__(self, cache: CacheManager, prefill: PrefillManager, tp_size: int,
+                 running: Callable[[], set[Req]]) -> None:
+        self.cache, self.prefill, self.tp_size, self.running = cache, prefill, tp_size, running
+        self.callbacks: list[StepCallback] = []
+        self.report_radix = False  # events carry the radix tree (set by watchers that draw it)
+        self.arrived: list[int] = []  # uids queued since the last scheduled step
+        self._step = 0  # steps reported so far
+        self._evicted_reported = 0
+        self._born = time.perf_counter()
+        self._last_result_at = 0.0
+
+    def record(self, batch: Batch, note: str, waiting: int, started: float) -> StepReport:
+        """What the step event will say of a step just prepared; the per-request detail only when watched."""
+        arrived, self.arrived = tuple(self.arrived), []
+        report = StepReport(req_steps=(), note=note, waiting=waiting, pages_used=self.cache.used_pages,
+                            pages_cached=self.cache.cached_pages, started=started, arrived=arrived)
+        if not self.callbacks:
+            return report
+        report.req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in batch.reqs)
+        in_batch = {r.uid for r in batch.reqs}
+        queued = [p for p in self.prefill.pending if p.uid not in in_batch]
+        report.waits = wait_reasons(queued, self.prefill.refusal, note)
+        report.kv = kv_usage({*self.running(), *batch.reqs}, self.cache.prefix_cache, self.cache.num_pages)
+        evicted = self.cache.evicted_pages
+        report.evicted_pages, self._evicted_reported = evicted - self._evicted_reported, evicted
+        return report
+
+    def emit(self, prepared: Prepared, finished: tuple[int, ...]) -> None:
+        """Report a step whose result is in. Its time runs from when it was scheduled, or, when steps overlap,
+        from the previous step's result: the time between results, what a step costs once the pipeline is full."""
+        now = time.perf_counter()
+        started = prepared.report.started
+        elapsed = now - max(started, self._last_result_at)
+        self._last_result_at = now
+        step, self._step = self._step, self._step + 1
+        if not self.callbacks:
+            return
+        radix = radix_view(self.running(), self.cache.prefix_cache) if self.report_radix else None
+        event = step_event(step, prepared, finished, elapsed, self.cache.num_pages, self.tp_size, radix,
+                           started - self._born)
+        for fn in self.callbacks:
+            fn(event)

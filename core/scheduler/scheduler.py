@@ -20,7 +20,7 @@ from core.arith import pages_for
 from core.config import EngineConfig
 from core.engine.engine import Engine
 from core.errors import RequestRejected
-from core.events import ReqStep, StepCallback
+from core.events import StepCallback
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.admission import Limits, rejection
 from core.scheduler.cache import CacheManager
@@ -32,7 +32,7 @@ from core.scheduler.policy import PhasePolicy
 from core.scheduler.prefill import PendingReq, PrefillManager
 from core.scheduler.prepare import prepare_batch
 from core.scheduler.reply import Reply
-from core.scheduler.report import kv_usage, radix_view, step_event, wait_reasons
+from core.scheduler.report import StepReporter
 from core.scheduler.results import take_tokens
 from core.scheduler.stats import scheduler_stats
 from core.scheduler.step import InFlight, Prepared
@@ -45,7 +45,18 @@ ReplySink = Callable[[list[Reply]], None]
 class Scheduler:
     """One rank's loop. Its IO is given at construction: ``send_result`` receives every step's replies (rank 0's
     client: the LLM, or the engine process's outbox), ``exchange`` turns the messages this rank took in into
-    those every rank applies (tensor parallelism shares rank 0's; None ends the loop)."""
+    those every rank applies (tensor parallelism shares rank 0's; None ends the loop).
+
+    Its public face, all that code outside core/scheduler uses (tests/test_layering.py checks no one reaches
+    for an underscore member):
+
+    * running it: ``run_until_idle()``, ``run_until_stopped()`` (until ``stop_requested`` and idle, or until the
+      exchange says stop), ``abort(uid)`` on the loop's thread when no loop runs; ``inbox`` takes messages from
+      any thread; ``steps_scheduled`` and ``pages_freed_by_last_reset`` say what the loop has done;
+    * watching it: ``add_step_callback``, ``add_before_step_callback``, ``report_radix``, ``stats()``;
+    * the steps the loops (core/scheduler/loops.py) call in order: ``wait_for_work``, ``receive``,
+      ``schedule_next_batch``, ``launch``, ``finish`` and ``fail_stuck_requests``, with ``busy``.
+    """
 
     def __init__(self, config: EngineConfig, model_dir: Path, log: Callable[[str], None] | None = None, *,
                  send_result: ReplySink | None = None,
@@ -69,24 +80,18 @@ class Scheduler:
         self.vocab_size = self.engine.model_config.vocab_size
         self.limits = Limits(self.vocab_size, self.max_seq_len, self.page_size, self.cache_manager.num_pages)
         self.policy = PhasePolicy(config.max_prefill_streak)
-        self.step_callbacks: list[StepCallback] = []
+        self.reporter = StepReporter(self.cache_manager, self.prefill_manager, config.tp, self._running)
         self.before_step_callbacks: list[Callable[[int], None]] = []
         self.inbox = Inbox()
         self.stop_requested = threading.Event()  # leave the loop once idle (the LLM's stop())
-        self._step = 0  # steps reported so far
         self._scheduled = 0  # steps scheduled so far: the index of the next one
-        self._arrived: list[int] = []  # uids queued since the last scheduled step
-        self._freed_by_reset = 0
-        self.report_radix = False  # step events carry the radix tree (set by watchers that draw it)
-        self._evicted_reported = 0
-        self._born = time.perf_counter()
+        self._freed_by_reset = 0  # pages the last prefix-cache reset freed on this rank
         self._rng = random.Random()
-        self._last_result_at = 0.0
         # metadata work goes on this stream; forward passes on the engine's (core/scheduler/loops.py)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
     # ---- waiting and watching ------------------------------------------------------------------------------
-    def _wait_for_work(self, stop_when_idle: bool) -> bool:
+    def wait_for_work(self, stop_when_idle: bool) -> bool:
         """Called when nothing is queued, running or in flight: True once there is mail to take, False to
         leave the loop (``stop_when_idle``, or the LLM's stop())."""
         while not self.inbox.has_mail:
@@ -95,8 +100,32 @@ class Scheduler:
             self.inbox.wait(0.1)
         return True
 
+    @property
+    def steps_scheduled(self) -> int:
+        """Steps scheduled so far: the index of the next one (the trace's arrivals count in these)."""
+        return self._scheduled
+
+    @property
+    def pages_freed_by_last_reset(self) -> int:
+        """Pages the last prefix-cache reset freed on this rank (0 before any)."""
+        return self._freed_by_reset
+
+    @property
+    def step_callbacks(self) -> list[StepCallback]:
+        """Called with every step's event (core/events.py), on the loop's thread."""
+        return self.reporter.callbacks
+
     def add_step_callback(self, fn: StepCallback) -> None:
-        self.step_callbacks.append(fn)
+        self.reporter.callbacks.append(fn)
+
+    @property
+    def report_radix(self) -> bool:
+        """Whether step events carry the radix tree (watchers that draw it turn this on)."""
+        return self.reporter.report_radix
+
+    @report_radix.setter
+    def report_radix(self, on: bool) -> None:
+        self.reporter.report_radix = on
 
     def add_before_step_callback(self, fn: Callable[[int], None]) -> None:
         """``fn(step)`` runs on the loop's thread just before step ``step`` is scheduled: a request it submits
@@ -104,7 +133,7 @@ class Scheduler:
         self.before_step_callbacks.append(fn)
 
     # ---- requests in (on the loop's thread, from the inbox) -------------------------------------------------
-    def _receive(self) -> bool:
+    def receive(self) -> bool:
         """Take in every message posted since the last step; False if the loop must end."""
         for fn in self.before_step_callbacks:
             fn(self._scheduled)
@@ -115,7 +144,7 @@ class Scheduler:
             if isinstance(message, AddRequest):
                 self._add_request(message.uid, list(message.input_ids), message.params)
             elif isinstance(message, AbortRequest):
-                self._abort(message.uid)
+                self.abort(message.uid)
             else:
                 self._freed_by_reset = self.cache_manager.reset_prefix_cache()
         return True
@@ -128,14 +157,14 @@ class Scheduler:
             return
         seed = params.seed if params.seed is not None else self._rng.getrandbits(62)
         self.prefill_manager.add(PendingReq(uid, list(input_ids), params, seed))
-        self._arrived.append(uid)
+        self.reporter.arrived.append(uid)
 
     def rejection(self, input_ids: list[int], params: SamplingParams) -> RequestRejected | None:
         """Why this request can never run here (ContextLengthError for one too long), or None. Reads only what is
         fixed when the engine is built, so any thread may ask before submitting."""
         return rejection(input_ids, params, self.limits)
 
-    def _abort(self, uid: int) -> None:
+    def abort(self, uid: int) -> None:
         """Stop a request wherever it is; its row and pages are freed and it is answered with 'abort'."""
         pending = self.prefill_manager.find(uid)
         if pending is not None:
@@ -160,12 +189,17 @@ class Scheduler:
         """Run steps, taking in new messages before each, until nothing is queued, running or posted."""
         self._run_loop(stop_when_idle=True)
 
+    def run_until_stopped(self) -> None:
+        """Run steps, waiting for messages when there are none, until ``stop_requested`` is set and nothing is
+        left, or the exchange ends the loop (a tensor-parallel worker, told by rank 0)."""
+        self._run_loop(stop_when_idle=False)
+
     def _run_loop(self, stop_when_idle: bool) -> None:
         stream = torch.cuda.stream(self.stream) if self.stream is not None else nullcontext()
         with stream, torch.inference_mode():
             (overlap_loop if self.overlap else plain_loop)(self, stop_when_idle)
 
-    def _schedule_next_batch(self) -> Prepared | None:
+    def schedule_next_batch(self) -> Prepared | None:
         started = time.perf_counter()
         decoding = self.decode_manager.runnable
         note = self.policy.forced_decode(decoding)
@@ -175,31 +209,14 @@ class Scheduler:
         self.policy.record(prefilled=scheduled is not None, decoding=decoding)
         if batch is None:
             return None
-        prepared = self._prepare(batch, writes, note, waiting, started)
-        if self.step_callbacks:
-            in_batch = {r.uid for r in batch.reqs}
-            queued = [p for p in self.prefill_manager.pending if p.uid not in in_batch]
-            prepared.waits = wait_reasons(queued, self.prefill_manager.refusal, note)
-            running = {*self._running(), *batch.reqs}
-            prepared.kv = kv_usage(running, self.cache_manager.prefix_cache, self.cache_manager.num_pages)
-            evicted = self.cache_manager.evicted_pages
-            prepared.evicted_pages, self._evicted_reported = evicted - self._evicted_reported, evicted
-        return prepared
-
-    def _prepare(self, batch: Batch, writes: list[tuple[int, int, list[int]]], note: str, waiting: int,
-                 started: float) -> Prepared:
-        """The batch's pages and indices on the device (core/scheduler/prepare.py), and its sampling arguments."""
         dev, input_index, samples = prepare_batch(batch, writes, self.engine, self.table_manager, self.cache_manager,
                                                   self.page_size, self.device)
-        reqs = batch.reqs
-        req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in reqs) if self.step_callbacks else ()
-        arrived, self._arrived = tuple(self._arrived), []
         self._scheduled += 1
-        return Prepared(batch, self.engine.sampler.prepare(batch), input_index, dev.logits_rows, dev.write_index,
-                        samples, req_steps, note, waiting, self.cache_manager.used_pages,
-                        self.cache_manager.cached_pages, started, arrived)
+        return Prepared(batch=batch, sample_args=self.engine.sampler.prepare(batch), input_index=input_index,
+                        logits_indices=dev.logits_rows, write_index=dev.write_index, samples=samples,
+                        report=self.reporter.record(batch, note, waiting, started))
 
-    def _launch(self, prepared: Prepared) -> InFlight:
+    def launch(self, prepared: Prepared) -> InFlight:
         """Queue the forward pass, then move the bookkeeping on as if it were done (the device keeps order)."""
         batch = prepared.batch
         pool = self.table_manager.flat
@@ -219,7 +236,7 @@ class Scheduler:
                     self.cache_manager.cache_req(req, finished=False)
         return InFlight(prepared, output, ticket)
 
-    def _finish(self, flight: InFlight) -> None:
+    def finish(self, flight: InFlight) -> None:
         """Wait for a launched batch, hand back what waited for it, and handle its tokens."""
         tokens = flight.output.wait().tolist()
         self.fence.complete(flight.ticket)
@@ -229,13 +246,13 @@ class Scheduler:
             self.cache_manager.cache_req(req, finished=True)
             self.table_manager.free(req.table_idx)
         self.send_result(replies)
-        self._emit(flight.prepared, tuple(req.uid for req in finished))
+        self.reporter.emit(flight.prepared, tuple(req.uid for req in finished))
 
     def _release(self, req: Req) -> None:
         self.cache_manager.release(req)
         self.table_manager.free(req.table_idx)
 
-    def _fail_stuck_requests(self) -> None:
+    def fail_stuck_requests(self) -> None:
         """Nothing could be scheduled while requests wait and none decode: the head can never fit. Answer it."""
         if self.decode_manager.runnable or not self.prefill_manager.pending:
             return
@@ -247,21 +264,6 @@ class Scheduler:
                                 f"request needs more KV pages than the pool can ever free "
                                 f"({pages_for(pending.max_kv_len, self.page_size)} needed, "
                                 f"{self.cache_manager.num_pages} in the pool)")])
-
-    def _emit(self, prepared: Prepared, finished: tuple[int, ...]) -> None:
-        """Report the step. Its time runs from when it was scheduled, or, when steps overlap, from the previous
-        step's result: the time between results, which is what a step costs once the pipeline is full."""
-        now = time.perf_counter()
-        elapsed = now - max(prepared.started, self._last_result_at)
-        self._last_result_at = now
-        step, self._step = self._step, self._step + 1
-        if not self.step_callbacks:
-            return
-        radix = radix_view(self._running(), self.cache_manager.prefix_cache) if self.report_radix else None
-        event = step_event(step, prepared, finished, elapsed, self.cache_manager.num_pages, self.config.tp, radix,
-                           prepared.started - self._born)
-        for fn in self.step_callbacks:
-            fn(event)
 
     def _running(self) -> set[Req]:
         """Requests holding a row and pages: those decoding, and those part way through a chunked prompt."""

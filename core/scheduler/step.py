@@ -13,8 +13,26 @@ from core.request import Batch
 
 
 @dataclass
+class StepReport:
+    """What the step event will say about a step, recorded when it is scheduled: the requests move on after the
+    launch, and the queue and pool change before the result comes back (core/scheduler/report.py)."""
+
+    req_steps: tuple[ReqStep, ...]  # lengths as scheduled
+    note: str  # why the phase was chosen, when forced
+    waiting: int  # requests queued when it was scheduled
+    pages_used: int
+    pages_cached: int
+    started: float  # perf_counter when scheduling began
+    arrived: tuple[int, ...]  # uids queued since the step before
+    # only when someone watches the steps (step callbacks): why each queued request waits, the pool's split
+    waits: tuple[WaitReason, ...] = ()
+    kv: KVUsage | None = None
+    evicted_pages: int = 0
+
+
+@dataclass
 class Prepared:
-    """A scheduled batch with everything its launch needs, and what the step event will report."""
+    """A scheduled batch with everything its launch needs, and the report of it for the step event."""
 
     batch: Batch
     sample_args: SampleArgs
@@ -22,16 +40,7 @@ class Prepared:
     logits_indices: torch.Tensor
     write_index: torch.Tensor  # where each request's sampled token goes in the flat token pool
     samples: list[bool]  # per request: does this step produce its next token (False for a prompt chunk)
-    req_steps: tuple[ReqStep, ...]  # lengths as scheduled (the requests move on after the launch)
-    note: str
-    waiting: int
-    pages_used: int
-    pages_cached: int
-    started: float
-    arrived: tuple[int, ...]  # uids queued since the step before
-    waits: tuple[WaitReason, ...] = ()
-    kv: KVUsage | None = None
-    evicted_pages: int = 0
+    report: StepReport
 
 
 @dataclass
