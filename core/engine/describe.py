@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from core.config import EngineConfig
+from core.engine.kv_budget import MemoryPlan, kv_budget_gb
 from core.engine.plan import EnginePlan
 from core.kernels.cuda.split_k import FEW_ROWS, slices_for
 
@@ -49,3 +51,15 @@ def size_words(num_bytes: int) -> str:
         if num_bytes >= 0.95 * scale:
             return f"{num_bytes / scale:.1f} {unit}"
     return f"{num_bytes} bytes"
+
+
+def budget_words(config: EngineConfig, memory: MemoryPlan | None) -> str:
+    """Why the KV pool has the size it has when a budget of memory set it: as asked, or what the card's memory plan
+    left it ("the 55.1 GiB left of 62.0 GiB free after 2.2 GiB for the graphs, screen and workspace and a 6.2
+    GiB reserve")."""
+    budget = kv_budget_gb(config, memory)
+    if config.kv_cache_gb or memory is None:
+        return f"the {budget:.1f} GiB budget for the cache"
+    gib = 1 << 30
+    return (f"the {budget:.1f} GiB left of {memory.free / gib:.1f} GiB free after {memory.counted / gib:.1f} GiB for "
+            f"the graphs, screen and workspace and a {memory.reserve / gib:.1f} GiB reserve")

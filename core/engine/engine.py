@@ -25,15 +25,16 @@ from core.attention.base import AttentionBackend
 from core.attention.torch_backend import TorchAttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
-from core.engine.describe import kernel_words, size_words, weight_words
+from core.engine.describe import budget_words, kernel_words, size_words, weight_words
 from core.engine.fast_step import FastStep
-from core.engine.kv_budget import default_kv_gb, pool_pages
+from core.engine.kv_budget import device_memory_plan, pool_pages
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
 from core.errors import InvalidParamsError
 from core.kvcache.pool import KVPool
 from core.distributed.comm import broadcast_from_primary
 from core.kernels.cpu.install import install_cpu_fast_paths
+from core.kernels.cuda.footprint import CudaFootprint, cuda_footprint
 from core.kernels.cuda.graphs.step import CudaGraphs
 from core.kernels.cuda.install import EngineParts, install_cuda_fast_paths, sampling_kernels
 from core.kernels.dispatch import install_kernels, kernels_for
@@ -96,8 +97,13 @@ class Engine:
         # what one cached token costs this rank's pool: what the benchmark's floor reads per token of context
         self.kv_bytes_per_token = KVPool.bytes_per_token(cfg.num_layers, self.num_kv_heads, cfg.head_dim,
                                                          self.dtype, self.kv_fp8)
+        # the card's memory planned once: the weights are loaded, what the CUDA wing keeps after the pool is counted
+        # (core/kernels/cuda/footprint.py), the pool gets the rest less a reserve (core/engine/kv_budget.py)
+        self.footprint = (cuda_footprint(self.plan, config, cfg, self.dtype, self.max_seq_len, self.tp_info.size)
+                          if self.device.type == "cuda" else CudaFootprint())
+        self.memory = device_memory_plan(self.device, self.footprint.total)
         self.num_pages = pool_pages(config, self.kv_bytes_per_token, self.page_size, self.max_seq_len,
-                                    self.tp_info.size, self.device)
+                                    self.tp_info.size, self.device, self.memory)
         # one page more than the cache hands out: padding rows of a CUDA-graph batch write their KV there
         self.dummy_page = self.num_pages
         self.kv_pool = KVPool(cfg.num_layers, self.num_pages + 1, self.page_size, self.num_kv_heads, cfg.head_dim,
@@ -146,7 +152,7 @@ class Engine:
             why = (f"room for {running} at the full {self.max_seq_len:,}-token context, so it "
                    f"grows with the number of requests run at once")
         else:
-            why = f"the {self.config.kv_cache_gb or default_kv_gb(self.device):.1f} GiB budget for the cache"
+            why = budget_words(self.config, self.memory)
         plan = self.plan
         graphs = f"CUDA graphs up to batch {plan.cuda_graph_max_bs}" if plan.cuda_graph_max_bs else "no CUDA graphs"
         if self.graphs is not None and self.graphs.prefill is not None:

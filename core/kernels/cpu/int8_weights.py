@@ -27,6 +27,7 @@ from torch import nn
 
 INT8_MM_MAX_ROWS = 32
 INT8_MAX = 127
+QUANTIZE_BLOCK_ELEMENTS = 1 << 24  # weights quantised at once: 64 MB of float32 temporaries each
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,19 @@ class Int8Weight:
     scales: torch.Tensor
 
     @classmethod
-    def quantize(cls, weight: torch.Tensor) -> "Int8Weight":
-        w = weight.detach().float()
-        scales = w.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / INT8_MAX
-        values = torch.round(w / scales[:, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
-        return cls(values.contiguous(), scales.contiguous())
+    def quantize(cls, weight: torch.Tensor, block_elements: int = QUANTIZE_BLOCK_ELEMENTS) -> "Int8Weight":
+        """Block by block of rows (``block_elements`` weights at a time): the float32 temporaries of a whole
+        LM head would take several times its size beside it (a GPU's KV pool has left little more than the copy)."""
+        rows, cols = weight.shape
+        values = torch.empty(rows, cols, dtype=torch.int8, device=weight.device)
+        scales = torch.empty(rows, dtype=torch.float32, device=weight.device)
+        step = max(1, block_elements // max(cols, 1))
+        for start in range(0, rows, step):
+            w = weight[start:start + step].detach().float()
+            block_scales = w.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / INT8_MAX
+            values[start:start + step] = torch.round(w / block_scales[:, None]).clamp_(-INT8_MAX, INT8_MAX)
+            scales[start:start + step] = block_scales
+        return cls(values, scales)
 
     def dequantize(self) -> torch.Tensor:
         return self.values.float() * self.scales[:, None]

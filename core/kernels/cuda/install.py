@@ -22,7 +22,7 @@ from core.kernels.cuda.attention.flashinfer_fp8 import FlashInferFp8Backend
 from core.kernels.cuda.attention.flashinfer_paged import FlashInferPagedBackend
 from core.kernels.cuda.attention.paged_torch import PagedTorchBackend
 from core.kernels.cuda.graphs.decode import CudaGraphRunner, Pick
-from core.kernels.cuda.graphs.prefill import PrefillGraphRunner
+from core.kernels.cuda.graphs.prefill import PrefillGraphRunner, prefill_shape
 from core.kernels.cuda.graphs.step import CudaGraphs
 from core.kernels.cuda.race import TRITON_SAMPLING
 from core.kernels.cuda.screened_head import GpuScreenedHead
@@ -116,8 +116,7 @@ def attention_backend(plan: CudaPlan, parts: EngineParts) -> AttentionBackend | 
 def capture_graphs(model: nn.Module, backend: AttentionBackend, plan: CudaPlan, config: EngineConfig,
                    parts: EngineParts, screened: bool, greedy_pick: Pick, log: Log | None) -> CudaGraphs | None:
     """Decode graphs up to the plan's batch size (none when it is 0), then the prefill graphs where the plan
-    takes them, up to the largest chunk that can happen (a full one, or every row filled to the longest
-    sequence)."""
+    takes them, up to the largest chunk that can happen (``prefill_shape``)."""
     device = parts.page_table.device
     dummy_slot = parts.dummy_page * parts.pool.page_size
     decode = None
@@ -126,9 +125,8 @@ def capture_graphs(model: nn.Module, backend: AttentionBackend, plan: CudaPlan, 
         # a greedy request's step gets a graph of its own where the LM head screens it (one row)
         decode = CudaGraphRunner(model, backend, plan.cuda_graph_max_bs, dummy_slot, parts.dummy_page, device, log,
                                  (1,) if screened else (), greedy_pick)
-    tokens = min(config.max_extend_tokens, config.max_running_req * parts.max_seq_len)
     prefill = None
     if plan.prefill_graph:
-        prefill = PrefillGraphRunner(model, backend, tokens, min(config.max_running_req, tokens), dummy_slot,
-                                     parts.dummy_page, device, log)
+        tokens, max_reqs = prefill_shape(config, parts.max_seq_len)
+        prefill = PrefillGraphRunner(model, backend, tokens, max_reqs, dummy_slot, parts.dummy_page, device, log)
     return CudaGraphs(decode, prefill) if decode is not None or prefill is not None else None

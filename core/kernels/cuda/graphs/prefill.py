@@ -27,9 +27,17 @@ from torch import nn
 
 from core.attention.base import AttentionBackend
 from core.attention.context import forward_context
+from core.config import EngineConfig
 from core.request import Batch
 
 GRAPH_COUNT = 6  # token counts captured: the full chunk, then each half the last
+
+
+def prefill_shape(config: EngineConfig, max_seq_len: int) -> tuple[int, int]:
+    """(tokens, requests) the graphs are captured for: the largest chunk that can happen (a full one, or every
+    row filled to the longest sequence) and at most as many requests as it has tokens."""
+    tokens = min(config.max_extend_tokens, config.max_running_req * max_seq_len)
+    return tokens, min(config.max_running_req, tokens)
 
 
 def graph_sizes(tokens: int) -> list[int]:
