@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Group
 from rich.markup import escape
@@ -13,6 +14,9 @@ from core.words import plural
 from core.bench.names import STAGE_UNITS
 from core.bench.report import BenchReport, Percentiles, RunResult
 from render.activity import Activity
+
+if TYPE_CHECKING:  # the floor's module imports torch; a view is built without it
+    from core.bench.floor import Floor
 
 
 class BenchProgress:
@@ -57,8 +61,10 @@ def _ms(p: Percentiles) -> tuple[str, str, str]:
     return f"{p.mean * 1e3:.1f}", f"{p.p50 * 1e3:.1f}", f"{p.p99 * 1e3:.1f}"
 
 
-def results_table(results: list[RunResult], title: str) -> Table:
-    """One row per run: its requests, wall time, tokens and tokens/s, and how many times faster minisgl was."""
+def results_table(results: list[RunResult], title: str, floor: Floor | None = None, requests: int = 0) -> Table:
+    """One row per run: its requests, wall time, tokens and tokens/s, beside the floor's tokens/s and the share of
+    it the run reached (for a run of the whole workload of ``requests``, the floor's), and how many times faster
+    minisgl was."""
     engine = next((r for r in results if r.name == "minisgl"), None)
     table = Table(title=title, title_justify="left")
     table.add_column("engine")
@@ -66,11 +72,18 @@ def results_table(results: list[RunResult], title: str) -> Table:
     table.add_column("wall s", justify="right")
     table.add_column("output tokens", justify="right")
     table.add_column("tokens/s", justify="right")
+    if floor is not None:
+        table.add_column("floor tokens/s", justify="right")
     table.add_column("minisgl is", justify="right")
     for result in results:
         ratio = engine.output_tokens_per_s / result.output_tokens_per_s if engine and result.output_tokens_per_s else 0
-        table.add_row(result.name, str(result.requests), f"{result.wall_s:.2f}", str(result.output_tokens),
-                      f"{result.output_tokens_per_s:.1f}", "-" if result is engine or not engine else f"{ratio:.2f}x")
+        cells = [result.name, str(result.requests), f"{result.wall_s:.2f}", str(result.output_tokens),
+                 f"{result.output_tokens_per_s:.1f}"]
+        if floor is not None:
+            whole = result.requests == requests and floor.seconds > 0 and result.wall_s > 0
+            cells.append(f"{result.output_tokens / floor.seconds:.1f} ({floor.seconds / result.wall_s:.0%})"
+                         if whole else "-")
+        table.add_row(*cells, "-" if result is engine or not engine else f"{ratio:.2f}x")
     return table
 
 
@@ -86,7 +99,7 @@ def bench_view(report: BenchReport) -> Group:
     title = (f"{report.workload} workload: {plural(report.requests, 'request')}, "
              f"{plural(report.prompt_tokens, 'prompt token')}, {report.model} on {report.device}, "
              f"KV cache in pages of {plural(report.page_size, 'token')}")
-    parts: list = [results_table(report.results, title)]
+    parts: list = [results_table(report.results, title, report.floor, report.requests)]
     parts += [f"[dim]{name} left out: {escape(why)}[/dim]" for name, why in report.skipped.items()]
     if report.latency is not None:
         latency = Table(title="minisgl latency (ms)", title_justify="left")
@@ -96,7 +109,10 @@ def bench_view(report: BenchReport) -> Group:
         latency.add_row("time per output token", *_ms(report.latency.tpot))
         parts.append(latency)
     if report.batch1_ms_per_token is not None:
-        parts.append(f"batch-1 decode: {report.batch1_ms_per_token:.2f} ms per token (median, one request alone)")
+        floor = (f"; floor {report.batch1_floor_ms:.3f} ms, weights and KV read once: "
+                 f"{report.batch1_floor_fraction:.0%} of its speed" if report.batch1_floor_fraction else "")
+        parts.append(f"batch-1 decode: {report.batch1_ms_per_token:.2f} ms per token (median, one request alone"
+                     f"{floor})")
     if report.precision_note:
         parts.append(f"[dim]{escape(report.precision_note)}[/dim]")
     exact = report.result("minisgl exact")
@@ -118,7 +134,4 @@ def bench_view(report: BenchReport) -> Group:
                      f"(prefill {f.prefill_s:.2f} s; {f.decode_steps} decode steps {f.decode_s:.2f} s: KV "
                      f"{f.kv_read_bytes / 1e9:.1f} GB, weights {f.weight_read_bytes / 1e9:.1f} GB); minisgl "
                      f"{engine.wall_s:.2f} s = [bold]{report.floor_fraction:.0%} of the floor[/bold]")
-    if report.batch1_floor_ms and report.batch1_ms_per_token:
-        parts.append(f"batch-1 floor {report.batch1_floor_ms:.3f} ms per token (weights and KV once); minisgl "
-                     f"{report.batch1_floor_fraction:.0%} of it")
     return Group(*parts)

@@ -300,7 +300,12 @@ def test_bench_view_shows_the_floor_and_the_fraction():
     console = Console(width=200, record=True)
     console.print(bench_view(report))
     text = console.export_text()
-    assert "25% of the floor" in text and "minisgl 25% of it" in text
+    assert "25% of the floor" in text
+    # beside each figure: the run's tokens/s and the floor's with the share reached, batch-1's ms and its floor
+    row = next(line for line in text.splitlines() if line.strip("│ ").startswith("minisgl"))
+    assert f"{3 / (floor.seconds * 4):.1f}" in row and f"{3 / floor.seconds:.1f} (25%)" in row
+    assert "batch-1 decode: 2.00 ms per token (median, one request alone; floor 0.500 ms" in text
+    assert "25% of its speed" in text
     assert report.to_dict()["floor_fraction"] == 0.25 and report.to_dict()["floor"]["decode_steps"] == 2
 
 

@@ -1,0 +1,170 @@
+"""A model's step costs on the GPU beside their floors, and what its start left of the card.
+
+Run on a CUDA machine after ``. scripts/gpu_env.sh``:
+
+    python3 scripts/gpu_steps.py --part start --model random:qwen3-8b
+    python3 scripts/gpu_steps.py --part steps --model random:qwen3-8b --out $OUT
+
+1. Start: the engine with default options (the memory plan's figures: free after the weights, counted for the CUDA
+   wing, the reserve, the pool; what the card has free once it is ready), and a short run.
+2. Steps, on an engine of 256 rows: a prefill pass of each captured chunk size (its graph's replay, device time,
+   after a real chunk of that size planned it, and the engine's wall step) and a decode step at 1/32/128/256 rows
+   (likewise), each beside its floor: a prefill's linears' FLOPs at the measured bf16 matmul
+   rate (attention's FLOPs beside them), a decode step's weights and KV bytes at the measured bandwidth.
+3. Where a prefill step's time goes: the kernels of the largest prefill graph's replays by family.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from core import LLM, SamplingParams
+from core.bench.floor import ModelCosts, measure_ceilings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_profile import step_graph, time_device  # noqa: E402
+
+GIB = 1 << 30
+DECODE_ROWS = (1, 32, 128, 256)
+CONTEXT = 512  # each decode row's prompt
+FAMILIES = (("GEMM", r"gemm|cutlass|nvjet|sm90|xmma|splitk|matmul"), ("attention", r"prefill|decode|attention"),
+            ("norm", r"norm"), ("activation", r"silu|act_and_mul|gelu"), ("QKV, RoPE, KV write", r"qkv|rope"),
+            ("copies", r"copy|memcpy|memset|fill|index|gather|cat"))
+
+
+def start_lines(model: str) -> list[str]:
+    """The engine with default options: its memory plan against what its start left free, and a short run."""
+    llm = LLM(model)
+    engine, gib = llm.engine, lambda b: f"{b / GIB:.2f} GiB"
+    memory, pool = engine.memory, engine.num_pages * engine.page_size * engine.kv_bytes_per_token
+    free_now, total = torch.cuda.mem_get_info(engine.device)
+    used_after_pool = memory.free - pool - free_now
+    out = llm.generate([[random.randrange(10000) for _ in range(300)] for _ in range(8)],
+                       SamplingParams(max_tokens=32, ignore_eos=True))
+    lines = [f"start of {model} with default options on {torch.cuda.get_device_name()} ({gib(total)}): ",
+             f"  free after the weights {gib(memory.free)}; counted for the CUDA wing {gib(memory.counted)} "
+             f"{engine.footprint}; reserve {gib(memory.reserve)}; pool {gib(pool)}",
+             f"  taken after the pool (install, graphs, warm-up) {gib(used_after_pool)}; free when ready "
+             f"{gib(free_now)}; a run of 8 requests made {sum(len(o['token_ids']) for o in out)} tokens",
+             f"  {engine.describe()}"]
+    llm.close()
+    return lines
+
+
+def prefill_rows(llm: LLM, costs: ModelCosts, rate: float) -> list[dict]:
+    """Each captured prefill size: one chunk of that many tokens run for real (it plans the graph's attention),
+    then the graph's replays timed; the floor is the linears' FLOPs at ``rate`` (FLOP/s)."""
+    runner = llm.engine.graphs.prefill
+    rows = []
+    for n in runner.sizes:
+        if n < 512:
+            continue
+        steps: list = []
+        llm.add_step_callback(steps.append)
+        llm.generate([[random.randrange(10000) for _ in range(n)]], SamplingParams(max_tokens=1))
+        llm.scheduler.step_callbacks.remove(steps.append)
+        llm.reset_prefix_cache()
+        with torch.cuda.stream(llm.engine.stream):
+            device_ms = time_device(runner.graphs[n].replay, repeats=10)
+        gemm_ms = n * (costs.flops_per_token - costs.head_flops) / rate * 1e3
+        attn_ms = n * (n + 1) / 2 * costs.attn_flops_per_pair / rate * 1e3
+        rows.append(dict(tokens=n, step_wall_ms=round(sum(e.elapsed_s for e in steps if e.phase == "prefill") * 1e3, 2),
+                         replay_ms=round(device_ms, 2), gemm_floor_ms=round(gemm_ms, 2),
+                         attention_floor_ms=round(attn_ms, 3), of_gemm_floor=round(gemm_ms / device_ms, 3)))
+    return rows
+
+
+def decode_rows(llm: LLM, costs: ModelCosts, rate: float, bandwidth: float, tokens: int = 48) -> list[dict]:
+    """A decode step at each row count with CONTEXT-token prompts, run long enough for every row to decode
+    together: the engine's median wall step at that count, then the graph's replay (the plan its last such step
+    left), beside the floor (weights once and every row's KV at ``bandwidth``, or the FLOPs, the longer)."""
+    rows = []
+    for batch in DECODE_ROWS:
+        steps: list = []
+        llm.add_step_callback(steps.append)
+        llm.generate([[random.randrange(10000) for _ in range(CONTEXT)] for _ in range(batch)],
+                     SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.6 if batch > 1 else 0.0))
+        llm.scheduler.step_callbacks.remove(steps.append)
+        llm.reset_prefix_cache()
+        wall = statistics.median(e.elapsed_s * 1e3 for e in steps if e.phase == "decode" and e.batch_size == batch)
+        with torch.cuda.stream(llm.engine.stream):
+            replay = time_device(step_graph(llm, batch).replay)
+        kv = batch * (CONTEXT + tokens) * costs.kv_bytes_per_token
+        floor = max((costs.weight_bytes + kv) / bandwidth, batch * costs.flops_per_token / rate) * 1e3
+        rows.append(dict(rows=batch, replay_ms=round(replay, 3), step_wall_ms=round(wall, 3),
+                         floor_ms=round(floor, 3), of_floor=round(floor / replay, 3)))
+    return rows
+
+
+def prefill_kernel_lines(llm: LLM, replays: int = 3) -> list[str]:
+    """The largest prefill graph's replays under torch.profiler, its kernels' device time a replay by family."""
+    from torch.profiler import ProfilerActivity, profile
+
+    runner = llm.engine.graphs.prefill
+    n = runner.sizes[-1]
+    llm.generate([[random.randrange(10000) for _ in range(n)]], SamplingParams(max_tokens=1))
+    llm.reset_prefix_cache()
+    with torch.cuda.stream(llm.engine.stream), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            runner.graphs[n].replay()
+        torch.cuda.synchronize()
+    kernels = [(e.key, e.device_time_total / 1e3 / replays) for e in prof.key_averages() if e.device_time_total > 0]
+    families: dict[str, float] = defaultdict(float)
+    for name, ms in kernels:
+        family = next((f for f, pattern in FAMILIES if re.search(pattern, name, re.I)), "other")
+        families[family] += ms
+    total = sum(families.values())
+    lines = [f"prefill graph of {n:,} tokens, device ms a replay by kernel family (sum {total:.2f} ms):"]
+    lines += [f"  {family:<22} {ms:8.2f}  {ms / total:5.1%}" for family, ms in sorted(families.items(),
+                                                                                    key=lambda kv: -kv[1])]
+    lines += ["  the largest kernels:"] + [f"  {ms:8.2f}  {name[:110]}" for name, ms in
+                                           sorted(kernels, key=lambda kv: -kv[1])[:10]]
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="random:qwen3-8b")
+    parser.add_argument("--out", default="out")
+    parser.add_argument("--part", choices=("start", "steps"), default="steps",
+                        help="1 (start), or 2 and 3 (steps): one process each, so each has the card to itself")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    random.seed(0)
+    if args.part == "start":
+        print("\n".join(start_lines(args.model)), flush=True)
+        return 0
+    llm = LLM(args.model, max_running_req=256, max_seq_len=4096)
+    cfg, engine = llm.engine.model_config, llm.engine
+    ceilings = measure_ceilings(engine.device, engine.dtype)
+    costs = ModelCosts.of(cfg, engine.dtype.itemsize, engine.kv_bytes_per_token)
+    rate, bandwidth = ceilings.matmul_gflops * 1e9, ceilings.stream_gbps * 1e9
+    result = dict(model=args.model, card=torch.cuda.get_device_name(), matmul_tflops=round(rate / 1e12, 1),
+                  copy_gbps=round(bandwidth / 1e9), prefill=prefill_rows(llm, costs, rate),
+                  decode=decode_rows(llm, costs, rate, bandwidth))
+    kernel_lines = prefill_kernel_lines(llm)
+    llm.close()
+    (out / "steps.json").write_text(json.dumps(result, indent=1))
+    lines = [f"ceilings: {result['matmul_tflops']} TFLOP/s bf16 matmul, {result['copy_gbps']} GB/s copy"]
+    lines += ["prefill tokens | step wall ms | graph replay ms | GEMM floor ms | attention floor ms | of GEMM floor"]
+    lines += [" | ".join(str(r[k]) for k in ("tokens", "step_wall_ms", "replay_ms", "gemm_floor_ms",
+                                              "attention_floor_ms", "of_gemm_floor")) for r in result["prefill"]]
+    lines += ["decode rows | graph replay ms | step wall ms | floor ms | of floor"]
+    lines += [" | ".join(str(r[k]) for k in ("rows", "replay_ms", "step_wall_ms", "floor_ms", "of_floor"))
+              for r in result["decode"]]
+    print("\n".join(kernel_lines + lines), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
