@@ -42,6 +42,10 @@ class Result(TypedDict):
 
 MAX_LOGPROBS = 20  # alternatives per token, as OpenAI's API allows
 MAX_STOP_STRINGS = 16
+MAX_PENALTY = 2.0  # presence and frequency penalties, as OpenAI's API bounds them
+MAX_LOGIT_BIAS = 100.0
+MAX_BIASED_TOKENS = 1024
+MAX_STOP_TOKEN_IDS = 64
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,16 @@ class SamplingParams:
     alone, whatever else is in the batch. ``stop``: strings that end the request when its text contains one
     (finish_reason 'stop'), the text cut before it. ``logprobs``: None for none (the fast path), else every
     generated token comes with its log-probability and the ``logprobs`` most likely alternatives (0: its own
-    only), from the model's distribution before temperature, top-k and top-p."""
+    only), from the model's distribution before temperature, top-k and top-p.
+
+    The logits controls (core/engine/penalties.py), each off at its default: ``presence_penalty`` and
+    ``frequency_penalty`` (-2 to 2, OpenAI's) subtract from the logit of every token generated so far, once and per
+    occurrence; ``repetition_penalty`` (> 0, transformers') divides a positive logit and multiplies a negative one
+    of every token in the prompt or generated so far; ``logit_bias`` ({token id: -100 to 100}) is added to those
+    tokens' logits; ``min_tokens`` holds back EOS (unless ``ignore_eos``) and ``stop_token_ids`` until that many
+    tokens are generated. ``min_p`` (0 to 1) drops the tokens less likely than ``min_p`` times the most likely one,
+    after temperature. ``stop_token_ids`` end the request when sampled, like EOS (finish_reason 'stop'; the token
+    is not part of the output). Token ids are checked against the vocabulary when the request is admitted."""
 
     max_tokens: int = 16
     temperature: float = 0.0
@@ -61,6 +74,13 @@ class SamplingParams:
     ignore_eos: bool = False
     stop: tuple[str, ...] = ()
     logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # also given as {token id: bias}; kept sorted by id
+    min_p: float = 0.0
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -88,10 +108,71 @@ class SamplingParams:
                                           or not 0 <= self.logprobs <= MAX_LOGPROBS):
             raise InvalidParamsError(f"logprobs must be None or an integer in [0, {MAX_LOGPROBS}], "
                                      f"got {self.logprobs!r}")
+        self._check_controls()
+
+    def _check_controls(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not _number(getattr(self, name)) or not -MAX_PENALTY <= getattr(self, name) <= MAX_PENALTY:
+                raise InvalidParamsError(f"{name} must be a number in [-2, 2], got {getattr(self, name)!r}")
+        if not _number(self.repetition_penalty) or not 0 < self.repetition_penalty < float("inf"):
+            raise InvalidParamsError(f"repetition_penalty must be a number > 0 (1 is off), "
+                                     f"got {self.repetition_penalty!r}")
+        if not _number(self.min_p) or not 0 <= self.min_p <= 1:
+            raise InvalidParamsError(f"min_p must be in [0, 1], got {self.min_p!r}")
+        if not _integer(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
+            raise InvalidParamsError(f"min_tokens must be an integer from 0 to max_tokens ({self.max_tokens}), "
+                                     f"got {self.min_tokens!r}")
+        ids = self.stop_token_ids
+        if not isinstance(ids, (list, tuple)) or not all(_integer(t) and t >= 0 for t in ids):
+            raise InvalidParamsError(f"stop_token_ids must be a list of token ids (integers >= 0), got {ids!r}")
+        if len(ids) > MAX_STOP_TOKEN_IDS:
+            raise InvalidParamsError(f"stop_token_ids takes at most {MAX_STOP_TOKEN_IDS} ids, got {len(ids)}")
+        object.__setattr__(self, "stop_token_ids", tuple(ids))
+        object.__setattr__(self, "logit_bias", _logit_bias(self.logit_bias))
+
+    @property
+    def penalized(self) -> bool:
+        """Some penalty reads the tokens so far (the sampler then keeps counts for the request)."""
+        return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
+
+    @property
+    def controls_logits(self) -> bool:
+        """Some control changes the logits before sampling (core/engine/penalties.py); a batch in which no request
+        sets one skips them entirely."""
+        return self.penalized or bool(self.logit_bias) or self.min_tokens > 0
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0 or self.top_k == 1
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _logit_bias(bias: object) -> tuple[tuple[int, float], ...]:
+    """{token id: bias} or (id, bias) pairs as sorted pairs; an id may be a string of digits, as JSON's keys are."""
+    pairs = bias.items() if isinstance(bias, dict) else bias
+    if not isinstance(pairs, (list, tuple, type({}.items()))) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
+        raise InvalidParamsError(f"logit_bias must map token ids to biases, got {bias!r}")
+    normal = {}
+    for token, value in pairs:
+        if isinstance(token, str) and token.isdigit():
+            token = int(token)
+        if not _integer(token) or token < 0:
+            raise InvalidParamsError(f"logit_bias keys must be token ids (integers >= 0), got {token!r}")
+        if not _number(value) or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+            raise InvalidParamsError(f"logit_bias values must be numbers in [-100, 100], got {value!r} for "
+                                     f"token {token}")
+        normal[token] = float(value)
+    if len(normal) > MAX_BIASED_TOKENS:
+        raise InvalidParamsError(f"logit_bias takes at most {MAX_BIASED_TOKENS} tokens, got {len(normal)}")
+    return tuple(sorted(normal.items()))
 
 
 @dataclass(eq=False)

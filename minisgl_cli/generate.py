@@ -24,7 +24,10 @@ from render.results import RunSummary, summary_table
 def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.Temperature = None,
              top_k: o.TopK = None, top_p: o.TopP = None, seed: o.Seed = None, ignore_eos: o.IgnoreEos = None,
              chat: o.Chat = False, verbose: o.Verbose = False, stream: o.Stream = None,
-             stop: o.Stop = None, logprobs: o.Logprobs = None,
+             stop: o.Stop = None, logprobs: o.Logprobs = None, presence_penalty: o.PresencePenalty = None,
+             frequency_penalty: o.FrequencyPenalty = None, repetition_penalty: o.RepetitionPenalty = None,
+             logit_bias: o.LogitBias = None, min_p: o.MinP = None, min_tokens: o.MinTokens = None,
+             stop_token_id: o.StopTokenId = None,
              json_out: o.Json = False, engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
 
@@ -36,7 +39,9 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
     if logprobs is not None and not json_out:
         raise InvalidParamsError("--logprobs needs --json: the logprobs are fields of the JSON lines")
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
-                                 tuple(stop) if stop else None, logprobs)
+                                 tuple(stop) if stop else None, logprobs, presence_penalty, frequency_penalty,
+                                 repetition_penalty, tuple(logit_bias) if logit_bias else None, min_p, min_tokens,
+                                 tuple(stop_token_id) if stop_token_id else None)
     job = load_job(prompts, sampling)
     check_context(job, engine, sampling)
     llm = load_llm(engine, activity, verbose)

@@ -44,6 +44,28 @@ IgnoreEos = Annotated[Optional[bool], typer.Option(
 Stop = Annotated[Optional[list[str]], typer.Option(
     "--stop", metavar="TEXT", rich_help_panel=_SAMPLING, show_default=False,
     help="End a prompt's text at this string (cut before it); repeat for several.")]
+PresencePenalty = Annotated[Optional[float], typer.Option(
+    "--presence-penalty", rich_help_panel=_SAMPLING,
+    help="Subtract this (-2 to 2) from the logit of every token generated so far, once (default: 0).")]
+FrequencyPenalty = Annotated[Optional[float], typer.Option(
+    "--frequency-penalty", rich_help_panel=_SAMPLING,
+    help="Subtract this (-2 to 2) times its count from the logit of every token generated so far (default: 0).")]
+RepetitionPenalty = Annotated[Optional[float], typer.Option(
+    "--repetition-penalty", rich_help_panel=_SAMPLING,
+    help="As transformers': divide the positive logits (multiply the negative) of every token in the prompt or "
+         "generated so far by this, > 0 (default: 1, off).")]
+LogitBias = Annotated[Optional[list[str]], typer.Option(
+    "--logit-bias", metavar="ID=BIAS", rich_help_panel=_SAMPLING, show_default=False,
+    help="Add BIAS (-100 to 100) to token ID's logit; 100 forces it, -100 bans it. Repeat for several.")]
+MinP = Annotated[Optional[float], typer.Option(
+    "--min-p", rich_help_panel=_SAMPLING,
+    help="Sample only tokens at least this fraction (0 to 1) as likely as the most likely one (default: 0, off).")]
+MinTokens = Annotated[Optional[int], typer.Option(
+    "--min-tokens", rich_help_panel=_SAMPLING,
+    help="Hold back end-of-sequence and stop token ids until this many tokens are generated (default: 0).")]
+StopTokenId = Annotated[Optional[list[int]], typer.Option(
+    "--stop-token-id", metavar="ID", rich_help_panel=_SAMPLING, show_default=False,
+    help="End a prompt when this token is generated, as end-of-sequence does; repeat for several.")]
 Logprobs = Annotated[Optional[int], typer.Option(
     "--logprobs", min=0, max=20, rich_help_panel=_SAMPLING,
     help="With --json: each token's logprob and the N most likely alternatives.")]
@@ -72,7 +94,29 @@ class SamplingOptions:
     ignore_eos: bool | None = None
     stop: tuple[str, ...] | None = None
     logprobs: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: tuple[str, ...] | None = None  # ID=BIAS, as typed
+    min_p: float | None = None
+    min_tokens: int | None = None
+    stop_token_ids: tuple[int, ...] | None = None
 
     def explicit(self) -> dict[str, Any]:
         """Only the options that were given, by SamplingParams field name."""
-        return {key: value for key, value in asdict(self).items() if value is not None and value != ()}
+        given = {key: value for key, value in asdict(self).items() if value is not None and value != ()}
+        if "logit_bias" in given:
+            given["logit_bias"] = dict(_bias(pair) for pair in given["logit_bias"])
+        return given
+
+
+def _bias(typed: str) -> tuple[Any, Any]:
+    """'ID=BIAS' as (id, bias); what is not numbers is left for SamplingParams to refuse by name."""
+    token, sep, bias = typed.partition("=")
+    if not sep:
+        raise typer.BadParameter(f"{typed!r} is not ID=BIAS (a token id and a number)", param_hint="'--logit-bias'")
+    try:
+        return token.strip(), float(bias)
+    except ValueError:
+        raise typer.BadParameter(f"{typed!r}: the bias {bias!r} is not a number",
+                                 param_hint="'--logit-bias'") from None

@@ -23,7 +23,9 @@ from core.errors import InvalidParamsError, PromptFileError
 from core.llm.arrivals import Arrival
 from core.request import Prompt, SamplingParams
 
-SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos", "stop", "logprobs")
+SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_eos", "stop", "logprobs",
+                 "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens",
+                 "stop_token_ids")
 ARRIVAL_KEYS = ("arrival_step", "arrival_s")
 JSONL_KEYS = ("prompt", "input_ids") + SAMPLING_KEYS + ARRIVAL_KEYS
 STDIN = "-"

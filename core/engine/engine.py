@@ -210,8 +210,8 @@ class Engine:
                       logits_indices: torch.Tensor) -> tuple[torch.Tensor, TokenLogprobs | None]:
         """Run the model on a prepared batch and sample; the next tokens stay on the device. Logprobs come back
         too (still on the device) when some request of the batch asked for them."""
-        # a greedy step that wants no log-probabilities needs only each row's largest logit exact
-        greedy = sample_args.all_greedy and sample_args.logprobs < 0
+        # a greedy step that wants no log-probabilities and controls no logits needs only each row's largest exact
+        greedy = sample_args.only_largest_logit
         with forward_context(batch, self.attn_backend, greedy_logits=greedy), torch.inference_mode():
             ran = None
             for step in self.fast_steps:

@@ -1,4 +1,5 @@
-"""Turning logits into next tokens, per request: greedy, temperature, top-k, top-p, seeded.
+"""Turning logits into next tokens, per request: greedy, temperature, top-k, top-p, min-p, seeded; a batch in
+which some request sets a penalty, a logit bias or min_tokens has its logits controlled first (penalties.py).
 
 Random choices use the exponential-race trick: ``argmax(p / E)`` with ``E ~ Exp(1)`` draws from ``p``. The
 noise comes from a counter-based hash of (request seed, token position, vocabulary index) computed with
@@ -14,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from core.engine.penalties import BatchPenalties, Penalties
 from core.kernels.sampling import COLUMN_MULTIPLIER, MASK31, SamplingKernels, mix, row_keys
 from core.request import Batch, Req
 from core.transfer import upload_list
@@ -26,32 +28,41 @@ class SampleArgs:
     temperatures: torch.Tensor | None = None
     top_k: torch.Tensor | None = None
     top_p: torch.Tensor | None = None
+    min_p: torch.Tensor | None = None  # None when no row sets one
     seeds: torch.Tensor | None = None
     positions: torch.Tensor | None = None
     greedy_rows: torch.Tensor | None = None
     # some row of a sampled batch may be greedy; ``prepare`` says False when none is, and the argmax pass is skipped
     any_greedy: bool = True
-    filtered: bool = False  # some row has top-k or top-p below its "keep everything" value
+    filtered: bool = False  # some row has top-k, top-p or min-p off its "keep everything" value
     # the most logprob alternatives any row asked for; -1 when none asked (the fast path: nothing computed)
     logprobs: int = -1
+    penalties: BatchPenalties | None = None  # None when no row sets a logits control (the usual step)
 
     @property
     def all_greedy(self) -> bool:
         return self.temperatures is None
+
+    @property
+    def only_largest_logit(self) -> bool:
+        """Every row greedy on its raw logits, no log-probabilities: only each row's largest logit must be exact
+        (a screened LM head, a greedy graph that picks the tokens itself)."""
+        return self.all_greedy and self.logprobs < 0 and self.penalties is None
 
 
 MIN_TEMPERATURE = 1e-5  # a greedy row's temperature in the race (its token is the argmax's anyway)
 TOP_K_CAP = 2 ** 31  # larger than any vocabulary
 
 
-def sample_row(req: Req) -> tuple[float, float, int, int, int, bool, int]:
-    """(temperature, top_p, top_k, greedy, seed, filtered, logprobs) of a request, kept on it. ``prepare`` reads
+def sample_row(req: Req) -> tuple[float, float, int, int, int, bool, int, bool, float]:
+    """(temperature, top_p, top_k, greedy, seed, filtered, logprobs, controlled, min_p) of a request, kept on it. ``prepare`` reads
     them for every row of every step; made once, a step's cost at 256 rows is one transpose of these tuples, not
     a dozen passes over the requests' settings."""
     p = req.params
     # any top-k from the vocabulary's size up keeps every token: capped, it fits the int64 upload whatever it was
     row = (max(p.temperature, MIN_TEMPERATURE), p.top_p, min(p.top_k, TOP_K_CAP), int(p.greedy), req.sample_seed,
-           p.top_k != -1 or p.top_p < 1.0, -1 if p.logprobs is None else p.logprobs)
+           p.top_k != -1 or p.top_p < 1.0 or p.min_p > 0, -1 if p.logprobs is None else p.logprobs,
+           p.controls_logits, p.min_p)
     req.sample_row = row
     return row
 
@@ -117,6 +128,7 @@ class Sampler:
         # greedy picks on the race's kernels too where they run (the same first maximal column)
         self._greedy = _first_max if device.type == "cpu" else kernels.greedy if kernels else _argmax
         self._warm_rows = kernels.warm_rows if kernels else (1, 2)
+        self.penalties = Penalties(device)
 
     def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:
         """Compile the race now rather than inside the first sampled step. Compiled code is shared by every
@@ -129,14 +141,16 @@ class Sampler:
             ids = torch.zeros(rows, dtype=torch.int64, device=self.device)
             self._race(logits, ones, ids, ids.clone())
 
-    def prepare(self, batch: Batch) -> SampleArgs:
+    def prepare(self, batch: Batch, eos_token_ids: frozenset[int] = frozenset()) -> SampleArgs:
+        """``eos_token_ids``: what min_tokens holds back besides a request's stop ids."""
         reqs = batch.reqs
         if not reqs:
             return SampleArgs()
-        temperatures, top_p, top_k, greedy, seeds, filtered, logprobs = zip(
+        temperatures, top_p, top_k, greedy, seeds, filtered, logprobs, controlled, min_p = zip(
             *[r.sample_row or sample_row(r) for r in reqs])
+        penalties = self.penalties.prepare(reqs, eos_token_ids) if any(controlled) else None
         if all(greedy):
-            return SampleArgs(logprobs=max(logprobs))
+            return SampleArgs(logprobs=max(logprobs), penalties=penalties)
 
         # three uploads per step rather than one per field; what the compiled race reads starts each one (a view
         # at an offset could make the compiled code specialise on that offset)
@@ -146,6 +160,8 @@ class Sampler:
         return SampleArgs(
             temperatures=floats[0], top_p=floats[1], seeds=seeds, positions=ints[0], top_k=ints[1],
             greedy_rows=ints[2].bool(), any_greedy=any(greedy), filtered=any(filtered), logprobs=max(logprobs),
+            penalties=penalties,
+            min_p=upload_list(list(min_p), torch.float32, self.device) if any(min_p) else None,
         )
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
@@ -154,11 +170,16 @@ class Sampler:
         return self._greedy(logits)
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
+        if args.penalties is not None:  # some row sets a penalty, a logit bias or min_tokens (penalties.py)
+            return args.penalties.sample(logits, lambda controlled: self._pick(controlled, args))
+        return self._pick(logits, args)
+
+    def _pick(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
         if args.all_greedy:
             return self._greedy(logits)
         if args.filtered:
             probs = torch.softmax(logits.float() / args.temperatures[:, None], dim=-1)
-            probs = _top_k_top_p(probs, args.top_k, args.top_p)
+            probs = _top_k_top_p(probs, args.top_k, args.top_p, args.min_p)
             noise = hashed_uniform(args.seeds, args.positions, logits.shape[-1])
             sampled = (probs / -torch.log(noise)).argmax(dim=-1)
         else:
@@ -202,8 +223,10 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> TokenL
     return TokenLogprobs(chosen, top_ids.to(torch.int64), top_values)
 
 
-def _top_k_top_p(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Zero the tokens outside each row's top-k and nucleus; the most likely token always survives."""
+def _top_k_top_p(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
+                 min_p: torch.Tensor | None = None) -> torch.Tensor:
+    """Zero the tokens outside each row's top-k and nucleus, and those less likely than its min-p times the most
+    likely one (transformers' ``MinPLogitsWarper``); the most likely token always survives."""
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     vocab = probs.shape[-1]
     rank = torch.arange(vocab, device=probs.device)[None, :]
@@ -211,6 +234,8 @@ def _top_k_top_p(probs: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) 
     keep = rank < k[:, None]
     before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
     keep &= before < top_p[:, None]
+    if min_p is not None:
+        keep &= sorted_probs >= min_p[:, None] * sorted_probs[:, :1]
     keep[:, 0] = True
     kept = torch.zeros_like(probs).scatter_(-1, order, sorted_probs * keep)
     return kept

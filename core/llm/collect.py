@@ -33,10 +33,10 @@ class Collected:
         return self.finish_reason is not None
 
     def on_reply(self, reply: Reply) -> int:
-        """Take one reply in; returns how many tokens it added (0 or 1). An EOS that stopped the request is
-        not part of the output."""
+        """Take one reply in; returns how many tokens it added (0 or 1). An EOS or stop token id that stopped the
+        request is not part of the output."""
         added = 0
-        if reply.token is not None and not (reply.finish_reason == "stop" and reply.token in self.eos_token_ids):
+        if reply.token is not None and not reply.ended_on_token:
             self.token_ids.append(reply.token)
             added = 1
             if reply.logprob is not None:

@@ -112,7 +112,7 @@ class Routes:
         """The reply with the text its token adds; a stop string turns it into the request's final reply and
         has the engine free the request before its next step (on every rank, like any abort)."""
         pieces = []
-        if reply.token is not None and reply.token not in self._eos():
+        if reply.token is not None and reply.token not in self._eos() and not reply.ended_on_token:
             piece = stream.add(reply.token)
             pieces.append(piece.text)
             if piece.stop is not None:

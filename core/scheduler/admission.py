@@ -32,6 +32,9 @@ def rejection(input_ids: list[int], params: SamplingParams, limits: Limits) -> R
     if not 0 <= min(input_ids) <= max(input_ids) < limits.vocab_size:  # min and max run in C: no Python loop
         bad = next(t for t in input_ids if not 0 <= t < limits.vocab_size)
         return RequestRejected(f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})")
+    for field, ids in (("logit_bias", [t for t, _ in params.logit_bias]), ("stop_token_ids", params.stop_token_ids)):
+        if ids and max(ids) >= limits.vocab_size:
+            return RequestRejected(f"{field}: token id {max(ids)} is outside the vocabulary [0, {limits.vocab_size})")
     total = len(input_ids) + params.max_tokens
     if total > limits.max_seq_len:
         return ContextLengthError(f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} exceeds "

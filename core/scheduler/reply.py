@@ -22,3 +22,9 @@ class Reply:
     # back while it could be the start of a stop string; and the stop string that ended it
     text: str | None = None
     stop_string: str | None = None
+
+    @property
+    def ended_on_token(self) -> bool:
+        """The engine ended the request on this token (EOS, or one of its stop_token_ids): the token is not part of
+        the output, as no stop string is."""
+        return self.finish_reason == "stop" and self.stop_string is None and self.token is not None

@@ -21,7 +21,7 @@ def take_tokens(prepared: Prepared, tokens: list[int], logprobs: TokenLogprobs |
         req.input_ids.append(token)
         req.output_ids.append(token)
         reason = None
-        if not req.params.ignore_eos and token in eos_token_ids:
+        if not req.params.ignore_eos and token in eos_token_ids or token in req.params.stop_token_ids:
             reason = "stop"
         elif len(req.input_ids) >= req.max_device_len:  # tokens received, not the (further) scheduled length
             reason = "length"

@@ -212,9 +212,9 @@ class Scheduler:
         dev, input_index, samples = prepare_batch(batch, writes, self.engine, self.table_manager, self.cache_manager,
                                                   self.page_size, self.device)
         self._scheduled += 1
-        return Prepared(batch=batch, sample_args=self.engine.sampler.prepare(batch), input_index=input_index,
-                        logits_indices=dev.logits_rows, write_index=dev.write_index, samples=samples,
-                        report=self.reporter.record(batch, note, waiting, started))
+        return Prepared(batch=batch, sample_args=self.engine.sampler.prepare(batch, self.eos_token_ids),
+                        input_index=input_index, logits_indices=dev.logits_rows, write_index=dev.write_index,
+                        samples=samples, report=self.reporter.record(batch, note, waiting, started))
 
     def launch(self, prepared: Prepared) -> InFlight:
         """Queue the forward pass, then move the bookkeeping on as if it were done (the device keeps order)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from core import LLM, SamplingParams
 from tests.support.reference import hf_greedy
@@ -70,3 +71,23 @@ def test_the_linears_run_on_their_four_bit_codes_with_the_float32_weights_result
     got, want = smollm2.generate(CHAPTER_PROMPTS, params), plain.generate(CHAPTER_PROMPTS, params)
     assert [r["token_ids"] for r in got] == [r["token_ids"] for r in want]
     assert [r["logprobs"] for r in got] == [r["logprobs"] for r in want]
+
+
+def test_repetition_penalty_matches_transformers_generate(smollm2, smollm2_dir):
+    """Greedy under a repetition penalty, token for token as transformers' ``generate`` gives it (the penalty over
+    the prompt and the tokens generated so far), for a penalty above 1 and one below, in one batch."""
+    from tests.support.reference import _hf_model
+
+    model = _hf_model(smollm2_dir)
+    prompts = ["List three prime numbers:", "def fibonacci(n):"]
+    penalties = [1.3, 0.85]
+    out = smollm2.generate(prompts, [SamplingParams(max_tokens=16, repetition_penalty=p) for p in penalties])
+    for prompt, penalty, result in zip(prompts, penalties, out):
+        ids = smollm2.tokenize(prompt)
+        expected = model.generate(torch.tensor([ids]), do_sample=False, repetition_penalty=penalty, max_new_tokens=16,
+                                  pad_token_id=smollm2.tokenizer.eos_token_id)[0, len(ids):].tolist()
+        if expected[-1] in smollm2.eos_token_ids:  # transformers keeps the EOS that stopped it; the engine does not
+            expected.pop()
+        assert result["token_ids"] == expected, (prompt, penalty)
+    plain = smollm2.generate(prompts, SamplingParams(max_tokens=16))
+    assert all(p["token_ids"] != r["token_ids"] for p, r in zip(plain, out))  # the penalties changed the output
