@@ -98,3 +98,36 @@ def test_chat_applies_the_chat_template(model_dirs, tmp_path):
     rows = json_lines(run("generate", write(tmp_path / "p.txt", "hi\n"), "--model", model, "--chat", "-n", "1",
                           "--json").stdout)
     assert rows[0]["prompt"] == "hi" and rows[0]["prompt_tokens"] == len("<hi>:")
+
+
+def test_the_logits_controls_match_the_offline_api(model_dirs, tmp_path):
+    """The penalties, logit bias, min-p, min_tokens and stop token ids, typed as options or set per prompt in a
+    JSONL file, run as SamplingParams with the same values do."""
+    path = write(tmp_path / "p.jsonl", '{"prompt": "ab"}\n{"prompt": "cd", "logit_bias": {"65": 100}, '
+                                       '"stop_token_ids": [65], "min_tokens": 2}\n')
+    result = run("generate", path, "--model", model_dirs["llama"], "-n", "6", "--json", "--repetition-penalty",
+                 "1.5", "--frequency-penalty", "1", "--presence-penalty", "-0.5", "--logit-bias", "70=3",
+                 "--min-p", "0.1", "--stop-token-id", "66")
+    assert result.exit_code == 0, result.stderr
+    common = dict(max_tokens=6, repetition_penalty=1.5, frequency_penalty=1.0, presence_penalty=-0.5, min_p=0.1)
+    expected = LLM(model_dirs["llama"]).generate(["ab", "cd"], [
+        SamplingParams(**common, logit_bias={70: 3}, stop_token_ids=[66]),
+        SamplingParams(**common, logit_bias={70: 3}, stop_token_ids=[66], min_tokens=2)])
+    rows = json_lines(result.stdout)
+    assert rows[0]["token_ids"] == expected[0]["token_ids"]
+    # the command line's --logit-bias and --stop-token-id replace the file's; min_tokens stays the file's
+    assert rows[1]["token_ids"] == expected[1]["token_ids"]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--presence-penalty", "3"], "presence_penalty must be a number in [-2, 2]"),
+    (["--repetition-penalty", "0"], "repetition_penalty must be a number > 0"),
+    (["--logit-bias", "65"], "is not ID=BIAS"),
+    (["--logit-bias", "65=x"], "is not a number"),
+    (["--logit-bias", "65=101"], "logit_bias values must be numbers in [-100, 100]"),
+    (["--min-tokens", "20"], "min_tokens must be an integer from 0 to max_tokens (16)"),
+])
+def test_bad_logits_controls_are_usage_errors(args, fragment, prompts_file):
+    from tests.support.cli import assert_user_error
+
+    assert_user_error(run("generate", prompts_file, *args), fragment)
