@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from core.config import EngineConfig
+from core import env
+
+env.let_idle_threads_sleep()  # before torch loads libgomp, which reads its spin count once
+
+from core.config import EngineConfig  # noqa: E402
 from core.errors import (ContextLengthError, EngineBusyError, EngineDeadError, InvalidParamsError, MinisglError,
                          ModelLoadError, PromptFileError, RequestRejected, UnsupportedModelError, WorkerError)
 from core.events import ReqStep, StepEvent

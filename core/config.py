@@ -98,6 +98,9 @@ class EngineConfig:
         1, "Consecutive prefill steps after which decoding requests get a step (1: prefill and decode alternate "
            "while both have work, so a streamed token waits behind at most one prefill step).", int, minimum=1)
     tp: int = option(1, "Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).", int, minimum=1)
+    threads: int | None = option(
+        None, "CPU threads to compute on, shared out among --tp ranks (default: the CPUs this process may use, "
+              "at most OMP_NUM_THREADS).", int, optional=True, minimum=1)
     overlap: bool | None = option(
         None, "Overlap scheduling: prepare step N+1 while step N runs (default: on for CUDA, off on a CPU, where "
               "it gains nothing).", bool, optional=True)

@@ -53,6 +53,21 @@ def disabled(name: str) -> bool:
     return os.environ.get(f"MINISGL_DISABLE_{name}", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+# How many times an idle OpenMP worker (torch's, and the C kernels', which share its pool) spins at a barrier
+# before it sleeps. libgomp's default, 300,000, keeps a worker spinning long after a step ends; on a machine whose
+# other processes keep the cores busy, it spends the CPU time the thread it waits for needs, and a step's barriers
+# then wait for whole scheduler slices (docs/BENCHMARKS.md, "A busy machine", has the figures).
+IDLE_SPINS = "10000"
+
+
+def let_idle_threads_sleep() -> None:
+    """Set GOMP_SPINCOUNT to IDLE_SPINS unless GOMP_SPINCOUNT or OMP_WAIT_POLICY is set already (the user's word
+    wins). libgomp reads it once, when torch loads it, so core/__init__.py calls this before anything imports
+    torch; a program that imports torch before minisgl keeps libgomp's default."""
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = IDLE_SPINS
+
+
 def tp_timeout_s() -> float:
     """MINISGL_TP_TIMEOUT: seconds a tensor-parallel collective may wait for a silent rank (default 120). A worker
     that dies is noticed at once through its process sentinel; this bounds the wait for one that hangs."""

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.workload import WORKLOADS, workload_spec
+from core.models.weights import check_model_path
 from minisgl_cli.console import stdout_console
 from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import interrupted_load, quiet_transformers
@@ -45,9 +46,6 @@ SkipBaselines = Annotated[bool, typer.Option("--skip-baselines", metavar=FLAG, h
 Baselines = Annotated[Optional[str], typer.Option(
     help=f"A comma-separated subset of {', '.join(BASELINES)} (written without spaces, e.g. "
          f"{BASELINES[0]},{BASELINES[1]}); default all of them on a CPU, {' and '.join(CUDA_BASELINES)} on CUDA.")]
-Threads = Annotated[Optional[int], typer.Option(
-    min=1, help="torch threads for the whole run; default torch's (one per core). On a busy machine 1 gives "
-                "steadier figures.")]
 PageSize = Annotated[Optional[int], typer.Option(
     "--page-size", min=1, help="Tokens per KV page for the engine; default 128 on CUDA (flashinfer's decode reads "
                                "large head-major pages fastest), the engine's default (1) on a CPU.")]
@@ -81,7 +79,7 @@ MaxRunning = Annotated[Optional[int], typer.Option(
 
 def bench(workload: Workload = None, model: engine_option("model") = None, requests: Requests = None, seed: Seed = 0,
           hf_requests: HfRequests = None, skip_baselines: SkipBaselines = False, baselines: Baselines = None,
-          device: engine_option("device") = None, threads: Threads = None, tp: engine_option("tp") = 1,
+          device: engine_option("device") = None, threads: engine_option("threads") = None, tp: engine_option("tp") = 1,
           kv_dtype: engine_option("kv_dtype") = "auto", precision: engine_option("precision") = "exact",
           page_size: PageSize = None, baseline_seconds: BaselineSeconds = None, as_json: AsJson = False,
           serve: Serve = False, rate: Rate = None, url: Url = None, api_key: ApiKey = None,
@@ -106,6 +104,7 @@ def bench(workload: Workload = None, model: engine_option("model") = None, reque
          "--baseline-seconds": baseline_seconds})
     if workload is not None:  # what can be checked without torch is checked before it loads
         workload_spec(workload)
+    check_model_path(model)
     if serve:
         from minisgl_cli.serve_client import parse_rates
 

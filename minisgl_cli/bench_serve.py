@@ -78,8 +78,6 @@ def check_combination(serve: bool, serve_only: dict[str, Any], bench_only: dict[
 def run(options: ServeBench, as_json: bool) -> None:
     activity = Activity(Console(stderr=True))
     with activity.phase("loading torch and the engine"):
-        import torch
-
         from core.bench.engine_run import WARM_UP_TOKENS
         from core.bench.serve_bench import engine_settings, run_offline, serve_workload
         from core.bench.workload import BenchRequest, redraw_ids
@@ -90,12 +88,10 @@ def run(options: ServeBench, as_json: bool) -> None:
         quiet_transformers()
     # a server at --url that cannot be reached, or wants a key, fails before the offline pass
     url_model = served_model(options.url, options.api_key) if options.url is not None else None
-    if options.threads is not None:
-        torch.set_num_threads(options.threads)
     workload, vocab = serve_workload(options.workload, options.model, options.requests, options.seed, activity.note)
     settings = engine_settings(workload, device=options.device, tp=options.tp, kv_dtype=options.kv_dtype,
                                precision=options.precision, page_size=options.page_size,
-                               max_running=options.max_running)
+                               max_running=options.max_running, threads=options.threads)
     report = ServeReport(workload.spec.name, options.model or DEFAULT_MODEL_NAME, options.url or "",
                          len(workload.requests), workload.prompt_tokens, workload.output_tokens)
     stages = {rate: f"rate {rate_name(rate)}" for rate in options.rates}
@@ -146,8 +142,7 @@ def _server(options: ServeBench, settings: dict[str, Any], note: Callable[[str],
     from minisgl_cli.server_process import ServerProcess, free_port, serve_arguments
 
     port = free_port()
-    env = {"OMP_NUM_THREADS": str(options.threads)} if options.threads is not None else None
-    with ServerProcess(serve_arguments(options.model, settings, port, flag), port, env) as server:
+    with ServerProcess(serve_arguments(options.model, settings, port, flag), port) as server:
         note(f"starting minisgl serve on port {port} and waiting for /health")
         server.wait_ready()
         yield server.url

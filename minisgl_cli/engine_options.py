@@ -16,6 +16,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, get_type_hints
 import typer
 
 from core.config import DEFAULTS, OPTIONS, Option, check_options
+from core.models.weights import check_model_path
 
 PANEL = "Engine"
 # how the model option reads on the command line: a path or spec, and -m for short
@@ -48,8 +49,10 @@ class EngineOptions:
         return {name: value for name, value in self.values.items() if value != DEFAULTS[name] and name != "model"}
 
     def check(self) -> None:
-        """Every check EngineConfig makes, before anything is loaded, in the words of the command line."""
+        """Every check EngineConfig makes, and that the model's path or name exists, before anything is loaded, in
+        the words of the command line."""
         check_options(self.values, spell=flag)
+        check_model_path(self.model)
 
     @classmethod
     def defaults(cls, **values: Any) -> "EngineOptions":

@@ -78,7 +78,7 @@ def results_table(results: list[RunResult], title: str, floor: Floor | None = No
     for result in results:
         ratio = engine.output_tokens_per_s / result.output_tokens_per_s if engine and result.output_tokens_per_s else 0
         cells = [result.name, str(result.requests), f"{result.wall_s:.2f}", str(result.output_tokens),
-                 f"{result.output_tokens_per_s:.1f}"]
+                 f"{result.output_tokens_per_s:.1f}" + (" [yellow]*[/yellow]" if result.busy else "")]
         if floor is not None:
             whole = result.requests == requests and floor.seconds > 0 and result.wall_s > 0
             cells.append(f"{result.output_tokens / floor.seconds:.1f} ({floor.seconds / result.wall_s:.0%})"
@@ -87,11 +87,18 @@ def results_table(results: list[RunResult], title: str, floor: Floor | None = No
     return table
 
 
-def interrupted_view(results: list[RunResult]) -> Table | str:
+def busy_notes(results: list[RunResult]) -> list[str]:
+    """A line under the table for each run the machine was busy during (marked * in it)."""
+    return [f"[yellow]*[/yellow] {escape(r.name)}: the machine was busy ({r.others.words()} on average during "
+            f"the run); not a quiet machine's figure" for r in results if r.busy and r.others is not None]
+
+
+def interrupted_view(results: list[RunResult]) -> Group | str:
     """What a bench stopped with Ctrl-C had measured: the runs that finished."""
     if not results:
         return "interrupted before any run was measured"
-    return results_table(results, f"interrupted: the {plural(len(results), 'run')} measured before Ctrl-C")
+    table = results_table(results, f"interrupted: the {plural(len(results), 'run')} measured before Ctrl-C")
+    return Group(table, *busy_notes(results))
 
 
 def bench_view(report: BenchReport) -> Group:
@@ -99,7 +106,7 @@ def bench_view(report: BenchReport) -> Group:
     title = (f"{report.workload} workload: {plural(report.requests, 'request')}, "
              f"{plural(report.prompt_tokens, 'prompt token')}, {report.model} on {report.device}, "
              f"KV cache in pages of {plural(report.page_size, 'token')}")
-    parts: list = [results_table(report.results, title, report.floor, report.requests)]
+    parts: list = [results_table(report.results, title, report.floor, report.requests), *busy_notes(report.results)]
     parts += [f"[dim]{name} left out: {escape(why)}[/dim]" for name, why in report.skipped.items()]
     if report.latency is not None:
         latency = Table(title="minisgl latency (ms)", title_justify="left")

@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from core.cpu_share import OtherLoad
+
 if TYPE_CHECKING:  # the floor's module measures with torch; a report is read without it (minisgl --help)
     from core.bench.floor import Floor
 
@@ -25,14 +27,21 @@ class RunResult:
     wall_s: float
     output_tokens: int
     requests: int
+    others: OtherLoad | None = None  # what other processes used of our CPUs meanwhile (None: not measured)
 
     @property
     def output_tokens_per_s(self) -> float:
         return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
+    @property
+    def busy(self) -> bool:
+        """Whether other processes kept the machine busy during the run: its figures are not a quiet machine's."""
+        return self.others is not None and self.others.busy
+
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "wall_s": round(self.wall_s, 4), "output_tokens": self.output_tokens,
-                "output_tokens_per_s": round(self.output_tokens_per_s, 2), "requests": self.requests}
+                "output_tokens_per_s": round(self.output_tokens_per_s, 2), "requests": self.requests,
+                "others_cpus": None if self.others is None else round(self.others.cpus, 2), "busy": self.busy}
 
 
 def percentile(values: Sequence[float], q: float) -> float:

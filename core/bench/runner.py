@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
@@ -23,6 +23,7 @@ from core.bench.hf import hf_continuous, hf_sequential, hf_static, load_hf_model
 from core.bench.report import BenchReport, Latency, ProgressFn, RunResult, no_progress
 from core.bench.workload import BenchRequest, Workload, make_workload, workload_spec
 from core.config import EngineConfig
+from core.cpu_share import CpuTimes, other_load
 from core.engine.engine import pick_device
 from core.errors import InvalidParamsError
 from core.llm import LLM
@@ -36,6 +37,7 @@ CUDA_BASELINE_SECONDS = 45.0
 # the engine's KV page on CUDA unless asked: flashinfer's decode reads a head-major pool's large pages faster
 # than pages of 16 or 1 (docs/BENCHMARKS.md); a CPU keeps the engine's default
 CUDA_PAGE_SIZE = 128
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,8 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
     def engine(precision: str) -> LLM:
         say(f"loading {model_name} into the engine (precision {precision})")
         llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
-                  max_seq_len=longest, tp=options.tp, kv_dtype=options.kv_dtype or "auto", precision=precision,
-                  page_size=options.engine_page_size(), log=log)
+                  max_seq_len=longest, tp=options.tp, threads=options.threads, kv_dtype=options.kv_dtype or "auto",
+                  precision=precision, page_size=options.engine_page_size(), log=log)
         say(llm.engine.describe())  # what the engine chose, in detail: what the figures are of
         return llm
 
@@ -173,9 +175,16 @@ def _time_engine(llm: LLM, workload: Workload, batch1: BenchRequest, progress: P
     """The workload after a warm-up run, then the batch-1 request alone."""
     say(f"warming up the engine: the {len(workload.requests)} requests cut to a few tokens each")
     warm_up(llm, workload)
-    result, latency = run_engine(llm, workload, progress)
+    result, latency = metered(lambda: run_engine(llm, workload, progress))
     say("timing batch-1 decode: one request alone")
     return result, latency, run_batch1(llm, batch1)
+
+
+def metered(run: Callable[[], tuple[RunResult, T]]) -> tuple[RunResult, T]:
+    """``run``'s result with what other processes used of our CPUs while it ran (RunResult.others)."""
+    start = CpuTimes.now()
+    result, latency = run()
+    return replace(result, others=other_load(start, CpuTimes.now())), latency
 
 
 def default_baselines(device: torch.device) -> tuple[str, ...]:
@@ -202,7 +211,7 @@ def _run_baselines(llm: LLM, workload: Workload, names: Sequence[str], progress:
         limit = f", at most {seconds:.0f} s" if seconds is not None else ""
         note(f"bench: {name} on {len(workload.requests)} requests{limit}")
         try:
-            results.append(runs[name](model, workload, progress, seconds))
+            results.append(metered(lambda: (runs[name](model, workload, progress, seconds), None))[0])
             measured(results[-1])
         except Exception as exc:  # a baseline that cannot run here is reported, never fatal
             skipped[name] = f"{type(exc).__name__}: {exc}"

@@ -38,7 +38,7 @@ def serve_workload(name: str | None, model: str | None, requests: int | None, se
 
 
 def engine_settings(workload: Workload, *, device: str | None, tp: int, kv_dtype: str | None, precision: str,
-                    page_size: int | None, max_running: int | None) -> dict[str, Any]:
+                    page_size: int | None, max_running: int | None, threads: int | None = None) -> dict[str, Any]:
     """The engine options (EngineConfig's names) of the offline engine and of the server alike: ``minisgl
     bench``'s page size and a batch that holds every request (up to MAX_RUNNING), the context cut to the
     longest request so that the KV pool is sized alike."""
@@ -49,6 +49,8 @@ def engine_settings(workload: Workload, *, device: str | None, tp: int, kv_dtype
         "max_seq_len": max(len(r.prompt_ids) + r.max_tokens for r in workload.requests)}
     if device is not None:
         settings["device"] = device
+    if threads is not None:
+        settings["threads"] = threads
     return settings
 
 

@@ -83,6 +83,7 @@ class Engine:
         # every switch, decided here once (fails before the model loads when an ask cannot be met)
         heads = AttentionShape(cfg.num_heads // self.tp_info.size, local_kv_heads(cfg.num_kv_heads)[0], cfg.head_dim)
         self.plan: EnginePlan = plan_engine(config, self.device, self.dtype, heads)
+        torch.set_num_threads(self.plan.threads)  # before the kernels are built: they take torch's count
         self.dtype = self.plan.precision.dtype
         self.max_seq_len = min(config.max_seq_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
         # what is derived from the weights (fused weights, codes, int8 copies, magnitudes), read back from the last
@@ -160,7 +161,8 @@ class Engine:
         packed = weight_words(plan, self.cpu_paths.four_bit_panels, self.screened_head)
         layout = f" in head-major pages of {self.page_size}" if plan.head_major_kv and self.page_size > 1 else ""
         size = size_words(tokens * per_token)
-        return (f"engine on {self.device} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
+        threads = f" on {plural(plan.threads, 'thread')}" if self.device.type == "cpu" else ""
+        return (f"engine on {self.device}{threads} in {str(self.dtype).removeprefix('torch.')}: KV cache for "
                 f"{plural(tokens, 'token')}{' in fp8' if plan.kv_fp8 else ''}{layout} ({size}; {why}), "
                 f"{plan.attention} attention with {kernel_words(plan)}{packed}, {graphs}")
 

@@ -16,6 +16,8 @@ import torch
 from core import env
 from core.kernels.cuda.attention.flashinfer_common import HALF_DTYPES, flashinfer_available
 from core.config import EngineConfig
+from core.cpu_share import engine_threads
+from core.distributed.info import get_tp_info
 from core.errors import InvalidParamsError
 from core.kernels.choices import KernelChoices
 from core.kernels.cpu.features import cpu_features
@@ -55,6 +57,8 @@ class EnginePlan:
     # the KV pool head-major (flashinfer's HND: each page one KV head's tokens side by side), which decode reads
     # faster at large pages (core/kvcache/pool.py); else token-major, what every other reader takes
     head_major_kv: bool = False
+    # the CPU threads this rank computes on (core/cpu_share.py): torch's, and the C kernels' with them
+    threads: int = 1
 
 
 def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
@@ -84,13 +88,13 @@ def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtyp
 
 
 def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
-                   int8_weights: bool = False, kv_fp8: bool = False, bf16_linears: bool = False) -> KernelChoices:
+                   int8_weights: bool = False, kv_fp8: bool = False, bf16_linears: bool = False,
+                   threads: int = 1) -> KernelChoices:
     """flashinfer's kernel set exactly with flashinfer attention, its Triton kernels where Triton runs (each one
     can be turned off for comparisons; the small-batch decode reads bf16 pages only, so not with an fp8 KV
     cache); on a float32 CPU the C GEMM's panels where it runs (AVX-512; not beside bf16 copies, which take every
     linear), with VNNI also a greedy batch's LM head screened through int8, else oneDNN-packed weights, used at
-    one row too when torch runs more than one thread (read once, here: set the threads before building the
-    engine)."""
+    one row too when the engine runs more than one thread."""
     flashinfer = attention == "flashinfer"
     triton = flashinfer and triton_runs_on(device)
     fused_qkv = triton and not env.disabled("FUSED_QKV")
@@ -105,7 +109,7 @@ def kernel_choices(attention: str, device: torch.device, dtype: torch.dtype,
         pdl=(gemv or small_decode) and dependent_launch_runs_on(device) and not env.disabled("PDL"),
         triton_sampler=triton and not env.disabled("TRITON_SAMPLER"), fp8_gather=triton and kv_fp8,
         split_k=env.split_k_slices() if triton and not c_gemm else 0,  # the panels' norm takes no partial sums
-        packed_weights=packed, packed_one_row=packed and torch.get_num_threads() > 1, c_gemm=c_gemm,
+        packed_weights=packed, packed_one_row=packed and threads > 1, c_gemm=c_gemm,
         four_bit_weights=(device.type == "cpu" and dtype == torch.float32 and not int8_weights and not bf16_linears
                           and not env.disabled("FOUR_BIT_WEIGHTS")),
         screened_head=screened_head, gpu_screened_head=gemv and not env.disabled("SCREENED_HEAD"),
@@ -122,10 +126,12 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype,
     attention = attention_name(config, device, dtype)
     kv_fp8 = config.kv_dtype == "fp8"
     graph_bs = graph_max_bs(config, device, attention)
+    threads = engine_threads(config.threads, get_tp_info().size, torch.get_num_threads())
     return EnginePlan(
         attention=attention, kv_fp8=kv_fp8,
         fp8_paged_decode=kv_fp8 and attention == "torch" and device.type == "cuda" and triton_runs_on(device),
-        kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8, precision.bf16_linears),
+        kernels=kernel_choices(attention, device, dtype, precision.int8_weights, kv_fp8, precision.bf16_linears,
+                               threads),
         cuda_graph_max_bs=graph_bs,
         overlap=overlap_enabled(config, device), precision=precision,
         c_attention=c_attention_runs(device, dtype, attention, kv_fp8),
@@ -133,4 +139,4 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype,
         tensor_core_decode_rows=tensor_core_decode_rows(attention, kv_fp8, heads),
         whole_request_decode=attention == "flashinfer" and not kv_fp8 and not env.disabled("WHOLE_REQUEST_DECODE"),
         prefill_graph=prefill_graph_runs(config, attention, graph_bs, kv_fp8),
-        head_major_kv=head_major_kv_runs(attention, kv_fp8, precision.c_decode))
+        head_major_kv=head_major_kv_runs(attention, kv_fp8, precision.c_decode), threads=threads)

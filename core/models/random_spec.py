@@ -3,19 +3,21 @@
 Throughput does not depend on the weights' values when EOS is ignored, so a benchmark builds the shape on the
 device in a second instead of reading a checkpoint. The weights come from a generator seeded per spec on the
 model's device: two engines of one spec on one device hold the same weights, to be compared whatever their
-attention backend. There is no tokenizer file: text is read and written as UTF-8 bytes (ids 0-255).
+attention backend. There is no tokenizer file: text is read and written as UTF-8 bytes (ids 0-255). Torch is
+imported only to draw the weights, so ``minisgl models`` lists the specs without it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import groupby
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from core.errors import ModelLoadError
 from core.model_config import ModelConfig
+
+if TYPE_CHECKING:
+    from torch import nn
 
 PREFIX = "random:"
 
@@ -69,16 +71,18 @@ def parse_random_spec(model: str) -> RandomSpec:
     return spec
 
 
-@torch.no_grad()
 def fill_random(model: nn.Module, spec: RandomSpec) -> None:
     """Draw every matrix from N(0, std) and set every norm weight to one, in a fixed parameter order."""
+    import torch
+
     device = next(model.parameters()).device
     gen = torch.Generator(device=device).manual_seed(spec.seed)
-    for name, param in sorted(model.named_parameters()):
-        if name.endswith("norm.weight"):
-            param.fill_(1.0)
-        else:
-            param.normal_(0.0, spec.init_std, generator=gen)
+    with torch.no_grad():
+        for name, param in sorted(model.named_parameters()):
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, spec.init_std, generator=gen)
 
 
 class ByteTokenizer:

@@ -10,6 +10,7 @@ half-written behind.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import shutil
@@ -82,10 +83,29 @@ def _local_path(model: str) -> Path:
         return snapshot
     if is_hub_name(model):
         raise ModelLoadError(f"model {model} is neither a local path nor in the local Hugging Face cache (looked for "
-                             f"{hub_repo_dir(model)}); models are never downloaded: fetch it first, e.g. "
-                             f"huggingface-cli download {model}, or pass its directory")
+                             f"{hub_repo_dir(model)}); models are never downloaded: fetch it first with "
+                             f"'{download_command(model)}', or pass its directory")
     raise ModelLoadError(f"model path {path} does not exist; pass a Hugging Face model directory, a .gguf file or "
                          f"ORG/NAME of a model in the local Hugging Face cache")
+
+
+def check_model_path(model: str | None) -> None:
+    """A path or ORG/NAME that names nothing here is refused at once, before torch loads (the load would say the
+    same after seconds of imports); what the model holds is the load's to check."""
+    if model is not None and not model.startswith(RANDOM_PREFIX):
+        _local_path(model)
+
+
+def download_command(model: str) -> str:
+    """How the installed huggingface_hub fetches ``model``: ``hf download`` where it ships the ``hf`` command (the
+    newer releases, and any future install), else ``huggingface-cli download``."""
+    try:
+        scripts = {entry.name for entry in importlib.metadata.distribution("huggingface_hub").entry_points
+                   if entry.group == "console_scripts"}
+    except importlib.metadata.PackageNotFoundError:
+        scripts = set()
+    tool = "huggingface-cli" if "huggingface-cli" in scripts and "hf" not in scripts else "hf"
+    return f"{tool} download {model}"
 
 
 def context_length(model: str | None) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,8 @@ def test_bench_json_reports_engine_and_every_baseline(model_dirs):
     assert {"hf-sequential", "hf-static"} <= set(names)
     expected = make_workload(workload_spec("cpu"), 320, seed=0, num_requests=4).output_tokens
     for r in report["results"]:
-        assert set(r) == {"name", "wall_s", "output_tokens", "output_tokens_per_s", "requests"}
+        assert set(r) == {"name", "wall_s", "output_tokens", "output_tokens_per_s", "requests", "others_cpus", "busy"}
+        assert r["others_cpus"] >= 0 and r["busy"] == (r["others_cpus"] > 0.1 * len(os.sched_getaffinity(0)))
         assert r["requests"] == 4
         assert r["output_tokens"] == expected  # EOS ignored: each request makes exactly max_tokens
         assert r["wall_s"] > 0 and r["output_tokens_per_s"] > 0
@@ -153,6 +155,24 @@ def test_bench_view_shows_the_batch1_line():
     console.print(bench_view(report))
     assert "batch-1 decode: 1.88 ms per token" in console.export_text()
     assert report.to_dict()["batch1_ms_per_token"] == 1.875
+
+
+def test_bench_marks_the_runs_the_machine_was_busy_during():
+    from rich.console import Console
+
+    from core.cpu_share import OtherLoad
+    from render.bench import bench_view
+
+    busy, quiet = RunResult("hf-static", 2.0, 10, 1, OtherLoad(1.5, 2)), RunResult("minisgl", 1.0, 10, 1, OtherLoad(0.1, 2))
+    report = BenchReport(workload="cpu", model="m", device="d", requests=1, prompt_tokens=2, results=[quiet, busy],
+                         latency=None, matmul_gflops=0.0, model_gflop=1.0)
+    console = Console(width=120, record=True)
+    console.print(bench_view(report))
+    text = console.export_text()
+    assert "5.0 *" in text and "10.0 *" not in text  # hf-static's tokens/s is marked, the engine's not
+    assert "* hf-static: the machine was busy (other processes used 1.5 of 2 CPUs" in text
+    assert "minisgl: the machine was busy" not in text
+    assert [r["busy"] for r in report.to_dict()["results"]] == [False, True]
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])

@@ -38,6 +38,7 @@ def test_help_version_and_usage_errors_import_no_engine(tmp_path):
                            (["generate", str(prompts), "--max-tokens", "abc"], 2),
                            (["generate", str(tmp_path / "missing.txt")], 2),
                            (["bench", "--baselines", "hf-fast"], 2),
+                           (["generate", str(prompts), "--model", "nobody/nothing"], 2),
                            (["trace", str(prompts), "--svg", str(tmp_path)], 2)]:
         code, modules, output = imported_by(*args)
         assert code == expected, (args, output)

@@ -112,15 +112,10 @@ def test_one_row_goes_packed_only_with_more_than_one_thread(monkeypatch):
     if not torch.backends.mkldnn.is_available():
         pytest.skip("no oneDNN in this torch build")
     monkeypatch.setenv("MINISGL_DISABLE_CPU_GEMM", "1")  # oneDNN's packing is what a CPU without AVX-512 gets
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        assert not plan_engine(EngineConfig(), CPU, torch.float32).kernels.packed_one_row
-        torch.set_num_threads(2)
-        choices = plan_engine(EngineConfig(), CPU, torch.float32).kernels
-        assert choices.packed_weights and choices.packed_one_row and kernels_for(choices).packed_one_row
-    finally:
-        torch.set_num_threads(threads)
+    assert not plan_engine(EngineConfig(threads=1), CPU, torch.float32).kernels.packed_one_row
+    assert plan_engine(EngineConfig(threads=3), CPU, torch.float32).threads == 3  # what the engine sets torch to
+    choices = plan_engine(EngineConfig(threads=2), CPU, torch.float32).kernels
+    assert choices.packed_weights and choices.packed_one_row and kernels_for(choices).packed_one_row
     with pytest.raises(ValueError):
         KernelChoices(packed_one_row=True)  # nothing to run one row on without packed weights
 
