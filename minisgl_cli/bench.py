@@ -7,12 +7,11 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from core.bench.names import BASELINES, CUDA_BASELINES, parse_baselines
 from core.bench.workload import WORKLOADS, workload_spec
 from core.models.weights import check_model_path
-from minisgl_cli.console import stdout_console
+from minisgl_cli.console import stderr_console, stdout_console
 from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import interrupted_load, quiet_transformers
 from minisgl_cli.engine_options import engine_option
@@ -115,7 +114,7 @@ def bench(workload: Workload = None, model: engine_option("model") = None, reque
             max_running=max_running), as_json)
         return
     parse_baselines(baselines)
-    activity = Activity(Console(stderr=True))
+    activity = Activity(stderr_console())
     with interrupted_load(activity), activity.phase("loading torch and the engine"):
         from core.bench import BenchOptions, run_bench
 

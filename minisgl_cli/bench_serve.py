@@ -22,6 +22,7 @@ from rich.console import Console
 from core.bench.serve_report import ServeReport, rate_name
 from core.errors import InvalidParamsError
 from minisgl_cli.engine_options import flag
+from minisgl_cli.console import stderr_console
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.jobs import quiet_transformers
 from render.activity import Activity
@@ -76,7 +77,7 @@ def check_combination(serve: bool, serve_only: dict[str, Any], bench_only: dict[
 
 
 def run(options: ServeBench, as_json: bool) -> None:
-    activity = Activity(Console(stderr=True))
+    activity = Activity(stderr_console())
     with activity.phase("loading torch and the engine"):
         from core.bench.engine_run import WARM_UP_TOKENS
         from core.bench.serve_bench import engine_settings, run_offline, serve_workload

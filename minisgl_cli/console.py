@@ -1,4 +1,5 @@
-"""The console results are printed on: as wide as the terminal, or a fixed width when stdout is not one."""
+"""The consoles a command prints on: results on stdout (as wide as the terminal, or a fixed width when stdout is not
+one), and what it is doing on stderr."""
 
 from __future__ import annotations
 
@@ -16,3 +17,10 @@ def stdout_console() -> Console:
     if not out.is_terminal and not os.environ.get("COLUMNS"):
         out = Console(width=PIPED_WIDTH)
     return out
+
+
+def stderr_console() -> Console:
+    """Where a command says what it is doing: on a terminal Rich wraps long lines at word boundaries; anywhere
+    else (a pipe, a log file) a line is never cut in two."""
+    err = Console(stderr=True)
+    return err if err.is_terminal else Console(stderr=True, soft_wrap=True)

@@ -6,11 +6,10 @@ import json
 import time
 
 import typer
-from rich.console import Console
 
 from core.errors import InvalidParamsError
 from core.words import plural
-from minisgl_cli.console import stdout_console
+from minisgl_cli.console import stderr_console, stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED
@@ -33,7 +32,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
 
     Exit code 0 when every prompt finished, 1 when some results are errors (they are still printed), 130 on
     Ctrl-C (the finished results are printed, the others marked interrupted)."""
-    out, activity = stdout_console(), Activity(Console(stderr=True))
+    out, activity = stdout_console(), Activity(stderr_console())
     if stream and json_out:
         raise typer.BadParameter("--stream writes text; use one or the other", param_hint="'--json'")
     if logprobs is not None and not json_out:

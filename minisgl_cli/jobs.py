@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from core.errors import InvalidParamsError
-from core.words import plural
+from core.words import ENGINE_READY, plural
 from minisgl_cli.prompts import Prompt, PromptSpec, chat_input_ids, read_prompts
 from core.request import Result, SamplingParams
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
@@ -82,7 +82,8 @@ def check_context(job: Job, engine: EngineOptions, sampling: SamplingOptions) ->
     config.json or GGUF header); otherwise the engine refuses each such prompt as it comes."""
     from core.models.weights import context_length  # no torch: it reads a few bytes of the model's files
 
-    limits = [(context, f"the model's context of {context} tokens") for context in [context_length(engine.model)]
+    limits = [(context, f"the model's context of {plural(context, 'token')}")
+              for context in [context_length(engine.model)]
               if context is not None]
     if engine.values["max_seq_len"] is not None:
         limits.append((engine.values["max_seq_len"], f"{flag('max_seq_len')} {engine.values['max_seq_len']}"))
@@ -110,7 +111,7 @@ def load_llm(opts: EngineOptions, activity: Activity, verbose: bool = False) -> 
     wait); the slow first conversion of a GGUF and the engine's summary are printed as notes."""
     opts.check()  # what the engine would refuse only after loading the model, said in the options typed
     name = opts.model or "the embedded SmolLM2-135M-Instruct"
-    with interrupted_load(activity), activity.phase(f"loading {name}"):
+    with interrupted_load(activity), activity.phase(f"loading {name}", closing=ENGINE_READY):
         from core.llm import LLM
 
         quiet_transformers()

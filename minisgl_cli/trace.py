@@ -24,7 +24,7 @@ from core.words import plural
 from core.events import StepEvent
 from core.llm.arrivals import Arrival, every_n_steps, poisson
 from minisgl_cli.prompts import Prompt
-from minisgl_cli.console import stdout_console
+from minisgl_cli.console import stderr_console, stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
@@ -96,7 +96,7 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     Each row shows the phase, batch size, tokens, every request's extend length, the KV pages in use and who
     waits; under the table, why each queued request waits and the KV pool. Without PROMPTS it runs the
     tutorial's five prompts (max_tokens 6, 2, 5, 1, 4, EOS ignored)."""
-    out, err = stdout_console(), Console(stderr=True)
+    out, err = stdout_console(), stderr_console()
     exports = x.Exports(html, perfetto)
     server = _web_server(web_port, err) if web else None
     view_options = x.ReplayView(show_radix, not no_legend, step_delay, step)

@@ -6,10 +6,9 @@ import json
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
-from rich.console import Console
 
 import sample_prompts
-from minisgl_cli.console import stdout_console
+from minisgl_cli.console import stderr_console, stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import SOME_FAILED
@@ -38,7 +37,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
     Exit code 0 when every prompt matches exactly, 1 otherwise (a difference, or a prompt the engine
     refused). At the first differing position the table
     shows both tokens and whether it is a near-tie (the engine's token within the reference's top-5)."""
-    activity = Activity(Console(stderr=True))
+    activity = Activity(stderr_console())
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
     job = load_job(prompts or sample_prompts.path(), sampling)
     require_greedy(job, sampling)

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from core.bench.report import Percentiles
 from core.bench.serve_report import ServeReport, rate_name
+from core.words import plural
 
 
 def _pair(p: Percentiles, first: str = "p50") -> str:
@@ -22,7 +23,8 @@ def _ms(seconds: float) -> str:
 
 
 def serve_view(report: ServeReport) -> Group:
-    title = (f"{report.workload} workload: {report.requests} requests, {report.prompt_tokens} prompt tokens, "
+    title = (f"{report.workload} workload: {plural(report.requests, 'request')}, "
+             f"{plural(report.prompt_tokens, 'prompt token')}, "
              f"{report.output_tokens} output tokens per run, {report.model} at {report.url}")
     table = Table(title=title, title_justify="left", caption="rate in requests/s (inf: all at once); latencies in ms",
                   caption_justify="left")

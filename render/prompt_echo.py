@@ -14,6 +14,7 @@ from rich.measure import Measurement
 from rich.text import Text
 
 from render.style import one_line
+from core.words import plural
 
 MAX_CHARS = 300  # a prompt longer than this, or of more than MAX_LINES lines, is cut
 MAX_LINES = 2
@@ -37,7 +38,8 @@ def cut_middle(text: str, head: int, tail: int, marker: Callable[[int], str] = l
 def echo_prompt(prompt: str) -> str:
     if len(prompt) <= MAX_CHARS and prompt.count("\n") < MAX_LINES:
         return prompt
-    return cut_middle(prompt, HEAD_CHARS, TAIL_CHARS, lambda hidden: f" [… {hidden:,} characters not shown …] ")
+    return cut_middle(prompt, HEAD_CHARS, TAIL_CHARS,
+                      lambda hidden: f" [… {plural(hidden, 'character')} not shown …] ")
 
 
 class PromptCell:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from core.events import ReqStep, StepEvent
+from core.words import plural
 
 FORMAT = "minisgl-trace"
 VERSION = 1
@@ -247,13 +248,13 @@ def _check_step(event: StepEvent, expected_step: int, num_prompts: int | None, w
     if event.step != expected_step:
         problems.append(f"step {event.step} where step {expected_step} was expected")
     if event.batch_size != len(event.reqs):
-        problems.append(f"batch_size {event.batch_size} but {len(event.reqs)} requests")
+        problems.append(f"batch_size {event.batch_size} but {plural(len(event.reqs), 'request')}")
     if event.num_tokens != sum(r.extend_len for r in event.reqs):
         problems.append(f"num_tokens {event.num_tokens} is not the sum of the extend lengths")
     uids = [r.uid for r in event.reqs] + list(event.finished) + list(event.arrived) + [w.uid for w in event.waits]
     strangers = sorted({u for u in uids if not 0 <= u < (num_prompts if num_prompts is not None else u + 1)})
     if strangers:
-        problems.append(f"uid {strangers[0]} but the header has {num_prompts} prompts")
+        problems.append(f"uid {strangers[0]} but the header has {plural(num_prompts, 'prompt')}")
     if not 0 <= event.kv_pages_cached <= event.kv_pages_used <= event.kv_pages_total:
         problems.append("KV pages out of range (cached <= used <= total)")
     if problems:
@@ -274,7 +275,8 @@ class _History:
             if event.phase == "decode" and req.uid not in self.prefilled:
                 raise TraceFormatError(f"{where}: uid {req.uid} decodes before any prefill")
             if event.phase == "decode" and req.extend_len != 1:
-                raise TraceFormatError(f"{where}: uid {req.uid} decodes {req.extend_len} tokens (one per step)")
+                raise TraceFormatError(f"{where}: uid {req.uid} decodes {plural(req.extend_len, 'token')} "
+                                       f"(one per step)")
         self.prefilled.update(r.uid for r in event.reqs)
         self.finished.update(event.finished)
 

@@ -24,6 +24,7 @@ from core.bench.report import ProgressFn, RunResult
 from core.bench.workload import Workload
 from core.bench.random_hf import random_hf_model
 from core.models.random_spec import RandomSpec
+from core.words import plural
 
 
 def load_hf_model(model_dir: Path | RandomSpec, device: torch.device, dtype: torch.dtype) -> Any:
@@ -164,5 +165,5 @@ def hf_continuous(model: Any, workload: Workload, progress: ProgressFn, seconds:
                     progress("hf-continuous", done, len(requests))
             wall = time.perf_counter() - start
     if errors:
-        raise RuntimeError(f"{len(errors)} requests failed: {errors[0]}")
+        raise RuntimeError(f"{plural(len(errors), 'request')} failed: {errors[0]}")
     return RunResult("hf-continuous", wall, sum(made.values()), len(requests))

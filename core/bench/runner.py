@@ -30,6 +30,7 @@ from core.llm import LLM
 from core.model_config import ModelConfig
 from core.models.loader import read_model_config
 from core.models.weights import DEFAULT_MODEL_NAME, resolve_model_dir
+from core.words import plural
 
 # transformers' steps on a GPU are bound by its host work, whatever the batch: each baseline gets
 # this long there by default and its throughput is measured over the tokens it made in that time
@@ -173,7 +174,7 @@ def _batch1_costs(llm: LLM, cfg: ModelConfig, costs: ModelCosts, tp: int) -> Mod
 def _time_engine(llm: LLM, workload: Workload, batch1: BenchRequest, progress: ProgressFn,
                  say: Callable[[str], None]) -> tuple[RunResult, Latency, float | None]:
     """The workload after a warm-up run, then the batch-1 request alone."""
-    say(f"warming up the engine: the {len(workload.requests)} requests cut to a few tokens each")
+    say(f"warming up the engine: the {plural(len(workload.requests), 'request')} cut to a few tokens each")
     warm_up(llm, workload)
     result, latency = metered(lambda: run_engine(llm, workload, progress))
     say("timing batch-1 decode: one request alone")
@@ -209,7 +210,7 @@ def _run_baselines(llm: LLM, workload: Workload, names: Sequence[str], progress:
     results = []
     for name in names:
         limit = f", at most {seconds:.0f} s" if seconds is not None else ""
-        note(f"bench: {name} on {len(workload.requests)} requests{limit}")
+        note(f"bench: {name} on {plural(len(workload.requests), 'request')}{limit}")
         try:
             results.append(metered(lambda: (runs[name](model, workload, progress, seconds), None))[0])
             measured(results[-1])
@@ -229,4 +230,4 @@ def _warm_up_hf(model) -> None:
 def _describe(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"cpu ({torch.get_num_threads()} threads)"
+    return f"cpu ({plural(torch.get_num_threads(), 'thread')})"

@@ -21,6 +21,7 @@ from core.bench.workload import Workload, make_workload, workload_spec
 from core.llm import LLM
 from core.models.loader import read_model_config
 from core.models.weights import resolve_model_dir
+from core.words import plural
 
 MAX_RUNNING = 256  # the batch both engines hold by default: every request, up to this many
 
@@ -60,7 +61,8 @@ def run_offline(model: str | None, settings: dict[str, Any], workload: Workload,
     CUDA, where a server started next needs it)."""
     say(f"loading {model or 'the embedded model'} into the offline engine")
     with LLM(model, log=say, **settings) as llm:
-        say(f"warming up the offline engine: the {len(workload.requests)} requests cut to a few tokens each")
+        say(f"warming up the offline engine: the {plural(len(workload.requests), 'request')} cut to a few tokens "
+            "each")
         warm_up(llm, workload)
         result, _ = run_engine(llm, workload, lambda _, done, total: progress("offline", done, total))
     del llm

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from core.words import plural
+from core.words import ENGINE_READY, plural
 from core.arith import pages_for
 from core.attention.base import AttentionBackend
 from core.attention.torch_backend import TorchAttentionBackend
@@ -137,7 +137,7 @@ class Engine:
         the KV cache holds (``describe`` has the plan's details)."""
         tokens = self.num_pages * self.page_size
         size = size_words(tokens * self.kv_bytes_per_token) + (", fp8" if self.plan.kv_fp8 else "")
-        return (f"engine ready on {self.device}, {str(self.dtype).removeprefix('torch.')}: room for "
+        return (f"{ENGINE_READY} on {self.device}, {str(self.dtype).removeprefix('torch.')}: room for "
                 f"{plural(tokens, 'token')} in the KV cache ({size})")
 
     def describe(self) -> str:

@@ -26,6 +26,7 @@ from core.layers.fill import fill
 from core.models.decoder import CausalLM
 from core.models.random_spec import RandomSpec, fill_random
 from core.models.weights import model_config_cache_path
+from core.words import plural
 
 # checkpoint module name -> (decoder module name, shard)
 _FUSED = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
@@ -125,7 +126,7 @@ def load_model(model_dir: Path | RandomSpec, cfg: ModelConfig, device: torch.dev
         for name, module in fused.items():
             derived.get(f"fused:{name}.weight", lambda: (module.weight.data,))
     if missing := sorted(set(params) - filled):
-        raise ModelLoadError(f"checkpoint in {model_dir} lacks {len(missing)} tensors, e.g. {missing[0]}; "
+        raise ModelLoadError(f"checkpoint in {model_dir} lacks {plural(len(missing), 'tensor')}, e.g. {missing[0]}; "
                              "is the download complete?")
     return model.eval()
 

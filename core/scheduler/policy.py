@@ -5,6 +5,7 @@ prompts can delay decoding but never stall it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from core.words import plural
 
 
 @dataclass
@@ -15,7 +16,7 @@ class PhasePolicy:
     def forced_decode(self, decoding: bool) -> str:
         """Why this step must decode whatever waits (the step event's note), or '' if prefill may go first."""
         if decoding and self.streak >= self.max_streak:
-            return f"decode forced after {self.streak} prefill steps"
+            return f"decode forced after {plural(self.streak, 'prefill step')}"
         return ""
 
     def record(self, prefilled: bool, decoding: bool) -> None:

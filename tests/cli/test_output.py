@@ -5,6 +5,7 @@ checked before the run, and an engine described in words."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -85,6 +86,8 @@ def test_the_engine_is_described_in_one_plain_line_and_in_detail_with_verbose(mo
     narrow = run("generate", prompts, "--model", model_dirs["llama"], "-n", "1", "--max-running", "2")
     ready = [line for line in wide.stderr.splitlines() if line.startswith("engine")]
     assert ready == ["engine ready on cpu, float32: room for 16,384 tokens in the KV cache (8.0 MiB)"]
+    lines = wide.stderr.splitlines()  # the ready line follows the load's own last line
+    assert lines[lines.index(ready[0]) - 1].startswith(f"loading {model_dirs['llama']}: done in "), wide.stderr
     assert "room for 1,024 tokens in the KV cache" in narrow.stderr
     for jargon in ("panels", "VNNI", "AVX", "budget", "attention", "CUDA graphs", "MiB;"):
         assert jargon not in wide.stderr
@@ -133,3 +136,31 @@ def test_counts_of_one_are_singular(model_dirs, tmp_path):
     assert "1/1 request finished, 1 token in" in alone.stderr
     for wrong in ("1 requests", "1 tokens", "1 pages", "all 1 running"):
         assert wrong not in result.stderr + alone.stderr
+
+
+def test_the_ready_line_follows_the_phase_and_long_lines_wrap_only_on_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from render.activity import Activity
+
+    long = "engine ready on cpu, float32: room for 23,301 tokens in the KV cache (1.0 GiB) " + "x" * 40
+    for terminal in (False, True):
+        buffer = io.StringIO()
+        activity = Activity(Console(file=buffer, width=80, force_terminal=terminal, color_system=None))
+        with activity.phase("loading m", closing="engine ready"):
+            activity.note("converting m once")
+            activity.note(long)
+            activity.note("the plan in detail")  # after the ready line: held with it
+        activity.line("saved run.json (open it in ui.perfetto.dev or chrome://tracing)" + " y" * 30)
+        plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buffer.getvalue()).replace("\r", "\n")
+        lines = [line.rstrip() for line in plain.splitlines() if line.strip()]
+        if terminal:  # Rich wrapped them at words, so the live display knew each line's rows; no spinner beside
+            assert all(len(line) <= 80 for line in lines), lines
+            ready = next(i for i, line in enumerate(lines) if line.startswith("engine ready"))
+            assert all("loading m" not in line for line in lines[ready:]) and "the plan in detail" in lines[ready:]
+        else:  # a log: one line each, the ready line right after the load's end
+            assert lines == ["loading m…", "converting m once", "loading m: done in 0.0 s", long,
+                             "the plan in detail",
+                             "saved run.json (open it in ui.perfetto.dev or chrome://tracing)" + " y" * 30]

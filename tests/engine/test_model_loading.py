@@ -58,7 +58,7 @@ def test_missing_tensor_is_named(broken):
     tensors = load_file(broken / "model.safetensors")
     del tensors["model.layers.1.mlp.down_proj.weight"]
     save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(ModelLoadError, match="lacks 1 tensors, e.g. model.layers.1.mlp.down_proj.weight"):
+    with pytest.raises(ModelLoadError, match="lacks 1 tensor, e.g. model.layers.1.mlp.down_proj.weight"):
         LLM(str(broken))
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from core.words import plural
+
 from tests.support.checks import assert_pages_accounted, greedy
 from core import LLM, SamplingParams
 
@@ -211,7 +213,7 @@ def test_a_stream_of_prefills_cannot_starve_decoding(model_dirs):
     while_decoding = phases[first_decode:phases.rindex("d") + 1]
     assert "p" * (streak + 1) not in while_decoding
     forced = [e for e in events if e.note]
-    assert forced and all(e.phase == "decode" and e.note == f"decode forced after {streak} prefill steps"
+    assert forced and all(e.phase == "decode" and e.note == f"decode forced after {plural(streak, 'prefill step')}"
                           for e in forced)
     assert all(events[e.step - 1].phase == "prefill" for e in forced)
     assert all(e.waiting > 0 for e in forced)  # prefill work was waiting: the decode step was really forced
