@@ -5,6 +5,10 @@ Run on a CUDA machine after ``. scripts/gpu_env.sh``:
     python3 scripts/gpu_steps.py --part start --model random:qwen3-8b
     python3 scripts/gpu_steps.py --part steps --model random:qwen3-8b --out $OUT
 
+Each line is printed as soon as it is measured, with the seconds since the start. On a fresh machine the first
+start compiles flashinfer's and Triton's kernels: with the 8B shape on an H100 neither part had printed its first
+line after 200 s (start) and 120 s (steps, the second process); give each 300 s.
+
 1. Start: the engine with default options (the memory plan's figures: free after the weights, counted for the CUDA
    wing, the reserve, the pool; what the card has free once it is ready), and a short run.
 2. Steps, on an engine of 256 rows: a prefill pass of each captured chunk size (its graph's replay, device time,
@@ -22,6 +26,7 @@ import random
 import re
 import statistics
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_profile import step_graph, time_device  # noqa: E402
 
 GIB = 1 << 30
+STARTED = time.perf_counter()
 DECODE_ROWS = (1, 32, 128, 256)
 CONTEXT = 512  # each decode row's prompt
 FAMILIES = (("GEMM", r"gemm|cutlass|nvjet|sm90|xmma|splitk|matmul"), ("attention", r"prefill|decode|attention"),
@@ -41,23 +47,27 @@ FAMILIES = (("GEMM", r"gemm|cutlass|nvjet|sm90|xmma|splitk|matmul"), ("attention
             ("copies", r"copy|memcpy|memset|fill|index|gather|cat"))
 
 
-def start_lines(model: str) -> list[str]:
+def say(text: str) -> None:
+    """A line as soon as it is known, with the seconds since the start: a run cut short keeps what it measured."""
+    print(f"[{time.perf_counter() - STARTED:6.1f}s] {text}", flush=True)
+
+
+def start_run(model: str) -> None:
     """The engine with default options: its memory plan against what its start left free, and a short run."""
-    llm = LLM(model)
+    llm = LLM(model, log=say)
     engine, gib = llm.engine, lambda b: f"{b / GIB:.2f} GiB"
     memory, pool = engine.memory, engine.num_pages * engine.page_size * engine.kv_bytes_per_token
     free_now, total = torch.cuda.mem_get_info(engine.device)
     used_after_pool = memory.free - pool - free_now
+    say(f"start of {model} with default options on {torch.cuda.get_device_name()} ({gib(total)}): free after the "
+        f"weights {gib(memory.free)}; counted for the CUDA wing {gib(memory.counted)} {engine.footprint}; "
+        f"reserve {gib(memory.reserve)}; pool {gib(pool)}; taken after the pool (install, graphs, warm-up) "
+        f"{gib(used_after_pool)}; free when ready {gib(free_now)}")
+    say(engine.describe())
     out = llm.generate([[random.randrange(10000) for _ in range(300)] for _ in range(8)],
                        SamplingParams(max_tokens=32, ignore_eos=True))
-    lines = [f"start of {model} with default options on {torch.cuda.get_device_name()} ({gib(total)}): ",
-             f"  free after the weights {gib(memory.free)}; counted for the CUDA wing {gib(memory.counted)} "
-             f"{engine.footprint}; reserve {gib(memory.reserve)}; pool {gib(pool)}",
-             f"  taken after the pool (install, graphs, warm-up) {gib(used_after_pool)}; free when ready "
-             f"{gib(free_now)}; a run of 8 requests made {sum(len(o['token_ids']) for o in out)} tokens",
-             f"  {engine.describe()}"]
+    say(f"a run of 8 requests made {sum(len(o['token_ids']) for o in out)} tokens")
     llm.close()
-    return lines
 
 
 def prefill_rows(llm: LLM, costs: ModelCosts, rate: float) -> list[dict]:
@@ -80,6 +90,7 @@ def prefill_rows(llm: LLM, costs: ModelCosts, rate: float) -> list[dict]:
         rows.append(dict(tokens=n, step_wall_ms=round(sum(e.elapsed_s for e in steps if e.phase == "prefill") * 1e3, 2),
                          replay_ms=round(device_ms, 2), gemm_floor_ms=round(gemm_ms, 2),
                          attention_floor_ms=round(attn_ms, 3), of_gemm_floor=round(gemm_ms / device_ms, 3)))
+        say(f"prefill {rows[-1]}")
     return rows
 
 
@@ -102,6 +113,7 @@ def decode_rows(llm: LLM, costs: ModelCosts, rate: float, bandwidth: float, toke
         floor = max((costs.weight_bytes + kv) / bandwidth, batch * costs.flops_per_token / rate) * 1e3
         rows.append(dict(rows=batch, replay_ms=round(replay, 3), step_wall_ms=round(wall, 3),
                          floor_ms=round(floor, 3), of_floor=round(floor / replay, 3)))
+        say(f"decode {rows[-1]}")
     return rows
 
 
@@ -142,21 +154,21 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     random.seed(0)
     if args.part == "start":
-        print("\n".join(start_lines(args.model)), flush=True)
+        start_run(args.model)
         return 0
-    llm = LLM(args.model, max_running_req=256, max_seq_len=4096)
+    llm = LLM(args.model, max_running_req=256, max_seq_len=4096, log=say)
     cfg, engine = llm.engine.model_config, llm.engine
     ceilings = measure_ceilings(engine.device, engine.dtype)
     costs = ModelCosts.of(cfg, engine.dtype.itemsize, engine.kv_bytes_per_token)
     rate, bandwidth = ceilings.matmul_gflops * 1e9, ceilings.stream_gbps * 1e9
+    say(f"ceilings: {rate / 1e12:.0f} TFLOP/s bf16 matmul, {bandwidth / 1e9:.0f} GB/s")
     result = dict(model=args.model, card=torch.cuda.get_device_name(), matmul_tflops=round(rate / 1e12, 1),
                   copy_gbps=round(bandwidth / 1e9), prefill=prefill_rows(llm, costs, rate),
                   decode=decode_rows(llm, costs, rate, bandwidth))
+    (out / "steps.json").write_text(json.dumps(result, indent=1))
     kernel_lines = prefill_kernel_lines(llm)
     llm.close()
-    (out / "steps.json").write_text(json.dumps(result, indent=1))
-    lines = [f"ceilings: {result['matmul_tflops']} TFLOP/s bf16 matmul, {result['copy_gbps']} GB/s copy"]
-    lines += ["prefill tokens | step wall ms | graph replay ms | GEMM floor ms | attention floor ms | of GEMM floor"]
+    lines = ["prefill tokens | step wall ms | graph replay ms | GEMM floor ms | attention floor ms | of GEMM floor"]
     lines += [" | ".join(str(r[k]) for k in ("tokens", "step_wall_ms", "replay_ms", "gemm_floor_ms",
                                               "attention_floor_ms", "of_gemm_floor")) for r in result["prefill"]]
     lines += ["decode rows | graph replay ms | step wall ms | floor ms | of floor"]
