@@ -1,6 +1,6 @@
 """The live dashboard put together, for ``serve --dashboard`` and ``trace --web``: the page and each step's record
 from render/ (render/dashboard_page.py), the ring of steps and the routes that serve them from serving/
-(serving/api/dashboard.py), which never imports the views."""
+(serving/api/dashboard.py, serving/api/routes/dashboard.py), which never imports the views."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 from core.events import StepEvent
 from render.dashboard_page import CSP, Facts, dashboard_html, dashboard_record
-from serving.api.dashboard import HISTORY, StepRing, add_dashboard_routes
+from serving.api.dashboard import HISTORY, StepRing
+from serving.api.routes.dashboard import Dashboard, add_dashboard
 
 
 def add_live_dashboard(app: Any, facts: Facts, show_text: bool, model: str, options: dict[str, Any], *,
@@ -23,5 +24,5 @@ def add_live_dashboard(app: Any, facts: Facts, show_text: bool, model: str, opti
 
     ring = StepRing(record, history=history, report_radix=report_radix, figures=figures)
     page = dashboard_html(model, options, show_text, history, events_url="/dashboard/events")
-    add_dashboard_routes(app, ring, page, CSP)
+    add_dashboard(app, Dashboard(ring, page, CSP))
     return ring

@@ -126,21 +126,3 @@ class StepRing:
                 self._radix_viewers -= 1
                 if self._radix_viewers == 0 and self._report_radix is not None:
                     self._report_radix(False)
-
-
-def add_dashboard_routes(app: Any, ring: StepRing, page: str, csp: str) -> None:
-    """GET /dashboard (the page, served under its Content-Security-Policy ``csp``) and GET /dashboard/events (its
-    stream, at the URL the page names); nothing that changes the engine's work but whether step events carry the
-    radix tree."""
-    from fastapi.responses import HTMLResponse, StreamingResponse
-
-    headers = {"Content-Security-Policy": csp, "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-
-    @app.get("/dashboard")
-    async def dashboard() -> HTMLResponse:
-        return HTMLResponse(page, headers=headers)
-
-    @app.get("/dashboard/events")
-    async def events(radix: int = 0) -> StreamingResponse:
-        return StreamingResponse(ring.stream(bool(radix)), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -101,3 +101,8 @@ class RequestIds:
         finally:
             if self.log is not None and scope["path"].startswith(API_PATHS):
                 self.log(log_line(record, scope, status, time.perf_counter()))
+
+
+def record_of(request: Any) -> RequestRecord:
+    """The request's log record, put there by the RequestIds middleware."""
+    return request.state.record

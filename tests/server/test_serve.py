@@ -512,6 +512,10 @@ def test_unknown_routes_and_methods_answer_in_openai_shape(server):
     code, reply, headers = request(server, "GET", "/v1/completions")
     assert code == 405 and "POST" in headers["Allow"]
     assert_openai_error(reply, "method GET is not allowed on /v1/completions; use POST")
+    for path in ("/dashboard", "/dashboard/events"):  # a server started without --dashboard says how to get one
+        code, reply, _ = request(server, "GET", path)
+        assert code == 404
+        assert_openai_error(reply, "start the server with --dashboard")
 
 
 def test_an_empty_body_is_said_to_be_empty(server):
