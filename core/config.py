@@ -68,16 +68,16 @@ class EngineConfig:
               "(never downloaded) or a random:NAME spec. Default: the embedded "
               "SmolLM2-135M-Instruct.", str, optional=True)
     cache: str = option(
-        "radix", "KV cache policy: 'naive' frees a request's pages when it ends, 'radix' shares prompt prefixes.",
-        str, choices=CACHE_TYPES)
+        "radix", "radix shares prompt prefixes; naive frees a request's pages when it ends.", str,
+        choices=CACHE_TYPES)
     page_size: int = option(1, "Tokens per KV page.", int, minimum=1)
     max_running_req: int = option(32, "Most requests in one batch.", int, minimum=1, flag="--max-running")
     num_pages: int | None = option(
-        None, "KV pool size in pages (default: sized from --kv-cache-gb or this machine's memory). Small pools "
-              "make requests wait.", int, optional=True, minimum=1)
+        None, "KV pool size in pages (default: from --kv-cache-gb); a small pool makes requests wait.", int,
+        optional=True, minimum=1)
     kv_cache_gb: float | None = option(
-        None, "Memory for the KV pool in GiB (default: what this machine can spare, at most what every running "
-              "request at full context needs).", float, optional=True, minimum=0)
+        None, "Memory for the KV pool in GiB (default: what the machine can spare, at most what the running "
+              "requests can fill).", float, optional=True, minimum=0)
     max_seq_len: int | None = option(
         None, "Longest prompt + output (default: the model's context).", int, optional=True, minimum=1)
     max_extend_tokens: int = option(8192, "Prefill tokens per step; a longer prompt is cut into chunks.", int,
@@ -88,29 +88,26 @@ class EngineConfig:
     device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when there is one).", str,
                                 optional=True)
     attention: str | None = option(
-        None, "Attention backend: 'torch' (any device) or 'flashinfer' (CUDA). Default: flashinfer on CUDA when "
-              "installed, else torch.", str, optional=True, choices=ATTENTION_BACKENDS,
-        noun="attention backend")
+        None, "torch (any device) or flashinfer (CUDA; the default there when installed).", str, optional=True,
+        choices=ATTENTION_BACKENDS, noun="attention backend")
     cuda_graph_max_bs: int | None = option(
-        None, "Largest decode batch captured as a CUDA graph; 0 turns graphs off (CUDA only).", int,
+        None, "Largest decode batch run as a CUDA graph; 0: none.", int,
         optional=True, minimum=0)
     max_prefill_streak: int = option(
-        1, "Consecutive prefill steps after which decoding requests get a step (1: prefill and decode alternate "
-           "while both have work, so a streamed token waits behind at most one prefill step).", int, minimum=1)
-    tp: int = option(1, "Tensor-parallel ranks: split the model over N processes (GPUs on CUDA).", int, minimum=1)
+        1, "Prefill steps in a row before decoding requests get a step.", int, minimum=1)
+    tp: int = option(1, "Tensor-parallel ranks: the model split over N processes (GPUs).", int, minimum=1)
     threads: int | None = option(
-        None, "CPU threads to compute on, shared out among --tp ranks (default: the CPUs this process may use, "
-              "at most OMP_NUM_THREADS).", int, optional=True, minimum=1)
+        None, "CPU threads, shared among --tp ranks (default: the CPUs this process may use).", int, optional=True,
+        minimum=1)
     overlap: bool | None = option(
-        None, "Overlap scheduling: prepare step N+1 while step N runs (default: on for CUDA, off on a CPU, where "
-              "it gains nothing).", bool, optional=True)
+        None, "Prepare step N+1 while step N runs (default: on CUDA only).", bool, optional=True)
     kv_dtype: str = option(
-        "auto", "KV cache storage: 'auto' keeps the model's dtype, 'fp8' stores e4m3 with per-head scales (half "
-                "the bytes of bf16; attention computes in float32 on the torch backend).", str, choices=KV_DTYPES)
+        "auto", "KV cache storage: the model's dtype, or fp8 (e4m3 with per-head scales, half of bf16's bytes).",
+        str, choices=KV_DTYPES)
     precision: str = option(
-        "exact", "'exact' keeps the model's dtype (float32 on a CPU, token-exact against transformers); 'fast' "
-                 "picks reduced-precision weights this machine runs faster, or says why it keeps float32; "
-                 "'int8' forces int8 weights on a CPU.", str, choices=PRECISIONS)
+        "exact", "exact: the model's dtype (token-exact against transformers on a CPU); fast: reduced-precision "
+                 "weights where this machine runs them faster; int8: int8 weights on a CPU.", str,
+        choices=PRECISIONS)
 
     def __post_init__(self) -> None:
         check_options(vars(self))

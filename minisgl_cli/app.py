@@ -22,6 +22,7 @@ from core.errors import MinisglError
 from minisgl_cli.bench import bench
 from minisgl_cli.exits import DONE, INTERRUPTED, USAGE
 from minisgl_cli.generate import generate
+from minisgl_cli.help_format import print_help
 from minisgl_cli.models import models
 from minisgl_cli.options import FLAG
 from minisgl_cli.trace import trace
@@ -53,7 +54,8 @@ class _PlainHelpFlag:
 
 
 class _Command(_PlainHelpFlag, TyperCommand):
-    pass
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        print_help(self, ctx)  # two columns, so the help fits 80 columns (minisgl_cli/help_format.py)
 
 
 class _OneLineErrors(_PlainHelpFlag, TyperGroup):

@@ -23,7 +23,7 @@ _SAMPLING = "Sampling"
 
 Verbose = Annotated[bool, typer.Option(
     "--verbose", metavar=FLAG, rich_help_panel="Engine",
-    help="Describe the engine's plan on stderr once it is ready: attention, kernels, weight formats, graphs.")]
+    help="Describe the engine's plan on stderr: attention, kernels, weights, graphs.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
                                     help="Wrap each text prompt in the model's chat template as a user turn.")]
 
@@ -46,23 +46,22 @@ Stop = Annotated[Optional[list[str]], typer.Option(
     help="End a prompt's text at this string (cut before it); repeat for several.")]
 PresencePenalty = Annotated[Optional[float], typer.Option(
     "--presence-penalty", rich_help_panel=_SAMPLING,
-    help="Subtract this (-2 to 2) from the logit of every token generated so far, once (default: 0).")]
+    help="Subtract this (-2 to 2) once from the logit of each token generated so far.")]
 FrequencyPenalty = Annotated[Optional[float], typer.Option(
     "--frequency-penalty", rich_help_panel=_SAMPLING,
-    help="Subtract this (-2 to 2) times its count from the logit of every token generated so far (default: 0).")]
+    help="Subtract this (-2 to 2) times its count from each generated token's logit.")]
 RepetitionPenalty = Annotated[Optional[float], typer.Option(
     "--repetition-penalty", rich_help_panel=_SAMPLING,
-    help="As transformers': divide the positive logits (multiply the negative) of every token in the prompt or "
-         "generated so far by this, > 0 (default: 1, off).")]
+    help="Scale down the logits of every token in the prompt or output by this, > 0, as transformers does.")]
 LogitBias = Annotated[Optional[list[str]], typer.Option(
     "--logit-bias", metavar="ID=BIAS", rich_help_panel=_SAMPLING, show_default=False,
     help="Add BIAS (-100 to 100) to token ID's logit; 100 forces it, -100 bans it. Repeat for several.")]
 MinP = Annotated[Optional[float], typer.Option(
     "--min-p", rich_help_panel=_SAMPLING,
-    help="Sample only tokens at least this fraction (0 to 1) as likely as the most likely one (default: 0, off).")]
+    help="Sample only tokens at least this fraction (0 to 1) as likely as the likeliest.")]
 MinTokens = Annotated[Optional[int], typer.Option(
     "--min-tokens", rich_help_panel=_SAMPLING,
-    help="Hold back end-of-sequence and stop token ids until this many tokens are generated (default: 0).")]
+    help="Hold back end-of-sequence and stop tokens until this many are generated.")]
 StopTokenId = Annotated[Optional[list[int]], typer.Option(
     "--stop-token-id", metavar="ID", rich_help_panel=_SAMPLING, show_default=False,
     help="End a prompt when this token is generated, as end-of-sequence does; repeat for several.")]
@@ -72,8 +71,7 @@ Logprobs = Annotated[Optional[int], typer.Option(
 
 Prompts = Annotated[Path, typer.Argument(
     metavar="PROMPTS", show_default=False,
-    help="A .txt file (one prompt a line) or .jsonl file (objects with \"prompt\" or \"input_ids\" and optional "
-         "max_tokens, temperature, top_k, top_p, seed, ignore_eos); '-' reads stdin.")]
+    help="A .txt file (one prompt a line) or .jsonl file (one object a line, keys in the README); '-': stdin.")]
 OptionalPrompts = Annotated[Optional[Path], typer.Argument(
     metavar="PROMPTS", show_default=False,
     help="A .txt or .jsonl prompts file, or '-' for stdin. Default: the tutorial's five prompts "

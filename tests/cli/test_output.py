@@ -112,6 +112,26 @@ def test_help_shows_flags_as_flags_and_every_baseline():
     assert "hf-continuous" in narrow.stdout and "…" not in narrow.stdout
 
 
+def test_help_fits_80_columns_whole(tmp_path):
+    from typer.testing import CliRunner
+
+    from minisgl_cli.app import app
+
+    def help_of(command: str) -> list[str]:
+        result = CliRunner(env={"COLUMNS": "80"}).invoke(app, [command, "--help"])
+        assert result.exit_code == 0, result.output
+        return result.stdout.splitlines()
+
+    generate = help_of("generate")
+    assert len(generate) <= 110, len(generate)
+    assert "Default: the embedded SmolLM2-135M-Instruct." in " ".join(" ".join(generate).split())
+    for command in ("generate", "trace", "verify", "serve", "bench", "models"):
+        lines = help_of(command)
+        assert all(len(line) <= 80 for line in lines) and "…" not in "".join(lines), command  # nothing cut
+        flags = {"bench": ("--threads",), "models": ()}.get(command, ("--threads", "--tp", "--kv-dtype"))
+        assert all(any(f"{flag} " in line for line in lines) for flag in flags), command  # the engine's options
+
+
 def test_a_piped_stream_is_the_exact_text(model_dirs, tmp_path):
     prompts = write(tmp_path / "p.txt", "hello there\nsecond prompt\n")
     args = ("generate", prompts, "--model", model_dirs["llama"], "-n", "30", "--ignore-eos")
