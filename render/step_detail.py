@@ -28,13 +28,20 @@ LEGEND = (
     ("phase", "prefill: prompt tokens go in · decode: one new token per request"),
     ("bs", "batch size: requests in this step"),
     ("tokens", "tokens the model computed in this step"),
+    ("tok", "tokens the model computed in this step"),
     ("uid:extend_len", "tokens each request computed (+N: reused from the prefix cache)"),
+    ("uid:len", "uid:tokens each request computed (+N: reused from the prefix cache)"),
     ("new", "requests that arrived just before this step"),
     ("KV pages", "KV cache pages in use / pages in the pool"),
-    ("wait", "requests still queued · why the first waits: no row, no KV (pages), budget, decode, FCFS, prefix"),
+    ("KV", "KV cache pages in use / pages in the pool"),
+    ("wait", "requests still queued · why the first waits: (no) row, (no) KV pages, budget, decode, FCFS, prefix"),
     ("done", "requests that finished in this step"),
     ("ms", "how long the step took"),
 )
+
+# the legend's lines: one a column the table shows (its full or its compact words, never both), and one that the
+# wait column's line wraps to at 80 columns
+LEGEND_LINES = 11
 
 
 def wait_lines(event: StepEvent) -> Table:
@@ -76,8 +83,8 @@ def step_detail(event: StepEvent, show_radix: bool = False,
 def detail_height(event: StepEvent | None, show_radix: bool, with_legend: bool) -> int:
     """Lines the detail and legend take, so the live table leaves them room."""
     if event is None:
-        return len(LEGEND) if with_legend else 0
+        return LEGEND_LINES if with_legend else 0
     lines = max(1, min(len(event.waits), WAITS_SHOWN + 1)) + 1
     if show_radix and event.radix is not None:
         lines += 1 + max(1, len(event.radix))
-    return lines + (len(LEGEND) if with_legend else 0)
+    return lines + (LEGEND_LINES if with_legend else 0)

@@ -73,7 +73,7 @@ def test_an_interrupted_trace_replays_without_generations(recorded, tmp_path):
     (lambda lines: lines[:2] + [lines[2].replace('"phase": "prefill"', '"phase": "decode"', 1)] + lines[3:],
      "line 3: uid 2 decodes before any prefill"),
     (lambda lines: lines[:4] + [lines[4].replace('"batch_size": 1', '"batch_size": 2')] + lines[5:],
-     "line 5: batch_size 2 but 1 requests"),
+     "line 5: batch_size 2 but 1 request"),
 ])
 def test_a_damaged_trace_is_refused_with_the_line(recorded, tmp_path, damage, fragment):
     root, _ = recorded
