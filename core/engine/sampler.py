@@ -52,6 +52,7 @@ class SampleArgs:
 
 MIN_TEMPERATURE = 1e-5  # a greedy row's temperature in the race (its token is the argmax's anyway)
 TOP_K_CAP = 2 ** 31  # larger than any vocabulary
+LARGEST_UNIFORM = 1.0 - 2.0 ** -24  # the race's noise stays below 1 (hashed_uniform)
 
 
 def sample_row(req: Req) -> tuple[float, float, int, int, int, bool, int, bool, float]:
@@ -71,12 +72,13 @@ def hashed_uniform(seeds: torch.Tensor, positions: torch.Tensor, vocab: int) -> 
     """[rows, vocab] uniforms in (0, 1), a pure function of (seed, position, column).
 
     The row key is mixed thoroughly once per row; each of the rows x vocab elements gets one mix of the key
-    with its scrambled column (the per-element work is what costs). 24 bits per uniform: exact in float32,
-    never 0 or 1."""
+    with its scrambled column (the per-element work is what costs). 24 bits per uniform, never 0 or 1: the
+    largest, 1 - 2^-25, rounds to 1 in float32, so it is held at 1 - 2^-24 (at 1 its token's score would be
+    infinite, and win whatever its logit, even a masked one's -inf)."""
     key = row_keys(seeds, positions)
     cols = (torch.arange(vocab, device=seeds.device, dtype=torch.int64) * COLUMN_MULTIPLIER) & MASK31
     bits = mix((key[:, None] ^ cols[None, :]) & MASK31) >> 7
-    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return ((bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))).clamp_max_(LARGEST_UNIFORM)
 
 
 def _argmax(logits: torch.Tensor) -> torch.Tensor:

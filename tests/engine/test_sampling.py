@@ -79,6 +79,20 @@ def test_hashed_noise_is_uniform_and_a_pure_function():
     assert abs((u < 0.1).float().mean().item() - 0.1) < 0.01
 
 
+def test_the_largest_noise_stays_below_one_so_its_token_cannot_win_against_its_logit():
+    """Seed 300 at position 7 draws the noise grid's largest value at column 35,170 (found by search): in float32
+    it would round to 1, an infinite score, and that column would be drawn even with a logit of -inf (a token
+    structured output masks)."""
+    u = hashed_uniform(torch.tensor([300]), torch.tensor([7]), 49152)
+    assert u.max() < 1 and u[0].argmax() == 35170
+    logits = torch.zeros(1, 49152)
+    logits[0, 35170] = float("-inf")
+    args = SampleArgs(temperatures=torch.ones(1), top_k=torch.tensor([-1]), top_p=torch.ones(1),
+                      seeds=torch.tensor([300]), positions=torch.tensor([7]), greedy_rows=torch.zeros(1, dtype=torch.bool),
+                      any_greedy=False)
+    assert Sampler(torch.device("cpu"), compile=False).sample(logits, args).item() != 35170
+
+
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
 def test_draws_follow_the_softmax_of_logits_over_temperature(temperature):
     """Over many seeds, each token is drawn about as often as softmax(logits / T) says."""

@@ -30,7 +30,7 @@ def _uniform(key, cols, MASK: tl.constexpr, MIX: tl.constexpr, COLUMN: tl.conste
     """race.hashed_uniform for one row's key at columns ``cols`` (a block, or one column)."""
     spread = (cols.to(tl.uint32) * COLUMN) & MASK
     bits = _mix((key ^ spread) & MASK, MASK, MIX) >> 7
-    return (bits.to(tl.float32) + 0.5) * (1.0 / 16777216.0)
+    return tl.minimum((bits.to(tl.float32) + 0.5) * (1.0 / 16777216.0), 1.0 - 1.0 / 16777216.0)
 
 
 @triton.jit
