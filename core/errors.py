@@ -10,6 +10,11 @@ class InvalidParamsError(MinisglError, ValueError):
     """A sampling parameter or an engine option is out of range."""
 
 
+class InvalidConstraintError(InvalidParamsError):
+    """A structured-output constraint that cannot be used: a JSON schema, regular expression or grammar that is
+    malformed (the message names the part that is wrong)."""
+
+
 class PromptFileError(MinisglError, ValueError):
     """A prompts file is missing, unreadable, empty or malformed (the message names the file and line)."""
 

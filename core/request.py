@@ -11,11 +11,12 @@ The lengths follow one convention throughout the engine:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:  # only in annotations: reading prompts and their settings needs no torch
     import torch
 
+from core.constrain.spec import Constraint
 from core.errors import InvalidParamsError
 
 Phase = Literal["prefill", "decode"]
@@ -64,7 +65,11 @@ class SamplingParams:
     tokens' logits; ``min_tokens`` holds back EOS (unless ``ignore_eos``) and ``stop_token_ids`` until that many
     tokens are generated. ``min_p`` (0 to 1) drops the tokens less likely than ``min_p`` times the most likely one,
     after temperature. ``stop_token_ids`` end the request when sampled, like EOS (finish_reason 'stop'; the token
-    is not part of the output). Token ids are checked against the vocabulary when the request is admitted."""
+    is not part of the output). Token ids are checked against the vocabulary when the request is admitted.
+
+    ``constraint``: the output must match it (a JSON schema, a regular expression, a choice, a grammar:
+    core/constrain/spec.py); the request stops ('stop') when its grammar is complete, and EOS is allowed only where
+    the grammar accepts."""
 
     max_tokens: int = 16
     temperature: float = 0.0
@@ -81,6 +86,7 @@ class SamplingParams:
     min_p: float = 0.0
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
+    constraint: Constraint | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -109,6 +115,9 @@ class SamplingParams:
             raise InvalidParamsError(f"logprobs must be None or an integer in [0, {MAX_LOGPROBS}], "
                                      f"got {self.logprobs!r}")
         self._check_controls()
+        if self.constraint is not None and not isinstance(self.constraint, Constraint):
+            raise InvalidParamsError(f"constraint must be None or a Constraint (core.constrain.spec), "
+                                     f"got {self.constraint!r}")
 
     def _check_controls(self) -> None:
         for name in ("presence_penalty", "frequency_penalty"):
@@ -194,6 +203,9 @@ class Req:
     done: bool = False  # answered (finished or aborted): results of batches still in flight are dropped
     # what the sampler reads of it every step, fixed for its life: made at its first sampled step (sampler.py)
     sample_row: tuple | None = None
+    # its grammar's matcher (llguidance's), under a constraint: it has consumed every generated token, so it stays
+    # right when the request is recomputed from its prompt and output (core/constrain/)
+    matcher: Any = None
 
     @property
     def extend_len(self) -> int:

@@ -18,6 +18,7 @@ import msgpack
 import numpy as np
 
 from core.events import StepEvent
+from core.constrain.spec import Constraint
 from core.request import SamplingParams
 from core.scheduler.inbox import AbortRequest, AddRequest, Message, ResetPrefixCache
 from core.scheduler.reply import Reply
@@ -84,6 +85,8 @@ def unpack_message(data: bytes) -> Message | Stop | ReportRadix:
     if kind == "add":
         uid, ids, params = rest
         params["stop"] = tuple(params["stop"])
+        if params.get("constraint") is not None:
+            params["constraint"] = Constraint.unpack(params["constraint"])
         return AddRequest(uid, tuple(np.frombuffer(ids, dtype=np.int64).tolist()), SamplingParams(**params))
     if kind == "abort":
         return AbortRequest(rest[0])

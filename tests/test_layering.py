@@ -19,7 +19,8 @@ CORE = Path(__file__).resolve().parents[1] / "core"
 
 # the order, lowest first; packages or modules on one line share a layer and may import one another
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "request", "events", "env", "config", "model_config", "transfer", "arith", "words", "cpu_share"),
+    ("errors", "request", "events", "env", "config", "model_config", "transfer", "arith", "words", "cpu_share",
+     "constrain"),
     ("kvcache", "distributed", "kernels", "layers", "attention"),
     ("models",),
     ("engine",),

@@ -26,7 +26,7 @@ from core.attention.torch_backend import TorchAttentionBackend
 from core.config import EngineConfig, parse_dtype
 from core.attention.context import forward_context
 from core.engine.describe import budget_words, kernel_words, size_words, weight_words
-from core.engine.fast_step import FastStep
+from core.engine.fast_step import FastStep, StepResult
 from core.engine.kv_budget import device_memory_plan, pool_pages
 from core.engine.plan import AttentionShape, EnginePlan, plan_engine
 from core.engine.sampler import SampleArgs, Sampler, TokenLogprobs, token_logprobs
@@ -214,15 +214,24 @@ class Engine:
         too (still on the device) when some request of the batch asked for them."""
         # a greedy step that wants no log-probabilities and controls no logits needs only each row's largest exact
         greedy = sample_args.only_largest_logit
+        return self.sample(*self.forward(batch, logits_indices, greedy), sample_args)
+
+    def forward(self, batch: Batch, logits_indices: torch.Tensor, greedy: bool) -> StepResult:
+        """The model on a prepared batch: its logits, and the tokens where a fast step picked them itself (a
+        greedy graph), else None. A batch under a grammar runs this alone, then ``sample`` once its token masks
+        are filled (they follow the previous step's tokens: core/scheduler/grammar_step.py)."""
         with forward_context(batch, self.attn_backend, greedy_logits=greedy), torch.inference_mode():
-            ran = None
             for step in self.fast_steps:
                 if (ran := step.run(batch, logits_indices, greedy)) is not None:
-                    break
-            if ran is None:  # no fast path takes the batch: the reference step
-                self.attn_backend.begin_forward(batch)
-                ran = self.model(batch.input_ids, batch.positions, logits_indices), None
-            logits, picked = ran  # picked: tokens a fast step picked itself (a greedy graph), else None
+                    return ran
+            # no fast path takes the batch: the reference step
+            self.attn_backend.begin_forward(batch)
+            return self.model(batch.input_ids, batch.positions, logits_indices), None
+
+    def sample(self, logits: torch.Tensor, picked: torch.Tensor | None,
+               sample_args: SampleArgs) -> tuple[torch.Tensor, TokenLogprobs | None]:
+        """Each row's next token (``picked`` where the forward pass chose it) and, where asked, log-probabilities."""
+        with torch.inference_mode():
             # ranks sample identically from identical gathered logits; the broadcast makes agreement certain
             if picked is None:
                 picked = self.sampler.sample(logits, sample_args)

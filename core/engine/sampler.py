@@ -17,6 +17,7 @@ import torch
 
 from core.engine.penalties import BatchPenalties, Penalties
 from core.kernels.sampling import COLUMN_MULTIPLIER, MASK31, SamplingKernels, mix, row_keys
+from core.constrain.masks import TokenMasks, apply_masks
 from core.request import Batch, Req
 from core.transfer import upload_list
 
@@ -38,6 +39,7 @@ class SampleArgs:
     # the most logprob alternatives any row asked for; -1 when none asked (the fast path: nothing computed)
     logprobs: int = -1
     penalties: BatchPenalties | None = None  # None when no row sets a logits control (the usual step)
+    masks: TokenMasks | None = None  # rows under a grammar: the tokens each may take next (core/constrain/)
 
     @property
     def all_greedy(self) -> bool:
@@ -172,6 +174,8 @@ class Sampler:
         return self._greedy(logits)
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
+        if args.masks is not None:  # rows under a grammar: what it does not allow next gets -inf (core/constrain/)
+            logits = apply_masks(logits, args.masks)
         if args.penalties is not None:  # some row sets a penalty, a logit bias or min_tokens (penalties.py)
             return args.penalties.sample(logits, lambda controlled: self._pick(controlled, args))
         return self._pick(logits, args)

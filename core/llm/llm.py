@@ -8,31 +8,20 @@ submit for each prompt, then the loop until idle: the path a server takes, so te
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from core.config import EngineConfig
 from core.engine.engine import Engine
-from core.errors import InvalidParamsError, ModelLoadError, RequestRejected, one_line
+from core.errors import InvalidParamsError, RequestRejected
 from core.events import StepCallback
 from core.llm.arrivals import Arrival, ArrivalFeeder
 from core.llm.collect import Collected
 from core.llm.engine_core import EngineCore
-from core.models.random_spec import ByteTokenizer, RandomSpec
-from core.models.weights import declared_tokenizer, resolve_model_dir
+from core.models.random_spec import RandomSpec
+from core.models.tokenizer import load_tokenizer
+from core.models.weights import resolve_model_dir
 from core.request import Prompt, Result, SamplingParams
 from core.llm.routes import ReplyCallback, Routes, tokenize
-
-
-def load_tokenizer(model_dir: Path | RandomSpec) -> Any:
-    if isinstance(model_dir, RandomSpec):
-        return ByteTokenizer()
-    from transformers import AutoTokenizer
-
-    try:
-        return declared_tokenizer(model_dir) or AutoTokenizer.from_pretrained(model_dir)
-    except Exception as exc:
-        raise ModelLoadError(f"cannot load the tokenizer from {model_dir}: {one_line(exc)}") from exc
 
 
 class LLM:

@@ -10,6 +10,8 @@ handles step N-1's results, so the host's work hides behind the device's. What m
   (core/scheduler/results.py);
 * a request that stopped on EOS at step N-1 was already launched again in step N: its extra token is dropped
   (``Req.done``), and the row and pages it gave back wait for step N to finish (``ReleaseFence``);
+* a batch under a grammar samples only once step N-1's tokens have moved its requests' matchers on: its token
+  masks are filled on the host then, while the device runs step N's forward pass (core/constrain/);
 * on CUDA, metadata is prepared on the scheduler's stream and forward passes run on the engine's stream,
   which waits for the scheduler's before each launch.
 """
@@ -38,6 +40,8 @@ class Steps(Protocol):
 
     def launch(self, prepared: Prepared) -> InFlight: ...
 
+    def sample_under_grammar(self, flight: InFlight) -> None: ...
+
     def finish(self, flight: InFlight) -> None: ...
 
     def fail_stuck_requests(self) -> None: ...
@@ -56,7 +60,9 @@ def plain_loop(steps: Steps, stop_when_idle: bool) -> None:
         if prepared is None:
             steps.fail_stuck_requests()
             continue
-        steps.finish(steps.launch(prepared))
+        flight = steps.launch(prepared)
+        steps.sample_under_grammar(flight)
+        steps.finish(flight)
 
 
 def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
@@ -75,6 +81,8 @@ def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
             steps.finish(last)  # frees made here wait for ``current``
         elif current is None:
             steps.fail_stuck_requests()  # nothing in flight, nothing held: the head can never fit
+        if current is not None:
+            steps.sample_under_grammar(current)  # its masks follow step N-1's tokens, just handled
         last = current
 
 

@@ -13,6 +13,7 @@ step, by which time that prefix is cached, rather than compute it a second time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.arith import pages_for
 from core.events import WaitReason
@@ -36,6 +37,7 @@ class PendingReq:
     input_ids: list[int]
     params: SamplingParams
     sample_seed: int
+    matcher: Any = None  # under a constraint, its grammar's matcher (core/constrain/), handed to the running request
     admitted: Req | None = None  # the running request, once its first chunk was admitted
 
     @property
@@ -99,7 +101,8 @@ class PrefillAdder:
             return None
         req = Req(uid=pending.uid, input_ids=list(pending.input_ids), prompt_len=len(pending.input_ids),
                   table_idx=self.table.allocate(), cached_len=match.cached_len, device_len=match.cached_len,
-                  max_device_len=pending.max_device_len, params=pending.params, sample_seed=pending.sample_seed)
+                  max_device_len=pending.max_device_len, params=pending.params, sample_seed=pending.sample_seed,
+                  matcher=pending.matcher)
         self.cache.adopt(req, match)
         self.reserved_pages += lifetime_pages
         self.admitted_prompt_tokens += req.prompt_len

@@ -3,6 +3,7 @@ the host has received, never from lengths a later launch already moved on (core/
 
 from __future__ import annotations
 
+from core.constrain.masks import advance
 from core.engine.sampler import TokenLogprobs
 from core.request import Req
 from core.scheduler.reply import Reply
@@ -20,14 +21,20 @@ def take_tokens(prepared: Prepared, tokens: list[int], logprobs: TokenLogprobs |
             continue
         req.input_ids.append(token)
         req.output_ids.append(token)
-        reason = None
+        reason, complete = None, False
         if not req.params.ignore_eos and token in eos_token_ids or token in req.params.stop_token_ids:
             reason = "stop"
+        elif req.matcher is not None and advance(req.matcher, token):  # its grammar is complete
+            reason, complete = "stop", True
         elif len(req.input_ids) >= req.max_device_len:  # tokens received, not the (further) scheduled length
             reason = "length"
         chosen, top = (logprobs.row(row, req.params.logprobs)
                        if logprobs is not None and req.params.logprobs is not None else (None, None))
-        replies.append(Reply(req.uid, token, reason is not None, reason, logprob=chosen, top_logprobs=top))
+        if complete:  # the token is the output's last, not an EOS left out of it: sent, then the end alone
+            replies += [Reply(req.uid, token, False, logprob=chosen, top_logprobs=top),
+                        Reply(req.uid, None, True, reason)]
+        else:
+            replies.append(Reply(req.uid, token, reason is not None, reason, logprob=chosen, top_logprobs=top))
         if reason is not None:
             req.done = True
             finished.append(req)

@@ -18,14 +18,19 @@ import torch
 
 from core.arith import pages_for
 from core.config import EngineConfig
-from core.engine.engine import Engine
-from core.errors import RequestRejected
+from core.constrain.grammars import Grammars
+from core.constrain.masks import grammar_rows
+from core.engine.engine import Engine, ForwardOutput
+from core.engine.sampler import TokenLogprobs
+from core.errors import InvalidConstraintError, RequestRejected
+from core.models.tokenizer import load_tokenizer
 from core.events import StepCallback
 from core.request import Batch, Req, SamplingParams
 from core.scheduler.admission import Limits, rejection
 from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager
 from core.scheduler.fence import ReleaseFence
+from core.scheduler.grammar_step import sample_with_masks
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
 from core.scheduler.loops import after_current_stream, overlap_loop, plain_loop
 from core.scheduler.policy import PhasePolicy
@@ -55,7 +60,8 @@ class Scheduler:
       any thread; ``steps_scheduled`` and ``pages_freed_by_last_reset`` say what the loop has done;
     * watching it: ``add_step_callback``, ``add_before_step_callback``, ``report_radix``, ``stats()``;
     * the steps the loops (core/scheduler/loops.py) call in order: ``wait_for_work``, ``receive``,
-      ``schedule_next_batch``, ``launch``, ``finish`` and ``fail_stuck_requests``, with ``busy``.
+      ``schedule_next_batch``, ``launch``, ``sample_under_grammar``, ``finish`` and ``fail_stuck_requests``, with
+      ``busy``; ``grammars`` holds the requests' compiled constraints (core/constrain/).
     """
 
     def __init__(self, config: EngineConfig, model_dir: Path, log: Callable[[str], None] | None = None, *,
@@ -78,6 +84,7 @@ class Scheduler:
                                               self.page_size)
         self.eos_token_ids = frozenset(self.engine.model_config.eos_token_ids)
         self.vocab_size = self.engine.model_config.vocab_size
+        self.grammars = Grammars(lambda: load_tokenizer(model_dir), self.vocab_size, lambda: self.eos_token_ids)
         self.limits = Limits(self.vocab_size, self.max_seq_len, self.page_size, self.cache_manager.num_pages)
         self.policy = PhasePolicy(config.max_prefill_streak)
         self.reporter = StepReporter(self.cache_manager, self.prefill_manager, config.tp, self._running)
@@ -151,12 +158,15 @@ class Scheduler:
 
     def _add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
         """Queue a request, or answer it with an error at once if it can never run."""
-        reason = self.rejection(input_ids, params)
+        try:  # under a constraint, its own matcher at the start of its grammar (compiled once per distinct one)
+            matcher, reason = self.grammars.matcher_for(params), self.rejection(input_ids, params)
+        except InvalidConstraintError as exc:
+            matcher, reason = None, exc
         if reason is not None:
             self.send_result([Reply(uid, None, True, "error", str(reason))])
             return
         seed = params.seed if params.seed is not None else self._rng.getrandbits(62)
-        self.prefill_manager.add(PendingReq(uid, list(input_ids), params, seed))
+        self.prefill_manager.add(PendingReq(uid, list(input_ids), params, seed, matcher))
         self.reporter.arrived.append(uid)
 
     def rejection(self, input_ids: list[int], params: SamplingParams) -> RequestRejected | None:
@@ -214,18 +224,21 @@ class Scheduler:
         self._scheduled += 1
         return Prepared(batch=batch, sample_args=self.engine.sampler.prepare(batch, self.eos_token_ids),
                         input_index=input_index, logits_indices=dev.logits_rows, write_index=dev.write_index,
-                        samples=samples, report=self.reporter.record(batch, note, waiting, started))
+                        samples=samples, report=self.reporter.record(batch, note, waiting, started),
+                        grammar=grammar_rows(batch.reqs, samples))
 
     def launch(self, prepared: Prepared) -> InFlight:
         """Queue the forward pass, then move the bookkeeping on as if it were done (the device keeps order)."""
         batch = prepared.batch
-        pool = self.table_manager.flat
+        logits, output = None, None
         with after_current_stream(self.engine.stream, self.device):
             if prepared.input_index is not None:  # the previous step wrote these into the pool: read in order
-                batch.input_ids = self.engine.gather_inputs(pool, prepared.input_index, batch)
-            next_tokens, logprobs = self.engine.forward_batch(batch, prepared.sample_args, prepared.logits_indices)
-            pool[prepared.write_index] = next_tokens
-            output = self.engine.to_host(next_tokens, logprobs)
+                batch.input_ids = self.engine.gather_inputs(self.table_manager.flat, prepared.input_index, batch)
+            if prepared.grammar is None:
+                output = self._send_tokens(prepared, *self.engine.forward_batch(batch, prepared.sample_args,
+                                                                         prepared.logits_indices))
+            else:  # sampled once its masks are filled (``sample_under_grammar``)
+                logits = self.engine.forward(batch, prepared.logits_indices, greedy=False)[0]
         ticket = self.fence.launch()
         for req in batch.reqs:
             req.complete_step()
@@ -234,7 +247,17 @@ class Scheduler:
             for req, samples in zip(batch.reqs, prepared.samples):
                 if samples:
                     self.cache_manager.cache_req(req, finished=False)
-        return InFlight(prepared, output, ticket)
+        return InFlight(prepared, output, ticket, logits)
+
+    def _send_tokens(self, prepared: Prepared, next_tokens: torch.Tensor,
+                     logprobs: TokenLogprobs | None) -> ForwardOutput:
+        """Sampled tokens into the token pool (the next decode step's inputs) and on their way to the host."""
+        self.table_manager.flat[prepared.write_index] = next_tokens
+        return self.engine.to_host(next_tokens, logprobs)
+
+    def sample_under_grammar(self, flight: InFlight) -> None:
+        """A batch under a grammar, launched unsampled: its masks, then its tokens (core/scheduler/grammar_step.py)."""
+        sample_with_masks(flight, self.engine, self._send_tokens, self.vocab_size)
 
     def finish(self, flight: InFlight) -> None:
         """Wait for a launched batch, hand back what waited for it, and handle its tokens."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from core.constrain.masks import GrammarRows
 from core.engine.engine import ForwardOutput
 from core.engine.sampler import SampleArgs
 from core.events import KVUsage, ReqStep, WaitReason
@@ -41,10 +42,13 @@ class Prepared:
     write_index: torch.Tensor  # where each request's sampled token goes in the flat token pool
     samples: list[bool]  # per request: does this step produce its next token (False for a prompt chunk)
     report: StepReport
+    grammar: GrammarRows | None = None  # the rows that sample under a grammar (None: no mask, the usual step)
+    mask_fill_s: float = 0.0  # how long filling their token masks took on the host
 
 
 @dataclass
 class InFlight:
     prepared: Prepared
-    output: ForwardOutput
+    output: ForwardOutput | None  # None until a batch under a grammar is sampled
     ticket: int  # the release fence's number for this launch
+    logits: torch.Tensor | None = None  # a batch under a grammar: its logits, waiting for their masks

@@ -88,8 +88,8 @@ def test_the_largest_noise_stays_below_one_so_its_token_cannot_win_against_its_l
     logits = torch.zeros(1, 49152)
     logits[0, 35170] = float("-inf")
     args = SampleArgs(temperatures=torch.ones(1), top_k=torch.tensor([-1]), top_p=torch.ones(1),
-                      seeds=torch.tensor([300]), positions=torch.tensor([7]), greedy_rows=torch.zeros(1, dtype=torch.bool),
-                      any_greedy=False)
+                      seeds=torch.tensor([300]), positions=torch.tensor([7]),
+                      greedy_rows=torch.zeros(1, dtype=torch.bool), any_greedy=False)
     assert Sampler(torch.device("cpu"), compile=False).sample(logits, args).item() != 35170
 
 
