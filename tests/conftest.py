@@ -14,6 +14,7 @@ os.environ.setdefault("MINISGL_DISABLE_DERIVED_CACHE", "1")
 import pytest  # noqa: E402
 
 from tests.support.models import FAMILIES, save_random_model  # noqa: E402
+from tests.support.skips import skip_line  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +61,15 @@ def browser():
     driver = open_browser()
     yield driver
     driver.quit()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """One line at the end, after pytest's own summary: how many tests skipped and why, so a fresh machine says
+    what it lacks."""
+    yield
+    stats = terminalreporter.stats
+    ran = sum(len(stats.get(key, [])) for key in ("passed", "failed", "skipped", "error"))
+    line = skip_line(stats.get("skipped", []), ran)
+    if line:
+        terminalreporter.write_line(line)
