@@ -4,6 +4,7 @@ that a schema or a regular expression is wrong, so a server answers a 400 before
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -110,7 +111,8 @@ def _grammar_problem(grammar: str) -> str:
         message = LLMatcher.validate_grammar(grammar)
     except Exception as exc:  # a schema llguidance cannot even read raises instead of answering
         message = str(exc)
+    # drop llguidance's pointers under the text and its echo of the grammar's source lines ("  1 | start: ...")
     lines = [line.strip() for line in message.splitlines()]
-    return " ".join(line for line in lines if line and line != "^")
+    return " ".join(line for line in lines if line and line.strip("^ ") and not re.match(r"\d+ \|", line))
 
 

@@ -14,7 +14,9 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from core import SamplingParams
+from core.constrain.spec import Constraint
 from core.errors import InvalidParamsError
+from serving.api.structured import FieldError, ResponseFormat, StructuredOutputs, constraint_of
 
 
 MAX_CHOICES = 128  # OpenAI's own bound on n
@@ -61,6 +63,8 @@ class _Common(_Strict):
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    response_format: ResponseFormat | None = None  # OpenAI's: a JSON schema, or any JSON object
+    structured_outputs: StructuredOutputs | None = None  # vLLM's: json, regex, choice or grammar
 
     def _refuse_unsupported(self, extra: dict[str, bool]) -> None:
         refused = {"presence_penalty": self.presence_penalty != 0,
@@ -77,6 +81,13 @@ class _Common(_Strict):
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
         raise NotImplementedError
+
+    def _constraint(self) -> Constraint | None:
+        """What the output must match (serving/api/structured.py), checked here: a 400 before anything is queued."""
+        try:
+            return constraint_of(self.response_format, self.structured_outputs)
+        except FieldError as exc:
+            raise ApiError(400, exc.message, param=exc.param) from None
 
     def choice_params(self, default_max_tokens: int) -> list[SamplingParams]:
         """The ``n`` choices' params: alike, but a seed given is the first choice's, the next one's is one more
@@ -100,7 +111,7 @@ class _Common(_Strict):
         try:
             return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
                                   top_p=self.top_p, seed=self.seed, ignore_eos=self.ignore_eos, stop=tuple(stop),
-                                  logprobs=logprobs)
+                                  logprobs=logprobs, constraint=self._constraint())
         except InvalidParamsError as exc:  # its messages start with the field's name
             raise ApiError(400, str(exc), param=str(exc).split(" ", 1)[0]) from None
 
@@ -169,10 +180,6 @@ def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return [m.as_template_message(f"messages.{i}") for i, m in enumerate(messages)]
 
 
-class ResponseFormat(_Strict):
-    type: Literal["text"]
-
-
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_tokens: TokenCount = None
@@ -184,7 +191,6 @@ class ChatRequest(_Common):
     functions: list[Any] | None = None
     function_call: Any = None
     parallel_tool_calls: bool | None = None
-    response_format: ResponseFormat | None = None
     # labels and hints that change no token: accepted, as 'user' is
     metadata: dict[str, str] | None = None
     prompt_cache_key: str | None = None

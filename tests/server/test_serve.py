@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
 import urllib.request
-from typing import Any
+from typing import Any, Literal
 
 import openai
+import pydantic
 import pytest
 import torch
 
@@ -566,3 +568,66 @@ def test_stopping_counts_the_requests_answered_in_words(model_dir, tmp_path):
     finally:
         server.stop()
     assert "minisgl stopped: 1 request answered" in server.log()
+
+
+class Pet(pydantic.BaseModel):
+    """A reply's shape for structured output: bounded, so random weights at temperature 1 still end it."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+    name: str = pydantic.Field(max_length=6)
+    kind: Literal["cat", "dog"]
+    age: int = pydantic.Field(ge=0, le=30)
+
+
+def test_response_format_with_a_pydantic_model_parses_at_temperature_1(client):
+    """The openai client's parse(): the schema goes as response_format json_schema (strict), and every reply,
+    over several seeds and streamed or not, is a Pet."""
+    for seed in range(4):
+        reply = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "a pet"}],
+                                              response_format=Pet, temperature=1.0, seed=seed, max_tokens=80, n=2)
+        assert all(isinstance(c.message.parsed, Pet) and c.finish_reason == "stop" for c in reply.choices), reply
+    with client.chat.completions.stream(model=MODEL, messages=[{"role": "user", "content": "a pet"}],
+                                        response_format=Pet, temperature=1.0, seed=7, max_tokens=80) as stream:
+        final = stream.get_final_completion()
+    assert isinstance(final.choices[0].message.parsed, Pet)
+
+
+def test_json_object_and_structured_outputs_on_completions_and_chat(client):
+    """json_object gives an object; vLLM's structured_outputs (json, regex, choice, grammar) their match, n=4
+    choices each sampled with its own seed; a reply cut by max_tokens says 'length'."""
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "{"}], max_tokens=64,
+                                          response_format={"type": "json_object"}, temperature=1.0, seed=3, n=4)
+    assert all(c.finish_reason == "length" or isinstance(json.loads(c.message.content), dict) for c in chat.choices)
+    asks = {"json": Pet.model_json_schema(), "regex": "[A-Z]{2}-[0-9]{3}", "choice": ["yes", "no"],
+            "grammar": 'start: "go " ("left" | "right")'}
+    for name, value in asks.items():
+        got = client.completions.create(model=MODEL, prompt="x", max_tokens=80, temperature=1.0, seed=5, n=4,
+                                        extra_body={"structured_outputs": {name: value}})
+        texts = [c.text for c in got.choices]
+        assert all(c.finish_reason == "stop" for c in got.choices), got
+        if name == "json":
+            [Pet.model_validate_json(t) for t in texts]
+        elif name == "choice":
+            assert set(texts) <= {"yes", "no"}
+        else:
+            pattern = value if name == "regex" else "go (left|right)"
+            assert all(re.fullmatch(pattern, t) for t in texts), texts
+    cut = client.completions.create(model=MODEL, prompt="x", max_tokens=3,
+                                    extra_body={"structured_outputs": {"regex": "[0-9]{10}"}})
+    assert (len(cut.choices[0].text), cut.choices[0].finish_reason) == (3, "length")
+
+
+@pytest.mark.parametrize("body, fragment, param", [
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}},
+     "Invalid type: objekt", "response_format"),
+    ({"structured_outputs": {"regex": "[0-9"}}, "unclosed character class", "structured_outputs"),
+    ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "exactly one of", "structured_outputs"),
+    ({"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}}, "not both",
+     "structured_outputs"),
+])
+def test_a_bad_constraint_is_a_400_naming_it(server, body, fragment, param):
+    code, reply, _ = post(server, "/v1/chat/completions", json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **body}))
+    assert code == 400, reply
+    assert_openai_error(reply, fragment)
+    assert reply["error"]["param"] == param
