@@ -1,7 +1,7 @@
 """The request bodies of the OpenAI API that the server takes, and how each becomes SamplingParams.
 
-Every field an OpenAI client may send is declared. Those the engine cannot honour (``best_of``, tools,
-penalties, ``echo``...) are refused with a 400 that names them when they ask for something other than
+Every field an OpenAI client may send is declared. Those the engine cannot honour (``best_of``, penalties,
+``echo``...) are refused with a 400 that names them when they ask for something other than
 the default, never silently ignored; a field nobody knows is refused too (a typo must not pass unnoticed).
 ``top_k`` and ``ignore_eos`` are the usual extensions (the openai client sends them through ``extra_body``).
 """
@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from core import SamplingParams
 from core.constrain.spec import Constraint
-from core.errors import InvalidParamsError
+from core.errors import InvalidConstraintError, InvalidParamsError
 from serving.api.structured import FieldError, ResponseFormat, StructuredOutputs, constraint_of
+from serving.api.tools import Tool, ToolChoice, ToolMode, tool_mode
 
 
 MAX_CHOICES = 128  # OpenAI's own bound on n
@@ -186,8 +187,8 @@ class ChatRequest(_Common):
     max_completion_tokens: TokenCount = None
     logprobs: bool = False
     top_logprobs: int | None = None
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
     functions: list[Any] | None = None
     function_call: Any = None
     parallel_tool_calls: bool | None = None
@@ -211,10 +212,10 @@ class ChatRequest(_Common):
     moderation: Any = None
     prompt_cache_retention: Any = None
     prompt_cache_options: Any = None
+    _tool_mode: ToolMode = PrivateAttr(default_factory=lambda: ToolMode("none"))
 
     def sampling_params(self, default_max_tokens: int) -> SamplingParams:
-        self._refuse_unsupported({"tools": bool(self.tools), "tool_choice": self.tool_choice not in (None, "none"),
-                                  "functions": bool(self.functions), "function_call": self.function_call is not None,
+        self._refuse_unsupported({"functions": bool(self.functions), "function_call": self.function_call is not None,
                                   "store": bool(self.store),
                                   "service_tier": self.service_tier not in (None, "auto", "default"),
                                   "modalities": self.modalities not in (None, ["text"]),
@@ -224,6 +225,28 @@ class ChatRequest(_Common):
         limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         return self._params(limit if limit is not None else default_max_tokens, logprobs)
+
+    def read_tools(self, template: str | None) -> ToolMode:
+        """How the reply is read for tools (serving/api/tools.py), decided before the prompt is made; a 400 names
+        what cannot be honoured."""
+        try:
+            self._tool_mode = tool_mode(self.tools, self.tool_choice, template)
+        except FieldError as exc:
+            raise ApiError(400, exc.message, param=exc.param) from None
+        return self._tool_mode
+
+    def _constraint(self) -> Constraint | None:
+        """Under ``required`` or a named function, the calls (which response_format cannot also shape)."""
+        try:
+            calls = self._tool_mode.constraint(self.tools or [], self.parallel_tool_calls is not False)
+        except InvalidConstraintError as exc:
+            raise ApiError(400, f"'tools': {exc}", param="tools") from None
+        if calls is None:
+            return super()._constraint()
+        if super()._constraint() is not None:
+            raise ApiError(400, f"tool_choice '{self._tool_mode.kind}' shapes the reply as calls: it cannot also "
+                                f"follow 'response_format' or 'structured_outputs'", param="tool_choice")
+        return calls
 
 
 class TokenizeRequest(_Strict):

@@ -360,7 +360,7 @@ def test_malformed_completion_requests(server, body, status, fragment, param):
     ('{"model": "llama", "messages": [{"role": "wizard", "content": "hi"}]}', "'messages.0.role'",
      "messages.0.role"),
     ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}',
-     "'tools' is not supported", "tools"),
+     "'tools.0.function'", "tools.0.function"),
     ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}',
      "needs 'logprobs'", "top_logprobs"),
     ('{"model": "llama", "messages": [{"role": "user", "content": "hi"}], "stream_options": {"include_usage": true}}',
@@ -631,3 +631,70 @@ def test_a_bad_constraint_is_a_400_naming_it(server, body, fragment, param):
     assert code == 400, reply
     assert_openai_error(reply, fragment)
     assert reply["error"]["param"] == param
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "the weather in a city",
+                                            "parameters": {"type": "object", "additionalProperties": False,
+                                                           "properties": {"city": {"type": "string", "maxLength": 8},
+                                                                          "unit": {"enum": ["c", "f"]}},
+                                                           "required": ["city", "unit"]}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {
+    "type": "object", "additionalProperties": False, "required": ["a", "b"],
+    "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99}, "b": {"type": "integer", "maximum": 9}}}}}
+ASK = [{"role": "user", "content": "weather in Paris?"}]
+
+
+def assert_calls_validate(calls) -> None:
+    schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in (WEATHER, ADD)}
+    assert calls, "no tool call"
+    for call in calls:
+        assert call.type == "function" and call.id.startswith("call_") and call.function.name in schemas
+        arguments = json.loads(call.function.arguments)
+        assert set(arguments) == set(schemas[call.function.name]["required"]), arguments
+        if call.function.name == "add":
+            assert 0 <= arguments["a"] <= 99 and arguments["b"] <= 9
+        else:
+            assert len(arguments["city"]) <= 8 and arguments["unit"] in ("c", "f")
+
+
+def test_a_forced_tool_call_validates_streamed_or_not(client):
+    """tool_choice required (and a named function): at temperature 1 over several seeds, every reply is a call
+    whose arguments match its function's schema, finish_reason tool_calls; streamed, the openai client joins the
+    deltas into the same kind of call."""
+    for seed in range(3):
+        reply = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, ADD], tool_choice="required",
+                                               parallel_tool_calls=False, temperature=1.0, seed=seed, n=2,
+                                               max_tokens=100)
+        for choice in reply.choices:
+            assert choice.finish_reason == "tool_calls" and choice.message.content is None, choice
+            assert_calls_validate(choice.message.tool_calls)
+    named = client.chat.completions.create(model=MODEL, messages=ASK, tools=[WEATHER, ADD], temperature=1.0, seed=4,
+                                           tool_choice={"type": "function", "function": {"name": "add"}}, max_tokens=60)
+    assert [c.function.name for c in named.choices[0].message.tool_calls] == ["add"]
+    assert_calls_validate(named.choices[0].message.tool_calls)
+    for seed in range(2):
+        with client.chat.completions.stream(model=MODEL, messages=ASK, tools=[WEATHER, ADD], tool_choice="required",
+                                            parallel_tool_calls=False, temperature=1.0, seed=seed,
+                                            max_tokens=100) as stream:
+            final = stream.get_final_completion()
+        assert final.choices[0].finish_reason == "tool_calls"
+        assert_calls_validate(final.choices[0].message.tool_calls)
+    # the call and its result go back through the chat template
+    call = named.choices[0].message.tool_calls[0]
+    after = client.chat.completions.create(model=MODEL, tools=[WEATHER, ADD], tool_choice="none", max_tokens=4,
+                                           messages=ASK + [{"role": "assistant", "content": None,
+                                                            "tool_calls": [call.model_dump()]},
+                                                           {"role": "tool", "tool_call_id": call.id, "content": "7"}])
+    assert after.choices[0].message.tool_calls is None and after.usage.prompt_tokens > 20
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ({}, "needs a chat template that knows tools"),  # auto, the default: this template has no tools
+    ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "'nope', which is not among the tools"),
+    ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "cannot also follow"),
+])
+def test_tools_that_cannot_be_honoured_are_a_400(server, extra, fragment):
+    code, reply, _ = post(server, "/v1/chat/completions", json.dumps(
+        {"model": MODEL, "messages": ASK, "tools": [WEATHER], **extra}))
+    assert code == 400, reply
+    assert_openai_error(reply, fragment)
