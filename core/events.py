@@ -16,6 +16,7 @@ class ReqStep:
     uid: int
     extend_len: int
     cached_len: int
+    constrained: bool = False  # it samples under a grammar (structured output: core/constrain/)
 
 
 WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", "shared_prefix"]
@@ -85,6 +86,7 @@ class StepEvent:
     evicted_pages: int = 0  # cached pages taken back in this step to make room
     radix: tuple[RadixNodeView, ...] | None = None  # the tree after the step, when a watcher asked for it
     started_s: float = 0.0  # when the step was scheduled, in seconds since the scheduler was built
+    mask_fill_s: float = 0.0  # host time filling the token masks of the rows under a grammar (0: none)
 
     def to_dict(self) -> dict:
         return asdict(self)

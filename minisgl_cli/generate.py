@@ -26,7 +26,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
              stop: o.Stop = None, logprobs: o.Logprobs = None, presence_penalty: o.PresencePenalty = None,
              frequency_penalty: o.FrequencyPenalty = None, repetition_penalty: o.RepetitionPenalty = None,
              logit_bias: o.LogitBias = None, min_p: o.MinP = None, min_tokens: o.MinTokens = None,
-             stop_token_id: o.StopTokenId = None,
+             stop_token_id: o.StopTokenId = None, json_schema: o.JsonSchema = None, regex: o.Regex = None,
              json_out: o.Json = False, engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
 
@@ -40,7 +40,8 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos,
                                  tuple(stop) if stop else None, logprobs, presence_penalty, frequency_penalty,
                                  repetition_penalty, tuple(logit_bias) if logit_bias else None, min_p, min_tokens,
-                                 tuple(stop_token_id) if stop_token_id else None)
+                                 tuple(stop_token_id) if stop_token_id else None,
+                                 o.output_constraint(json_schema, regex))
     job = load_job(prompts, sampling)
     check_context(job, engine, sampling)
     llm = load_llm(engine, activity, verbose)

@@ -71,9 +71,10 @@ def require_greedy(job: Job, sampling: SamplingOptions) -> None:
         if not params.greedy:
             raise InvalidParamsError(f"verify compares greedy decoding, but the prompt on {spec.where} would be "
                                      f"sampled (temperature={params.temperature}); set --temperature 0")
-        if params.controls_logits or params.stop_token_ids:
+        if params.controls_logits or params.stop_token_ids or params.constraint is not None:
             raise InvalidParamsError(f"verify compares plain greedy decoding, but the prompt on {spec.where} sets a "
-                                     f"penalty, logit_bias, min_tokens or stop_token_ids; leave them out")
+                                     f"penalty, logit_bias, min_tokens, stop_token_ids or a json_schema or regex; "
+                                     f"leave them out")
 
 
 def check_context(job: Job, engine: EngineOptions, sampling: SamplingOptions) -> None:

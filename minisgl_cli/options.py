@@ -9,11 +9,13 @@ value typed on the command line overrides them for every prompt.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+
+from core.constrain.spec import Constraint
 
 # the metavar of an on/off option: nothing (Typer would show "<bool>", as if it took a value)
 FLAG = ""
@@ -65,6 +67,12 @@ MinTokens = Annotated[Optional[int], typer.Option(
 StopTokenId = Annotated[Optional[list[int]], typer.Option(
     "--stop-token-id", metavar="ID", rich_help_panel=_SAMPLING, show_default=False,
     help="End a prompt when this token is generated, as end-of-sequence does; repeat for several.")]
+JsonSchema = Annotated[Optional[Path], typer.Option(
+    "--json-schema", metavar="FILE", rich_help_panel=_SAMPLING, show_default=False,
+    help="Constrain every output to the JSON schema in FILE (structured output).")]
+Regex = Annotated[Optional[str], typer.Option(
+    "--regex", metavar="PATTERN", rich_help_panel=_SAMPLING, show_default=False,
+    help="Constrain every output to match this regular expression.")]
 Logprobs = Annotated[Optional[int], typer.Option(
     "--logprobs", min=0, max=20, rich_help_panel=_SAMPLING,
     help="With --json: each token's logprob and the N most likely alternatives.")]
@@ -99,13 +107,32 @@ class SamplingOptions:
     min_p: float | None = None
     min_tokens: int | None = None
     stop_token_ids: tuple[int, ...] | None = None
+    constraint: Constraint | None = None  # --json-schema or --regex
 
     def explicit(self) -> dict[str, Any]:
         """Only the options that were given, by SamplingParams field name."""
-        given = {key: value for key, value in asdict(self).items() if value is not None and value != ()}
+        values = {f.name: getattr(self, f.name) for f in fields(self)}  # asdict would unmake the constraint
+        given = {key: value for key, value in values.items() if value is not None and value != ()}
         if "logit_bias" in given:
             given["logit_bias"] = dict(_bias(pair) for pair in given["logit_bias"])
         return given
+
+
+def output_constraint(json_schema: Path | None, regex: str | None) -> Constraint | None:
+    """--json-schema FILE or --regex PATTERN (one at most) as the engine's constraint; a file that cannot be read is
+    a usage error, a schema or pattern that is wrong an InvalidConstraintError naming what is wrong."""
+    if json_schema is not None and regex is not None:
+        raise typer.BadParameter("give --json-schema or --regex, not both", param_hint="'--regex'")
+    if regex is not None:
+        return Constraint.regex(regex)
+    if json_schema is None:
+        return None
+    try:
+        text = json_schema.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"cannot read {json_schema}: {getattr(exc, 'strerror', None) or exc}",
+                                 param_hint="'--json-schema'") from None
+    return Constraint.json_schema(text)
 
 
 def _bias(typed: str) -> tuple[Any, Any]:

@@ -1,7 +1,8 @@
 """Prompt files: what the command line reads, parsed into prompts plus the sampling values each one sets.
 
 Two formats. ``.txt``: one prompt a line, blank lines skipped. ``.jsonl``: one JSON object a line with
-``prompt`` (a string) or ``input_ids`` (a list of token ids), optionally any of the sampling fields below, and
+``prompt`` (a string) or ``input_ids`` (a list of token ids), optionally any of the sampling fields below or a
+``json_schema`` (an object) or ``regex`` (a string) its output must match, and
 for the trace when the request arrives: ``arrival_step`` (before that step) or ``arrival_s`` (seconds after
 the start).
 Stdin and files with another suffix are JSONL when their first non-blank line is a JSON object, text otherwise.
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from core.constrain.spec import Constraint
 from core.errors import InvalidParamsError, PromptFileError
 from core.llm.arrivals import Arrival
 from core.request import Prompt, SamplingParams
@@ -27,7 +29,8 @@ SAMPLING_KEYS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "ignore_
                  "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens",
                  "stop_token_ids")
 ARRIVAL_KEYS = ("arrival_step", "arrival_s")
-JSONL_KEYS = ("prompt", "input_ids") + SAMPLING_KEYS + ARRIVAL_KEYS
+CONSTRAINT_KEYS = ("json_schema", "regex")  # the prompt's output must match one (structured output)
+JSONL_KEYS = ("prompt", "input_ids") + SAMPLING_KEYS + CONSTRAINT_KEYS + ARRIVAL_KEYS
 STDIN = "-"
 
 @dataclass(frozen=True)
@@ -120,6 +123,12 @@ def _parse_jsonl_line(line: str, where: str) -> PromptSpec:
     prompt = _prompt_of(obj, where)
     overrides = {key: obj[key] for key in SAMPLING_KEYS if key in obj}
     try:
+        if len(set(CONSTRAINT_KEYS) & obj.keys()) > 1:
+            raise InvalidParamsError("give json_schema or regex, not both")
+        if "json_schema" in obj:
+            overrides["constraint"] = Constraint.json_schema(obj["json_schema"])
+        elif "regex" in obj:
+            overrides["constraint"] = Constraint.regex(obj["regex"])
         SamplingParams(**overrides)
         arrival = Arrival(obj.get("arrival_step"), obj.get("arrival_s")) if set(ARRIVAL_KEYS) & obj.keys() else None
     except InvalidParamsError as exc:

@@ -28,6 +28,7 @@ WIDE_COLUMNS = 100
 REQUESTS_CHARS, UIDS_CHARS = 12, 6  # a compact cell's most characters; the requests beyond are counted, "+3"
 # the compact table's words for a note (the step's note from the scheduler), by how it starts
 SHORT_NOTES = {"decode forced": "forced"}
+GRAMMAR_MARK = "§"  # after the uid of a request that samples under a grammar (structured output)
 
 
 def shown_count(items: Sequence[str], most: int) -> int:
@@ -52,13 +53,16 @@ def requests_cell(event: StepEvent, show_cached: bool, compact: bool = False) ->
     ``(+cached)``. A request finishing in this step is shown in bold. Compact: ``0:5 4:2+3``, the requests that
     do not fit counted."""
     cached = [show_cached and event.phase == "prefill" and req.cached_len for req in event.reqs]
-    items = [f"{req.uid}:{req.extend_len}" + (f"+{c}" if c else "") for req, c in zip(event.reqs, cached)]
+    items = [f"{req.uid}{GRAMMAR_MARK * req.constrained}:{req.extend_len}" + (f"+{c}" if c else "")
+             for req, c in zip(event.reqs, cached)]
     shown = shown_count(items, REQUESTS_CHARS) if compact else len(items)
     out = Text()
     for i, (req, c) in enumerate(zip(event.reqs[:shown], cached)):
         if i:
             out.append(" ")
         out.append(f"{'' if compact else 'uid'}{req.uid}", style="bold" if req.uid in event.finished else "")
+        if req.constrained:
+            out.append(GRAMMAR_MARK, style="cyan")
         out.append(f":{req.extend_len}")
         if c:
             out.append(f"+{c}" if compact else f"(+{c})", style="magenta")

@@ -345,6 +345,10 @@ def _value(hint: Any, value: Any, where: str, path: str) -> Any:
         return tuple(_value(a, v, where, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
     if dataclasses.is_dataclass(hint):
         return _decode(hint, value, where, path + ".")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TraceFormatError(f"{where}: {path} must be true or false")
+        return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise TraceFormatError(f"{where}: {path} must be a number")

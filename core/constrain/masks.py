@@ -43,13 +43,14 @@ _executor: Any = None
 def fill_masks(grammar: GrammarRows, vocab_size: int, device: torch.device) -> TokenMasks:
     """Each matcher's next-token bitmask, computed by llguidance's threads (the GIL released), then uploaded."""
     global _executor
-    import llguidance
-    from llguidance.torch import fill_next_token_bitmask_par
+    import llguidance  # not llguidance.torch: importing it sets up torch.compile, seconds on a CPU
 
     if _executor is None:
         _executor = llguidance.LLExecutor()
-    bits = torch.empty((len(grammar.rows), (vocab_size + 31) // 32), dtype=torch.int32)
-    fill_next_token_bitmask_par(_executor, [(m, i) for i, m in enumerate(grammar.matchers)], bits)
+    words = (vocab_size + 31) // 32
+    bits = torch.empty((len(grammar.rows), words), dtype=torch.int32)
+    _executor.unsafe_compute_mask_ptr([(m, i) for i, m in enumerate(grammar.matchers)], bits.data_ptr(), words * 4,
+                                      len(grammar.rows))
     return TokenMasks(upload_list(grammar.rows, torch.int64, device), upload(bits, device))
 
 

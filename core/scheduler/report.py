@@ -63,7 +63,7 @@ def step_event(step: int, prepared: Prepared, finished: tuple[int, ...], elapsed
         kv_pages_used=report.pages_used, kv_pages_total=kv_pages_total, elapsed_s=elapsed_s, tp_size=tp_size,
         note=report.note, finished=finished, waiting=report.waiting, kv_pages_cached=report.pages_cached,
         arrived=report.arrived, waits=report.waits, kv=report.kv, evicted_pages=report.evicted_pages,
-        radix=radix, started_s=started_s)
+        radix=radix, started_s=started_s, mask_fill_s=prepared.mask_fill_s)
 
 
 class StepReporter:
@@ -88,7 +88,7 @@ class StepReporter:
                             pages_cached=self.cache.cached_pages, started=started, arrived=arrived)
         if not self.callbacks:
             return report
-        report.req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len) for r in batch.reqs)
+        report.req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len, r.matcher is not None) for r in batch.reqs)
         in_batch = {r.uid for r in batch.reqs}
         queued = [p for p in self.prefill.pending if p.uid not in in_batch]
         report.waits = wait_reasons(queued, self.prefill.refusal, note)

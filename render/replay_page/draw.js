@@ -77,11 +77,14 @@
     box.setAttribute("data-phase", e.phase);
     box.appendChild(el("div", {}, [el("span", { "class": "phase " + e.phase, text: e.phase }),
       " \u00b7 " + plural(e.batch_size, "request") + " \u00b7 " + e.num_tokens +
-      " tokens \u00b7 " + (e.elapsed_s * 1000).toFixed(1) + " ms"]));
+      " tokens \u00b7 " + (e.elapsed_s * 1000).toFixed(1) + " ms" +
+      (e.mask_fill_s ? " \u00b7 grammar masks " + (e.mask_fill_s * 1000).toFixed(2) + " ms" : "")]));
     if (e.note) box.appendChild(el("div", { "class": "note", text: e.note }));
     var rows = e.reqs.map(function (r) {
       var done = e.finished.indexOf(r.uid) >= 0;
-      return el("tr", { "class": (done ? "done" : "") + (r.uid === D.followed ? " followed" : "") }, [el("td", {}, [uidTag(r.uid)]),
+      var uid = r.constrained ? [uidTag(r.uid), el("span", { "class": "grammar", title: "under a grammar", text: "\u00a7" })]
+        : [uidTag(r.uid)];
+      return el("tr", { "class": (done ? "done" : "") + (r.uid === D.followed ? " followed" : "") }, [el("td", {}, uid),
         el("td", { "class": "num", text: String(r.extend_len) }), el("td", { "class": "num", text: String(r.cached_len) }),
         el("td", { "class": "hide-narrow", text: D.oneLine(label(r.uid)).slice(0, 48) }),
         el("td", { text: done ? "finished" : "" })]);
