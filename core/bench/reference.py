@@ -172,12 +172,15 @@ class LogitsRecorder:
         self.inner = sampler
         self.last: torch.Tensor | None = None
 
-    def prepare(self, batch):
-        return self.inner.prepare(batch)
+    def __getattr__(self, name: str):  # everything else the engine asks of its sampler
+        return getattr(self.inner, name)
 
-    def sample(self, logits: torch.Tensor, args) -> torch.Tensor:
+    def prepare(self, *args, **kwargs):
+        return self.inner.prepare(*args, **kwargs)
+
+    def sample(self, logits: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         self.last = logits.detach().float().clone()
-        return self.inner.sample(logits, args)
+        return self.inner.sample(logits, *args, **kwargs)
 
 
 def next_logits(llm: "LLM", ids: list[int]) -> torch.Tensor:

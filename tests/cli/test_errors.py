@@ -114,7 +114,7 @@ def test_max_tokens_beyond_the_context_fails_before_the_load(good, model_dirs, t
     # the test checkpoint's config.json says 512 tokens; the embedded GGUF's header says 8192
     assert_user_error(run("generate", good, "--model", model_dirs["llama"], "--max-tokens", "1000000000"),
                       "--max-tokens 1000000000 cannot fit in the model's context of 512 tokens")
-    assert_user_error(run("generate", good, "--max-tokens", "8192"), "the model's context of 8192 tokens")
+    assert_user_error(run("generate", good, "--max-tokens", "8192"), "the model's context of 8,192 tokens")
     assert_user_error(run("verify", good, "--max-tokens", "100", "--max-seq-len", "100"), "--max-seq-len 100")
     in_file = write(tmp_path / "p.jsonl", '{"prompt": "a"}\n{"prompt": "b", "max_tokens": 600}\n')
     assert_user_error(run("trace", in_file, "--model", model_dirs["llama"]), "max_tokens 600 on")

@@ -50,9 +50,9 @@ import sys
 from render.activity import Activity
 seen = []
 phase = Activity.phase
-def recorded(self, text):
+def recorded(self, text, **options):
     seen.append((text, "torch" in sys.modules))
-    return phase(self, text)
+    return phase(self, text, **options)
 Activity.phase = recorded
 from minisgl_cli.app import app
 try:
