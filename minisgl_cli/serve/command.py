@@ -76,6 +76,18 @@ TraceOut = Annotated[Optional[Path], typer.Option(
 Dashboard = Annotated[bool, typer.Option(
     "--dashboard", rich_help_panel=WATCHING,
     help="Serve a live view of the engine at /dashboard (batches, queue, KV pool, timeline).")]
+LIMITS = "Limits (for a server open to strangers)"
+MaxBodyBytes = Annotated[int, typer.Option(
+    "--max-body-bytes", rich_help_panel=LIMITS, min=1, metavar="BYTES",
+    help="Largest request body; beyond it, 413, answered before the rest is read.")]
+ReadTimeout = Annotated[float, typer.Option(
+    "--read-timeout", rich_help_panel=LIMITS, min=0.1, metavar="SECONDS",
+    help="Time a client has to send its whole request (headers and body); beyond it, 408 and the connection "
+         "closed.")]
+MaxConnections = Annotated[int, typer.Option(
+    "--max-connections", rich_help_panel=LIMITS, min=1,
+    help="Most connections open at once (streams, idle keep-alive ones, the dashboard's); a request on one "
+         "beyond it, 503 at once.")]
 DashboardShowText = Annotated[bool, typer.Option(
     "--dashboard-show-text", rich_help_panel=WATCHING,
     help="Show prompts and completions on the dashboard (else uids and token counts).")]
@@ -87,7 +99,8 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
           trace_out: TraceOut = None, dashboard: Dashboard = False, dashboard_show_text: DashboardShowText = False,
           dp: DataParallel = 1, api_key: ApiKey = None, allow_origin: AllowOrigin = None,
           log_requests: LogRequests = False, log_stats: LogStats = 10.0, ssl_certfile: SslCertFile = None,
-          ssl_keyfile: SslKeyFile = None,
+          ssl_keyfile: SslKeyFile = None, max_body_bytes: MaxBodyBytes = 8 * 1024 * 1024,
+          read_timeout: ReadTimeout = 30.0, max_connections: MaxConnections = 1024,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
@@ -95,6 +108,8 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
 
     from serving.api.app import create_app
     from serving.api.bridge import EngineBridge
+    from serving.api.connection import limited_protocol
+    from serving.api.limits import Limits
     from minisgl_cli.serve.checks import check_api_key, check_origins, check_tls
     from serving.api.stats_log import StatsLog
     from minisgl_cli.trace_exports import serve_header
@@ -121,12 +136,14 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     live = start_trace(remote, engine.cache, err) if trace else None
     if trace_file is not None:
         remote.add_step_callback(trace_file.write)
+    limits = Limits(max_body_bytes, read_timeout, max_connections)
     app = create_app(bridge, api_key, log_request=plain_lines(err) if log_requests else None,
-                     allow_origins=[origin.lower() for origin in allow_origin or ()])
+                     allow_origins=[origin.lower() for origin in allow_origin or ()], limits=limits)
     if dashboard:
         add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None, access_log=False,
-                            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile)
+                            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
+                            http=limited_protocol(limits, bridge.metrics.rejected_with))
     server = DrainingServer(config, bridge, shutdown_timeout, err)
     remote.on_death = server.engine_died
     stats = StatsLog(bridge, plain_lines(err), log_stats) if log_stats > 0 else None
@@ -149,6 +166,11 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
         if trace_file is not None:
             trace_file.close()
         server.release_signals()
+    say_how_it_stopped(server, bridge, err)
+
+
+def say_how_it_stopped(server: DrainingServer, bridge: Any, err: Console) -> None:
+    """The last line: how many requests were answered, or why the server stopped (exit 1)."""
     if server.engine_death is not None:
         err.print(f"minisgl: {server.engine_death}", highlight=False, markup=False)
         raise typer.Exit(1)

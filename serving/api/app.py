@@ -16,22 +16,26 @@ from fastapi.middleware.cors import CORSMiddleware
 from serving.api.auth import RequireApiKey
 from serving.api.bridge import EngineBridge
 from serving.api.errors import add_error_handlers
+from serving.api.limits import BodyLimit, Limits
 from serving.api.middleware import JsonByDefault
 from serving.api.request_log import RequestIds
 from serving.api.routes import ROUTERS
 
 
 def create_app(bridge: EngineBridge, api_key: str | None = None,
-               log_request: Callable[[str], None] | None = None, allow_origins: list[str] | None = None) -> FastAPI:
+               log_request: Callable[[str], None] | None = None, allow_origins: list[str] | None = None,
+               limits: Limits = Limits()) -> FastAPI:
     """The app; with ``api_key``, everything under /v1/ answers only a client that sends it (auth.py); every
     response carries its request's id, and ``log_request`` hears each API request's line (request_log.py); pages
-    from ``allow_origins`` may call it from a browser (CORS)."""
+    from ``allow_origins`` may call it from a browser (CORS); a body over ``limits.max_body_bytes`` is a 413
+    (limits.py, whose protocol the server runs for the other limits)."""
     app = FastAPI(title="minisgl", docs_url=None, redoc_url=None)
     app.state.bridge = bridge
     add_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)
     app.add_middleware(JsonByDefault)
+    app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes, refused=bridge.metrics.rejected_with)
     if api_key is not None:
         app.add_middleware(RequireApiKey, key=api_key, refused=bridge.metrics.rejected_with)
     if allow_origins:  # outside the key check: a browser's preflight carries no key, and a 401 must be readable

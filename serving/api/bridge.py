@@ -10,6 +10,7 @@ row and pages before the next step.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections import OrderedDict
@@ -73,6 +74,11 @@ class EngineBridge:
         if reason is not None:
             too_long = isinstance(reason, ContextLengthError)
             raise ApiError(400, str(reason), code="context_length_exceeded" if too_long else None)
+        too_large = next((f.name for f in dataclasses.fields(params)
+                          if isinstance(getattr(params, f.name), int) and abs(getattr(params, f.name)) >= 2 ** 63),
+                         None)
+        if too_large is not None:  # it could not be sent to the engine
+            raise ApiError(400, f"'{too_large}' is out of range (a 64-bit integer)", param=too_large)
         with self._lock:
             if self.max_queue is not None and self._waiting >= self.max_queue:
                 raise ApiError(503, f"the server's queue is full ({self._waiting} requests waiting); retry later",

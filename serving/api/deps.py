@@ -21,5 +21,6 @@ Bridge = Annotated[EngineBridge, Depends(engine_bridge)]
 def check_model(bridge: EngineBridge, name: str) -> None:
     """A request names the model this server serves, or gets a 404 that names the right one."""
     if name != bridge.model_name:
-        raise ApiError(404, f"the model '{name}' does not exist; this server serves '{bridge.model_name}'",
+        said = name if len(name) <= 200 else f"{name[:200]}...' ({len(name):,} characters)"
+        raise ApiError(404, f"the model '{said}' does not exist; this server serves '{bridge.model_name}'",
                        param="model", code="model_not_found")

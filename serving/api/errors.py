@@ -39,17 +39,23 @@ async def bad_request(request: Request, exc: RequestValidationError) -> JSONResp
 
 async def no_such_route(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     """An unknown path or method, in OpenAI's shape like every other error (not FastAPI's ``detail``)."""
-    where = f"{request.method} {request.url.path}"
     path = request.url.path
+    where = f"{request.method} {path if len(path) <= 200 else path[:200] + '...'}"
     if exc.status_code == 404 and (path == "/dashboard" or path.startswith("/dashboard/")) and \
             getattr(request.app.state, "dashboard", None) is None:
         message = "the dashboard is off: start the server with --dashboard to serve it at /dashboard"
     elif exc.status_code == 404:
         message = f"no route {where}; this server answers {ROUTES}"
+    elif exc.status_code == 413:  # the body, read as it came, passed --max-body-bytes (limits.py)
+        return error_response(request, ApiError(413, str(exc.detail), code="request_too_large",
+                                                headers=dict(exc.headers or {})))
     elif exc.status_code == 405:
         allowed = {name.lower(): value for name, value in (exc.headers or {}).items()}.get("allow")
-        message = f"method {request.method} is not allowed on {request.url.path}" + (f"; use {allowed}"
+        message = f"method {request.method} is not allowed on {path}" + (f"; use {allowed}"
                                                                                       if allowed else "")
+    elif exc.status_code == 400 and isinstance(exc.__cause__, (UnicodeDecodeError, RecursionError)):
+        message = ("the request body is not valid UTF-8" if isinstance(exc.__cause__, UnicodeDecodeError) else
+                   "the request body's JSON is nested too deeply")
     else:
         message = f"{where}: {exc.detail}"
     return error_response(request, ApiError(exc.status_code, message, headers=dict(exc.headers or {})))
@@ -74,4 +80,5 @@ def validation_error(exc: RequestValidationError) -> ApiError:
         if isinstance(first.get("input"), (bytes, str)):  # a body that was not read as JSON: its type said otherwise
             return ApiError(400, "the request body must be a JSON object, sent with Content-Type: application/json")
         return ApiError(400, "the request body must be a JSON object")
-    return ApiError(400, f"'{path}': {first.get('msg', 'invalid value')}", param=path or None)
+    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return ApiError(400, f"'{path}': {message}", param=path or None)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
 
 from core import SamplingParams
 from core.constrain.spec import Constraint
@@ -21,6 +21,10 @@ from serving.api.tools import Tool, ToolChoice, ToolMode, tool_mode
 
 
 MAX_CHOICES = 128  # OpenAI's own bound on n
+# a list the server validates item by item is counted first: pydantic holds the interpreter lock while it
+# validates, so a list of 100,000 parts would stall every stream while it is validated (docs/RELIABILITY.md)
+MAX_MESSAGES = 4096
+MAX_PARTS = 4096  # content parts of one message
 API_PATHS = ("/v1/", "/tokenize", "/detokenize")  # what --api-key guards and --log-requests logs
 
 # a token count as a JSON number, never a string that holds one: "5" is refused, as OpenAI's API refuses it
@@ -40,8 +44,18 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
+def at_most(limit: int, what: str) -> BeforeValidator:
+    """A list of more than ``limit`` items is refused before any item is validated."""
+    def check(value: Any) -> Any:
+        if isinstance(value, list) and len(value) > limit:
+            raise ValueError(f"at most {limit:,} {what}, got {len(value):,}")
+        return value
+
+    return BeforeValidator(check)
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN, Infinity and 1e999 are not numbers
 
 
 class StreamOptions(_Strict):
@@ -159,7 +173,7 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="allow")  # e.g. 'name': passed on to the chat template
 
     role: Literal["system", "user", "assistant", "developer", "tool"]
-    content: Union[str, list[ContentPart], None] = None
+    content: Annotated[Union[str, list[ContentPart], None], at_most(MAX_PARTS, "content parts")] = None
 
     def as_template_message(self, where: str) -> dict[str, Any]:
         """The message as the chat template takes it; ``where`` ('messages.3') names it in an error."""
@@ -182,7 +196,7 @@ def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
 
 
 class ChatRequest(_Common):
-    messages: list[Message] = Field(min_length=1)
+    messages: Annotated[list[Message], Field(min_length=1), at_most(MAX_MESSAGES, "messages")]
     max_tokens: TokenCount = None
     max_completion_tokens: TokenCount = None
     logprobs: bool = False
@@ -255,7 +269,7 @@ class TokenizeRequest(_Strict):
 
     model: str
     prompt: Union[str, list[int], None] = None
-    messages: Optional[list[Message]] = None
+    messages: Annotated[Optional[list[Message]], at_most(MAX_MESSAGES, "messages")] = None
     add_generation_prompt: bool = True
 
 

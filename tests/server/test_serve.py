@@ -23,23 +23,20 @@ import torch
 
 from core import LLM, SamplingParams
 from render.trace_format import read_trace
-from tests.support.serve import WAIT_S, Server, assert_openai_error, request, with_chat_template
+from tests.support.serve import WAIT_S, Server, assert_openai_error, request
 
 MODEL = "llama"
 PROMPTS = ["hello there", "a", "The quick brown fox jumps", "0123456789 0123456789"]
 
 
 @pytest.fixture(scope="module")
-def model_dir(model_dirs, tmp_path_factory):
-    return with_chat_template(model_dirs["llama"], tmp_path_factory.mktemp("serve") / MODEL)
+def model_dir(api_model_dir):
+    return api_model_dir
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    srv = Server(model_dir, "--cache", "naive", "--max-running", "16", "--page-size", "2",
-                 log=tmp_path_factory.mktemp("serve-log") / "server.log")
-    yield srv
-    srv.stop()
+def server(api_server):  # tests/server/conftest.py's, shared with test_hostile.py
+    return api_server
 
 
 @pytest.fixture(scope="module")
