@@ -454,8 +454,13 @@ def stream_in_thread(base: str, prompt: str, max_tokens: int, results: list, sta
     return thread
 
 
+DRAIN_S = 180
+
+
 def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path, llm):
-    server = Server(model_dir, "--max-running", "1", "--max-queue", "1", log=tmp_path / "server.log", paced=True)
+    # a drain long enough for the paced 450 tokens on a machine busy with other work (they took over 30 s there)
+    server = Server(model_dir, "--max-running", "1", "--max-queue", "1", "--shutdown-timeout", str(DRAIN_S),
+                    log=tmp_path / "server.log", paced=True)
     try:
         results: list = []
         running, queued = threading.Event(), threading.Event()
@@ -471,14 +476,14 @@ def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path
         code, reply, _ = post(server, "/v1/completions", '{"model": "llama", "prompt": "hi", "n": 2}')
         assert code == 400 and "asks for 2 choices" in reply["error"]["message"]  # never, however long it waits
 
-        assert server.terminate() == 0  # both requests in flight are answered before it exits
+        assert server.terminate(DRAIN_S + WAIT_S) == 0  # both requests in flight are answered before it exits
         first.join(WAIT_S)
         second.join(WAIT_S)
         expected = llm.generate(["first", "second"], [greedy(450), greedy(5)])
         assert sorted(results) == sorted((want["text"], "length") for want in expected)
         assert "Traceback" not in server.log()
         # one whole line, as a log keeps it (the server's stderr is no terminal and has no width here)
-        assert ("minisgl: shutting down; finishing 2 responses (up to 30 s; Ctrl-C again to stop at once)"
+        assert (f"minisgl: shutting down; finishing 2 responses (up to {DRAIN_S} s; Ctrl-C again to stop at once)"
                 in server.log().splitlines())
     finally:
         server.stop()
