@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 if TYPE_CHECKING:  # only in annotations: reading prompts and their settings needs no torch
     import torch
 
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 from core.errors import InvalidParamsError
 
 Phase = Literal["prefill", "decode"]
@@ -68,7 +68,7 @@ class SamplingParams:
     is not part of the output). Token ids are checked against the vocabulary when the request is admitted.
 
     ``constraint``: the output must match it (a JSON schema, a regular expression, a choice, a grammar:
-    core/constrain/spec.py); the request stops ('stop') when its grammar is complete, and EOS is allowed only where
+    core/constraint.py); the request stops ('stop') when its grammar is complete, and EOS is allowed only where
     the grammar accepts."""
 
     max_tokens: int = 16
@@ -116,7 +116,7 @@ class SamplingParams:
                                      f"got {self.logprobs!r}")
         self._check_controls()
         if self.constraint is not None and not isinstance(self.constraint, Constraint):
-            raise InvalidParamsError(f"constraint must be None or a Constraint (core.constrain.spec), "
+            raise InvalidParamsError(f"constraint must be None or a Constraint (core.constraint), "
                                      f"got {self.constraint!r}")
 
     def _check_controls(self) -> None:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 
 # the metavar of an on/off option: nothing (Typer would show "<bool>", as if it took a value)
 FLAG = ""

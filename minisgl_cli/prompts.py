@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 from core.errors import InvalidParamsError, PromptFileError
 from core.llm.arrivals import Arrival
 from core.request import Prompt, SamplingParams

@@ -18,7 +18,7 @@ import msgpack
 import numpy as np
 
 from core.events import StepEvent
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 from core.request import SamplingParams
 from core.scheduler.inbox import AbortRequest, AddRequest, Message, ResetPrefixCache
 from core.scheduler.reply import Reply

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Callable, Iterable
 
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 from core.errors import InvalidConstraintError
 from core.request import SamplingParams
 

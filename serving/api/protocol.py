@@ -14,7 +14,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
 
 from core import SamplingParams
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 from core.errors import InvalidConstraintError, InvalidParamsError
 from serving.api.structured import FieldError, ResponseFormat, StructuredOutputs, constraint_of
 from serving.api.tools import Tool, ToolChoice, ToolMode, tool_mode

@@ -1,6 +1,6 @@
 """Structured output as clients ask for it: OpenAI's ``response_format`` (a JSON schema, or any JSON object) and
 vLLM's ``structured_outputs`` (one of ``json``, ``regex``, ``choice``, ``grammar``), each made into the engine's
-Constraint (core/constrain/spec.py) when the body is read: a schema or a regular expression that is wrong is a
+Constraint (core/constraint.py) when the body is read: a schema or a regular expression that is wrong is a
 400 naming it, before anything is queued."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 from core.errors import InvalidConstraintError
 
 

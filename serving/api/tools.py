@@ -17,7 +17,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 from serving.api.structured import FieldError
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"

@@ -15,7 +15,7 @@ import torch
 
 from core import LLM, SamplingParams
 from core.constrain.masks import GrammarRows, fill_masks
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 from core.errors import InvalidConstraintError, InvalidParamsError
 
 MODEL = "llama"  # random weights over a byte-level tokenizer: the mask alone makes the replies valid
