@@ -30,6 +30,10 @@ class UnsupportedModelError(ModelLoadError):
 class RequestRejected(MinisglError, ValueError):
     """A request that can never run on this engine (an empty prompt, a token outside the vocabulary)."""
 
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param  # the request's field at fault, where it is one of its sampling parameters
+
 
 class ContextLengthError(RequestRejected):
     """A request whose prompt plus max_tokens exceeds the context or the whole KV pool."""

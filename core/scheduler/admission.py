@@ -34,7 +34,8 @@ def rejection(input_ids: list[int], params: SamplingParams, limits: Limits) -> R
         return RequestRejected(f"token id {bad} is outside the vocabulary [0, {limits.vocab_size})")
     for field, ids in (("logit_bias", [t for t, _ in params.logit_bias]), ("stop_token_ids", params.stop_token_ids)):
         if ids and max(ids) >= limits.vocab_size:
-            return RequestRejected(f"{field}: token id {max(ids)} is outside the vocabulary [0, {limits.vocab_size})")
+            return RequestRejected(f"{field}: token id {max(ids)} is outside the vocabulary [0, {limits.vocab_size})",
+                                   param=field)
     total = len(input_ids) + params.max_tokens
     if total > limits.max_seq_len:
         return ContextLengthError(f"prompt of {len(input_ids)} tokens plus max_tokens={params.max_tokens} exceeds "

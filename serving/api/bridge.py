@@ -73,7 +73,7 @@ class EngineBridge:
         reason = self.llm.rejection(prompt_ids, params)
         if reason is not None:
             too_long = isinstance(reason, ContextLengthError)
-            raise ApiError(400, str(reason), code="context_length_exceeded" if too_long else None)
+            raise ApiError(400, str(reason), param=reason.param, code="context_length_exceeded" if too_long else None)
         too_large = next((f.name for f in dataclasses.fields(params)
                           if isinstance(getattr(params, f.name), int) and abs(getattr(params, f.name)) >= 2 ** 63),
                          None)

@@ -1,9 +1,10 @@
 """The request bodies of the OpenAI API that the server takes, and how each becomes SamplingParams.
 
-Every field an OpenAI client may send is declared. Those the engine cannot honour (``best_of``, penalties,
+Every field an OpenAI client may send is declared. Those the engine cannot honour (``best_of``,
 ``echo``...) are refused with a 400 that names them when they ask for something other than
 the default, never silently ignored; a field nobody knows is refused too (a typo must not pass unnoticed).
-``top_k`` and ``ignore_eos`` are the usual extensions (the openai client sends them through ``extra_body``).
+``top_k``, ``ignore_eos``, ``repetition_penalty``, ``min_p``, ``min_tokens`` and ``stop_token_ids`` are the usual
+extensions (vLLM's; the openai client sends them through ``extra_body``).
 """
 
 from __future__ import annotations
@@ -74,17 +75,22 @@ class _Common(_Strict):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=MAX_CHOICES)  # choices per prompt, each its own engine request
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    # the logits controls (SamplingParams checks them): None leaves each off
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None  # token id (a string, as JSON's keys are) -> bias
+    min_p: float | None = None
+    min_tokens: int | None = None
+    stop_token_ids: list[int] | None = None
+    CONTROLS: ClassVar[tuple[str, ...]] = ("presence_penalty", "frequency_penalty", "repetition_penalty",
+                                           "logit_bias", "min_p", "min_tokens", "stop_token_ids")
     user: str | None = None
     response_format: ResponseFormat | None = None  # OpenAI's: a JSON schema, or any JSON object
     structured_outputs: StructuredOutputs | None = None  # vLLM's: json, regex, choice or grammar
 
     def _refuse_unsupported(self, extra: dict[str, bool]) -> None:
-        refused = {"presence_penalty": self.presence_penalty != 0,
-                   "frequency_penalty": self.frequency_penalty != 0, "logit_bias": bool(self.logit_bias), **extra}
-        for name, asked in refused.items():
+        for name, asked in extra.items():
             if asked:
                 raise ApiError(400, f"'{name}' is not supported by this server (value: {getattr(self, name)!r})",
                                param=name)
@@ -123,10 +129,11 @@ class _Common(_Strict):
 
     def _params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        controls = {name: getattr(self, name) for name in self.CONTROLS if getattr(self, name) is not None}
         try:
             return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
                                   top_p=self.top_p, seed=self.seed, ignore_eos=self.ignore_eos, stop=tuple(stop),
-                                  logprobs=logprobs, constraint=self._constraint())
+                                  logprobs=logprobs, constraint=self._constraint(), **controls)
         except InvalidParamsError as exc:  # its messages start with the field's name
             raise ApiError(400, str(exc), param=str(exc).split(" ", 1)[0]) from None
 

@@ -46,18 +46,18 @@ class Gathered:
     error: str | None = None
 
 
-def completion_token(reply: Reply, eos: Collection[int]) -> bool:
-    """A token the completion counts: any but the EOS that ended it."""
-    return reply.token is not None and not (reply.finish_reason == "stop" and reply.token in eos)
+def completion_token(reply: Reply) -> bool:
+    """A token the completion counts: any but the EOS or stop token id that ended it."""
+    return reply.token is not None and not reply.ended_on_token
 
 
 def piece_of(ready: list[Reply], eos: Collection[int]) -> Piece:
     piece = Piece()
     texts = []
     for reply in ready:
-        if completion_token(reply, eos):
+        if completion_token(reply):
             piece.tokens += 1
-        if reply.logprob is not None and reply.token not in eos:
+        if reply.logprob is not None and reply.token not in eos and not reply.ended_on_token:
             piece.entries.append(reply)
         texts.append(reply.text or "")
     piece.text = "".join(texts)
@@ -74,11 +74,10 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 async def gather(bridge: EngineBridge, call: Call, request: Request) -> list[Gathered]:
     """Each choice's whole answer, in the choices' order; a choice that ended in an error raises its 400 or 500."""
     got = [Gathered() for _ in call.tracked]
-    eos = bridge.llm.eos_token_ids
     try:
         async for ready in replies(bridge, call, request):
             for reply in ready:
-                add_reply(got[call.index[reply.uid]], reply, eos)
+                add_reply(got[call.index[reply.uid]], reply)
     except ClientGone:  # no one reads the answer now
         pass
     record_of(request).completion_tokens = sum(len(choice.tokens) for choice in got)
@@ -88,8 +87,8 @@ async def gather(bridge: EngineBridge, call: Call, request: Request) -> list[Gat
     return got
 
 
-def add_reply(got: Gathered, reply: Reply, eos: Collection[int]) -> None:
-    if completion_token(reply, eos):
+def add_reply(got: Gathered, reply: Reply) -> None:
+    if completion_token(reply):
         got.tokens.append(reply.token)
         if reply.logprob is not None:
             got.logprobs.append(reply)

@@ -193,6 +193,38 @@ def test_stop_strings_cut_the_text_before_them(client, llm):
     assert chunks[-1].choices[0].finish_reason == "stop"
 
 
+def test_the_logits_controls_equal_generate(client, llm):
+    """The penalties and logit bias as the openai client sends them, vLLM's extensions through extra_body, on
+    completions and on a streamed chat: each the same tokens as generate with the same SamplingParams."""
+    controls = dict(presence_penalty=0.5, frequency_penalty=1.5, logit_bias={"70": 4})
+    extensions = dict(repetition_penalty=1.4, min_p=0.05)
+    extra = dict(**extensions, ignore_eos=True)
+    want = llm.generate([PROMPTS[2]], greedy(10, **controls, **extensions))[0]
+    got = client.completions.create(model=MODEL, prompt=PROMPTS[2], max_tokens=10, temperature=0, **controls,
+                                    extra_body=extra)
+    assert got.choices[0].text == want["text"] and got.usage.completion_tokens == 10
+    want = llm.generate([chat_ids(llm, "hello there")], greedy(8, **controls, **extensions))[0]
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hello there"}],
+                                            max_tokens=8, temperature=0, stream=True, **controls, extra_body=extra)
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == want["text"]
+    forced = client.completions.create(model=MODEL, prompt="a", max_tokens=4, temperature=1, seed=3,
+                                       logit_bias={"65": 100}, extra_body={"ignore_eos": True})
+    assert forced.choices[0].text == llm.tokenizer.decode([65]) * 4
+
+
+def test_stop_token_ids_end_a_choice_after_min_tokens(client, llm):
+    ids = llm.generate([PROMPTS[0]], greedy(12))[0]["token_ids"]
+    stop_id = ids[2]
+    got = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=12, temperature=0,
+                                    extra_body={"stop_token_ids": [stop_id]})
+    want = llm.generate([PROMPTS[0]], SamplingParams(max_tokens=12, stop_token_ids=[stop_id]))[0]
+    assert got.choices[0].finish_reason == "stop" and got.choices[0].text == want["text"]
+    assert got.usage.completion_tokens == len(want["token_ids"]) == ids.index(stop_id)
+    held = client.completions.create(model=MODEL, prompt=PROMPTS[0], max_tokens=12, temperature=0,
+                                     extra_body={"stop_token_ids": [stop_id], "min_tokens": 5})
+    assert held.usage.completion_tokens >= 5
+
+
 def test_logprobs_equal_transformers_log_softmax(client, llm, model_dir):
     from transformers import AutoModelForCausalLM
 
@@ -336,7 +368,16 @@ def test_a_client_killed_while_its_whole_answer_is_made_frees_its_request(server
     ('{"model": "llama", "prompt": "hi", "n": 129}', 400, "'n': Input should be less than or equal to 128", "n"),
     ('{"model": "llama", "prompt": "hi", "best_of": 3}', 400, "'best_of' is not supported", "best_of"),
     ('{"model": "llama", "prompt": "hi", "echo": true}', 400, "'echo' is not supported", "echo"),
-    ('{"model": "llama", "prompt": "hi", "frequency_penalty": 0.5}', 400, "not supported", "frequency_penalty"),
+    ('{"model": "llama", "prompt": "hi", "frequency_penalty": 2.5}', 400, "frequency_penalty must be",
+     "frequency_penalty"),
+    ('{"model": "llama", "prompt": "hi", "repetition_penalty": 0}', 400, "repetition_penalty must be",
+     "repetition_penalty"),
+    ('{"model": "llama", "prompt": "hi", "logit_bias": {"x": 1}}', 400, "logit_bias keys must be", "logit_bias"),
+    ('{"model": "llama", "prompt": "hi", "logit_bias": {"99999": 1}}', 400, "outside the vocabulary", "logit_bias"),
+    ('{"model": "llama", "prompt": "hi", "min_tokens": 5, "max_tokens": 4}', 400, "min_tokens must be",
+     "min_tokens"),
+    ('{"model": "llama", "prompt": "hi", "stop_token_ids": [1, 99999]}', 400, "outside the vocabulary",
+     "stop_token_ids"),
     ('{"model": "llama", "prompt": "hi", "tempurature": 0}', 400, "unknown field 'tempurature'", "tempurature"),
     ('{"model": "llama", "prompt": ["a", ""]}', 400, "'prompt.1' is empty", "prompt"),
     ('{"model": "llama", "prompt": ""}', 400, "'prompt' is empty", "prompt"),
