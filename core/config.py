@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
 from core.errors import InvalidParamsError
+from core.generation import check_source, parse_override
 
 # the named choices (the precision and KV dtype are explained in their options' help)
 CACHE_TYPES = ("naive", "radix")
@@ -108,6 +109,12 @@ class EngineConfig:
         "exact", "exact: the model's dtype (token-exact against transformers on a CPU); fast: reduced-precision "
                  "weights where this machine runs them faster; int8: int8 weights on a CPU.", str,
         choices=PRECISIONS)
+    generation_config: str = option(
+        "auto", "Defaults of requests that omit a sampling field: auto (the model's generation_config.json), none, "
+                "or a directory holding one.", str)
+    override_generation_config: str | None = option(
+        None, "Defaults over those: a JSON object of transformers' names (temperature, top_p, top_k, min_p, "
+              "repetition_penalty, max_new_tokens).", str, optional=True)
 
     def __post_init__(self) -> None:
         check_options(vars(self))
@@ -132,6 +139,10 @@ def check_options(values: dict[str, Any], spell: Callable[[str], str] = str) -> 
         value = values[name]
         if name == "dtype" and value is not None and not isinstance(value, str):
             _check_torch_dtype(value)
+        elif name == "generation_config":
+            check_source(value, spell(name))
+        elif name == "override_generation_config":
+            parse_override(value, spell(name))
         else:
             opt.check(spell(name), value.lower() if name == "dtype" and isinstance(value, str) else value)
     pages, rows = values["num_pages"], values["max_running_req"]

@@ -13,7 +13,8 @@ from minisgl_cli.console import stderr_console, stdout_console
 from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED
-from minisgl_cli.jobs import check_context, engine_inputs, exit_for, load_job, load_llm, run_prompts
+from minisgl_cli.jobs import (check_context, engine_inputs, exit_for, load_job, load_llm, run_prompts,
+                              with_model_defaults)
 from minisgl_cli.output import StreamPrinter, print_completion
 from render.activity import Activity
 from render.results import RunSummary, summary_table
@@ -45,6 +46,7 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
     job = load_job(prompts, sampling)
     check_context(job, engine, sampling)
     llm = load_llm(engine, activity, verbose)
+    job = with_model_defaults(job, llm, sampling)
     inputs = engine_inputs(llm, job, chat)
     separator = "\n" if chat else ""
     if stream is None:

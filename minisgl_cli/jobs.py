@@ -61,6 +61,20 @@ def load_job(source: Path | str, sampling: SamplingOptions) -> Job:
     return Job(specs, [spec.params(explicit) for spec in specs])
 
 
+def with_model_defaults(job: Job, llm: LLM, sampling: SamplingOptions) -> Job:
+    """The prompts' parameters over the model's sampling defaults (its generation config, ``--generation-config``
+    and ``--override-generation-config``): a value typed on the command line or set in the file wins."""
+    defaults = llm.sampling_defaults.values
+    if not defaults:
+        return job
+    explicit = sampling.explicit()
+    try:
+        return Job(job.specs, [SamplingParams(**{**defaults, **spec.overrides, **explicit}) for spec in job.specs])
+    except InvalidParamsError as exc:
+        raise InvalidParamsError(f"the model's sampling defaults ({llm.sampling_defaults.describe()}) and the "
+                                 f"prompts' values do not agree: {exc}") from None
+
+
 def require_greedy(job: Job, sampling: SamplingOptions) -> None:
     """Verification compares greedy decoding; sampled outputs have no single right answer. A temperature typed on
     the command line is named as the option, one from the prompts file by its line."""

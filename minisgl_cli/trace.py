@@ -29,7 +29,7 @@ from minisgl_cli import options as o
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from minisgl_cli.exits import INTERRUPTED, SOME_FAILED
 from minisgl_cli.jobs import (Job, Result, check_against_reference, check_context, engine_inputs, exit_for,
-                              load_job, load_llm, require_greedy)
+                              load_job, load_llm, require_greedy, with_model_defaults)
 from minisgl_cli.pacing import STEP_HINT, Pacer, StopRequested
 from minisgl_cli import trace_exports as x
 from minisgl_cli.paths import check_output_file
@@ -124,6 +124,8 @@ def trace(prompts: o.OptionalPrompts = None, trace_out: TraceOut = None, svg: Sv
     trace_file = TraceFile(trace_out, header) if trace_out else None
     try:
         llm = load_llm(engine, Activity(err), verbose)
+        if not verify:  # verification compares greedy decoding: the model's sampling defaults stay out of it
+            job = with_model_defaults(job, llm, sampling)
         if trace_file:
             trace_file.decode = llm.tokenizer.decode
         llm.report_radix = show_radix

@@ -18,6 +18,7 @@ from core.errors import RequestRejected
 from core.events import StepEvent
 from serving.remote import RemoteEngine
 from core.llm.routes import ReplyCallback
+from core.generation import SamplingDefaults
 from core.request import SamplingParams
 
 BLOCK = 16  # tokens per remembered prefix step
@@ -102,6 +103,10 @@ class DataParallelEngines:
     @property
     def eos_token_ids(self) -> frozenset[int]:
         return self.engines[0].eos_token_ids
+
+    @property
+    def sampling_defaults(self) -> SamplingDefaults:
+        return self.engines[0].sampling_defaults
 
     @property
     def max_seq_len(self) -> int:

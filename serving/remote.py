@@ -29,6 +29,7 @@ from core import errors
 from core.config import EngineConfig
 from core.errors import EngineDeadError
 from core.events import StepEvent
+from core.generation import sampling_defaults
 from serving.engine_process import engine_main
 from core.llm.routes import ReplyCallback, Routes, tokenize
 from serving.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_message, unpack_output
@@ -49,6 +50,9 @@ class RemoteEngine:
         self._gpu = gpu
         self.model_dir = model_dir
         self.tokenizer = tokenizer
+        # what a request that omits a sampling field gets (core/generation.py), decided here once
+        self.sampling_defaults = sampling_defaults(model_dir if isinstance(model_dir, Path) else None,
+                                                   config.generation_config, config.override_generation_config)
         self._trace = trace
         self._dir = tempfile.mkdtemp(prefix="minisgl-")
         self._in_address = f"ipc://{self._dir}/in"

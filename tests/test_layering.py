@@ -19,8 +19,8 @@ CORE = Path(__file__).resolve().parents[1] / "core"
 
 # the order, lowest first; packages or modules on one line share a layer and may import one another
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "request", "events", "env", "config", "model_config", "transfer", "arith", "words", "cpu_share",
-     "constraint"),
+    ("errors", "request", "events", "env", "config", "generation", "model_config", "transfer", "arith", "words",
+     "cpu_share", "constraint"),
     ("kvcache", "distributed", "kernels", "layers", "attention", "constrain"),
     ("models",),
     ("engine",),

@@ -14,6 +14,7 @@ from core.config import EngineConfig
 from core.engine.engine import Engine
 from core.errors import InvalidParamsError, RequestRejected
 from core.events import StepCallback
+from core.generation import SamplingDefaults, sampling_defaults
 from core.llm.arrivals import Arrival, ArrivalFeeder
 from core.llm.collect import Collected
 from core.llm.engine_core import EngineCore
@@ -39,6 +40,10 @@ class LLM:
         config = EngineConfig.from_options(model=model, **options)
         self.model_dir = resolve_model_dir(model, log)
         self.tokenizer = load_tokenizer(self.model_dir)
+        # what a request without SamplingParams gets: the model's generation config, decided once (core/generation.py)
+        self.sampling_defaults: SamplingDefaults = sampling_defaults(
+            self.model_dir if isinstance(self.model_dir, Path) else None, config.generation_config,
+            config.override_generation_config)
         # the routes post to the engine and read its EOS ids; the engine hands them its replies
         self._routes = Routes(self.tokenizer, lambda message: self.core.post(message),
                               lambda: self.scheduler.eos_token_ids)
@@ -123,7 +128,7 @@ class LLM:
         joining to the whole text; a stop string ends the request with 'stop', its text cut before the stop string
         (``Reply.stop_string`` says which). A prompt that can never run here (too long, a token outside the
         vocabulary) is answered with an 'error' reply; ``rejection()`` tells that before submitting."""
-        params = sampling_params if sampling_params is not None else SamplingParams()
+        params = sampling_params if sampling_params is not None else self.sampling_defaults.params()
         if not isinstance(params, SamplingParams):
             raise InvalidParamsError("sampling_params must be SamplingParams")
         return self._routes.add(self.tokenize(prompt), params, on_reply, text)
@@ -180,7 +185,8 @@ class LLM:
         join its loop and this waits for them; otherwise this thread runs the loop."""
         if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
             raise InvalidParamsError("prompts must be a list of strings or of token-id lists")
-        params = params_per_prompt(prompts, sampling_params)
+        params = params_per_prompt(prompts, sampling_params if sampling_params is not None
+                                   else self.sampling_defaults.params())
         if arrivals is not None and len(arrivals) != len(prompts):
             raise InvalidParamsError(f"got {len(arrivals)} arrivals for {len(prompts)} prompts")
         prompt_ids = [self.tokenize(p) for p in prompts]  # every prompt checked before any is queued
@@ -252,9 +258,9 @@ class LLM:
 
 
 def params_per_prompt(prompts: Sequence[Prompt], params: Any) -> list[SamplingParams]:
-    """One SamplingParams per prompt: the defaults, one for all, or a list as long as the prompts."""
-    if params is None or isinstance(params, SamplingParams):
-        return [params or SamplingParams()] * len(prompts)
+    """One SamplingParams per prompt: one for all, or a list as long as the prompts."""
+    if isinstance(params, SamplingParams):
+        return [params] * len(prompts)
     params = list(params)
     if len(params) != len(prompts):
         raise InvalidParamsError(f"got {len(params)} sampling params for {len(prompts)} prompts")

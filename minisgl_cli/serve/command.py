@@ -23,6 +23,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from core.errors import InvalidParamsError
@@ -150,7 +151,8 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     freeze_startup_heap()  # built: the collector walks only what serving allocates from here on
     server.take_signals()
     scheme = "https" if ssl_certfile is not None else "http"
-    err.print(f"minisgl serving [bold]{name}[/] on {scheme}://{host}:{port}/v1 (Ctrl-C to stop)", highlight=False)
+    err.print(f"minisgl serving [bold]{name}[/] on {scheme}://{host}:{port}/v1 (Ctrl-C to stop); "
+              f"{escape(remote.sampling_defaults.describe())}", highlight=False)
     if dashboard:
         err.print(f"dashboard: {scheme}://{host}:{port}/dashboard", highlight=False)
     if stats is not None:

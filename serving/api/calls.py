@@ -58,7 +58,8 @@ def start_all(bridge: EngineBridge, prompts: list[list[int]], body: CompletionRe
     try:
         for ids in prompts:  # a prompt's choices, unset max_tokens what its length leaves
             started += [bridge.start(ids, params, queue)
-                        for params in body.choice_params(bridge.default_max_tokens(len(ids)))]
+                        for params in body.choice_params(bridge.default_max_tokens(len(ids)),
+                                                         bridge.llm.sampling_defaults)]
     except ApiError:
         for tracked in started:
             bridge.abort(tracked)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
 from core import SamplingParams
 from core.constraint import Constraint
 from core.errors import InvalidConstraintError, InvalidParamsError
+from core.generation import SamplingDefaults
 from serving.api.structured import FieldError, ResponseFormat, StructuredOutputs, constraint_of
 from serving.api.tools import Tool, ToolChoice, ToolMode, tool_mode
 
@@ -100,7 +101,8 @@ class _Common(_Strict):
             raise ApiError(400, "'stream_options.continuous_usage_stats' needs 'include_usage': true",
                            param="stream_options")
 
-    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+    def sampling_params(self, room: int, defaults: SamplingDefaults) -> SamplingParams:
+        """``room``: the most tokens the context and the pool leave the prompt; ``defaults``: the model's."""
         raise NotImplementedError
 
     def _constraint(self) -> Constraint | None:
@@ -110,10 +112,10 @@ class _Common(_Strict):
         except FieldError as exc:
             raise ApiError(400, exc.message, param=exc.param) from None
 
-    def choice_params(self, default_max_tokens: int) -> list[SamplingParams]:
+    def choice_params(self, room: int, defaults: SamplingDefaults) -> list[SamplingParams]:
         """The ``n`` choices' params: alike, but a seed given is the first choice's, the next one's is one more
         and so on, so that the choices differ and each is reproducible alone."""
-        params = self.sampling_params(default_max_tokens)
+        params = self.sampling_params(room, defaults)
         if params.seed is None:
             return [params] * self.n
         return [dataclasses.replace(params, seed=params.seed + i) for i in range(self.n)]
@@ -127,13 +129,18 @@ class _Common(_Strict):
         """``continuous_usage_stats`` (vLLM's): every chunk carries the counts so far, not only the last."""
         return self.include_usage and self.stream_options.continuous_usage_stats
 
-    def _params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
+    def _params(self, max_tokens: int, logprobs: int | None, defaults: SamplingDefaults) -> SamplingParams:
+        """What the request gave; for a field it left out, the model's default (its generation config) where it
+        has one, else the field's own here (OpenAI's: temperature 1)."""
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        controls = {name: getattr(self, name) for name in self.CONTROLS if getattr(self, name) is not None}
+        own = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "seed": self.seed,
+               "ignore_eos": self.ignore_eos, "stop": tuple(stop),
+               **{name: getattr(self, name) for name in self.CONTROLS}}
+        model = {name: value for name, value in defaults.values.items()
+                 if name != "max_tokens" and name not in self.model_fields_set}
+        values = {**{name: value for name, value in own.items() if value is not None}, **model}
         try:
-            return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_k=self.top_k,
-                                  top_p=self.top_p, seed=self.seed, ignore_eos=self.ignore_eos, stop=tuple(stop),
-                                  logprobs=logprobs, constraint=self._constraint(), **controls)
+            return SamplingParams(max_tokens=max_tokens, logprobs=logprobs, constraint=self._constraint(), **values)
         except InvalidParamsError as exc:  # its messages start with the field's name
             raise ApiError(400, str(exc), param=str(exc).split(" ", 1)[0]) from None
 
@@ -159,11 +166,13 @@ class CompletionRequest(_Common):
                 raise ApiError(400, f"'prompt{f'.{i}' if several else ''}' is empty", param="prompt")
         return prompts
 
-    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+    def sampling_params(self, room: int, defaults: SamplingDefaults) -> SamplingParams:
         self._refuse_unsupported({"echo": self.echo, "suffix": self.suffix is not None,
                                   "best_of": self.best_of not in (None, 1)})
-        max_tokens = self.max_tokens if self.max_tokens is not None else default_max_tokens
-        return self._params(max_tokens, self.logprobs)
+        max_tokens = self.max_tokens if self.max_tokens is not None else room  # null: what the context leaves
+        if "max_tokens" not in self.model_fields_set and "max_tokens" in defaults.values:
+            max_tokens = min(defaults.values["max_tokens"], room)  # left out: the model's default, else 16
+        return self._params(max_tokens, self.logprobs, defaults)
 
 
 class ContentPart(BaseModel):
@@ -235,7 +244,7 @@ class ChatRequest(_Common):
     prompt_cache_options: Any = None
     _tool_mode: ToolMode = PrivateAttr(default_factory=lambda: ToolMode("none"))
 
-    def sampling_params(self, default_max_tokens: int) -> SamplingParams:
+    def sampling_params(self, room: int, defaults: SamplingDefaults) -> SamplingParams:
         self._refuse_unsupported({"functions": bool(self.functions), "function_call": self.function_call is not None,
                                   "store": bool(self.store),
                                   "service_tier": self.service_tier not in (None, "auto", "default"),
@@ -245,7 +254,9 @@ class ChatRequest(_Common):
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         limit = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return self._params(limit if limit is not None else default_max_tokens, logprobs)
+        if limit is None:  # the model's default where it has one, else what the context leaves
+            limit = min(defaults.values.get("max_tokens", room), room)
+        return self._params(limit, logprobs, defaults)
 
     def read_tools(self, template: str | None) -> ToolMode:
         """How the reply is read for tools (serving/api/tools.py), decided before the prompt is made; a 400 names

@@ -131,3 +131,18 @@ def test_bad_logits_controls_are_usage_errors(args, fragment, prompts_file):
     from tests.support.cli import assert_user_error
 
     assert_user_error(run("generate", prompts_file, *args), fragment)
+
+
+def test_the_model_defaults_apply_under_the_files_and_the_options_values(model_dirs, tmp_path):
+    path = write(tmp_path / "p.jsonl", '{"prompt": "ab"}\n{"prompt": "cd", "max_tokens": 2}\n')
+    result = run("generate", path, "--model", model_dirs["llama"], "--json", "--ignore-eos",
+                 "--override-generation-config", '{"max_new_tokens": 5}')
+    assert result.exit_code == 0, result.stderr
+    assert [len(r["token_ids"]) for r in json_lines(result.stdout)] == [5, 2]
+
+
+def test_a_bad_override_is_a_usage_error_before_the_load(prompts_file):
+    from tests.support.cli import assert_user_error
+
+    assert_user_error(run("generate", prompts_file, "--override-generation-config", '{"temp": 1}'),
+                      "--override-generation-config: unknown field 'temp'")

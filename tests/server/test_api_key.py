@@ -32,8 +32,10 @@ def model_dir(model_dirs):
 
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
-    srv = Server(model_dir, "--api-key", KEY, "--max-running", "4",
-                 log=tmp_path_factory.mktemp("serve-key") / "server.log")
+    # the model's defaults overridden: greedy and 5 tokens for requests that leave them out (a request that gives
+    # them, as the others here do, is not touched)
+    srv = Server(model_dir, "--api-key", KEY, "--max-running", "4", "--override-generation-config",
+                 '{"temperature": 0, "max_new_tokens": 5}', log=tmp_path_factory.mktemp("serve-key") / "server.log")
     yield srv
     srv.stop()
 
@@ -48,6 +50,19 @@ def test_the_key_opens_the_api_and_the_answers_are_the_engines(server, model_dir
     expected = LLM(str(model_dir)).generate(["hello there"], SamplingParams(max_tokens=6, ignore_eos=True))[0]
     assert reply.choices[0].text == expected["text"]
     assert [m.id for m in client(server, KEY).models.list().data] == [MODEL]
+
+
+def test_the_overridden_defaults_apply_where_a_request_leaves_a_field_out(server, model_dir):
+    assert "sampling defaults: temperature 0, max_tokens 5 (from the override)" in server.log()
+    api, llm = client(server, KEY), LLM(str(model_dir))
+    left_out = api.completions.create(model=MODEL, prompt="hello there", extra_body={"ignore_eos": True})
+    greedy = llm.generate(["hello there"], SamplingParams(max_tokens=5, ignore_eos=True))[0]
+    assert left_out.choices[0].text == greedy["text"] and left_out.usage.completion_tokens == 5
+    given = api.completions.create(model=MODEL, prompt="hello there", max_tokens=7, temperature=1.0, seed=11,
+                                   extra_body={"ignore_eos": True})
+    sampled = llm.generate(["hello there"], SamplingParams(max_tokens=7, temperature=1.0, seed=11, ignore_eos=True))
+    assert given.choices[0].text == sampled[0]["text"] and given.usage.completion_tokens == 7
+    assert sampled[0]["token_ids"][:5] != greedy["token_ids"]  # the draw is no greedy one: the default stayed out
 
 
 def test_another_key_or_none_is_a_401_in_openai_shape_that_never_echoes_it(server):
