@@ -31,10 +31,10 @@ Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENG
 
 MaxTokens = Annotated[Optional[int], typer.Option(
     "--max-tokens", "-n", min=1, rich_help_panel=_SAMPLING,
-    help="Tokens to generate per prompt (default: the file's value, else the model's default, else 16).")]
+    help="Tokens to generate per prompt (default: the file's, else the model's, else 16).")]
 Temperature = Annotated[Optional[float], typer.Option(
     "--temperature", "-t", min=0.0, rich_help_panel=_SAMPLING,
-    help="0 is greedy (default: the file's value, else the model's default, else 0).")]
+    help="0 is greedy (default: the file's, else the model's, else 0).")]
 TopK = Annotated[Optional[int], typer.Option("--top-k", rich_help_panel=_SAMPLING,
                                              help="Sample from the k most likely tokens; -1 is off (default: -1).")]
 TopP = Annotated[Optional[float], typer.Option("--top-p", rich_help_panel=_SAMPLING,
