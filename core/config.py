@@ -110,11 +110,10 @@ class EngineConfig:
                  "weights where this machine runs them faster; int8: int8 weights on a CPU.", str,
         choices=PRECISIONS)
     generation_config: str = option(
-        "auto", "Defaults of requests that omit a sampling field: auto (the model's generation_config.json), none, "
-                "or a directory holding one.", str)
+        "auto", "Sampling defaults: auto (the model's generation_config.json), none, or a DIR's.", str)
     override_generation_config: str | None = option(
-        None, "Defaults over those: a JSON object of transformers' names (temperature, top_p, top_k, min_p, "
-              "repetition_penalty, max_new_tokens).", str, optional=True)
+        None, "JSON over those: temperature, top_p, top_k, min_p, repetition_penalty, max_new_tokens.", str,
+        optional=True)
 
     def __post_init__(self) -> None:
         check_options(vars(self))
