@@ -19,6 +19,8 @@ from core.config import DEFAULTS, OPTIONS, Option, check_options
 from core.models.weights import check_model_path
 
 PANEL = "Engine"
+SAMPLING_PANEL = "Sampling"  # the model's sampling defaults are shown beside the sampling options
+SAMPLING_DEFAULTS = ("generation_config", "override_generation_config")
 # how the model option reads on the command line: a path or spec, and -m for short
 _MODEL_HELP = ("A Hugging Face model directory, a .gguf file, ORG/NAME of a model in the local Hugging Face "
                "cache (never downloaded) or a random:NAME spec. Default: the embedded "
@@ -81,7 +83,8 @@ def _annotation(name: str, opt: Option) -> Any:
     if opt.minimum is not None and opt.kind is int:
         extra["min"] = int(opt.minimum)
     help_text = _MODEL_HELP if name == "model" else opt.help
-    return Annotated[kind, typer.Option(*decls, rich_help_panel=PANEL, help=help_text, **extra)]
+    panel = SAMPLING_PANEL if name in SAMPLING_DEFAULTS else PANEL
+    return Annotated[kind, typer.Option(*decls, rich_help_panel=panel, help=help_text, **extra)]
 
 
 def with_engine_options(command: Callable[..., Any]) -> Callable[..., Any]:
