@@ -42,7 +42,7 @@ class LLM:
         self.tokenizer = load_tokenizer(self.model_dir)
         # what a request without SamplingParams gets: the model's generation config, decided once (core/generation.py)
         self.sampling_defaults: SamplingDefaults = sampling_defaults(
-            self.model_dir if isinstance(self.model_dir, Path) else None, config.generation_config,
+            None if isinstance(self.model_dir, RandomSpec) else self.model_dir, config.generation_config,
             config.override_generation_config)
         # the routes post to the engine and read its EOS ids; the engine hands them its replies
         self._routes = Routes(self.tokenizer, lambda message: self.core.post(message),

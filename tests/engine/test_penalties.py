@@ -169,3 +169,19 @@ def test_min_p_one_is_greedy_and_token_ids_outside_the_vocabulary_are_refused(ll
 def test_bad_controls_are_refused_by_name(fields, fragment):
     with pytest.raises(InvalidParamsError, match=fragment):
         SamplingParams(**fields)
+
+
+def test_min_p_draws_only_what_transformers_keeps_at_every_step(model_dirs, llm):
+    """A seeded min-p generation, replayed through transformers: at every step the engine's token is one that
+    transformers' ``MinPLogitsWarper`` keeps after the same temperature. Which of them is drawn is the sampler's own
+    (a seeded race, not ``torch.multinomial``), so the tokens themselves differ from transformers' sampling."""
+    from transformers import MinPLogitsWarper
+
+    params = SamplingParams(max_tokens=16, temperature=1.5, min_p=0.2, seed=4, ignore_eos=True)
+    tokens = llm.generate([PROMPT], params)[0]["token_ids"]
+    with torch.no_grad():
+        logits = _hf_model(model_dirs["llama"])(input_ids=torch.tensor([PROMPT + tokens])).logits[0].float()
+    steps = logits[len(PROMPT) - 1:-1] / params.temperature
+    kept = MinPLogitsWarper(params.min_p)(None, steps).isfinite()
+    assert all(kept[i, token] for i, token in enumerate(tokens))
+    assert int((kept.sum(-1) > 1).sum()) >= 4  # several steps had a real choice
