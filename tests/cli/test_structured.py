@@ -10,7 +10,8 @@ import re
 from tests.support.cli import assert_user_error, json_lines, run, trace_steps, write
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["city", "rank"],
-          "properties": {"city": {"type": "string", "maxLength": 6}, "rank": {"type": "integer", "maximum": 9}}}
+          "properties": {"city": {"type": "string", "maxLength": 6},
+                         "rank": {"type": "integer", "minimum": 0, "maximum": 9}}}
 
 
 def test_generate_constrains_every_output_to_the_schema_or_the_pattern(model_dirs, tmp_path):
