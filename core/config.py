@@ -17,6 +17,7 @@ CACHE_TYPES = ("naive", "radix")
 KV_DTYPES = ("auto", "fp8")
 ATTENTION_BACKENDS = ("torch", "flashinfer")
 PRECISIONS = ("exact", "fast", "int8")
+ADMISSION_RULES = ("estimate", "reserve")
 DTYPE_NAMES = ("float32", "fp32", "bfloat16", "bf16", "float16", "fp16")  # the names parse_dtype takes
 
 
@@ -94,6 +95,12 @@ class EngineConfig:
     cuda_graph_max_bs: int | None = option(
         None, "Largest decode batch run as a CUDA graph; 0: none.", int,
         optional=True, minimum=0)
+    admission: str = option(
+        "estimate", "How a request is admitted: 'estimate' on the KV pages it is expected to need (its prompt and a "
+                    "share of max_tokens that shrinks while the pool suffices), its pages given as it grows, and the "
+                    "newest request preempted and recomputed later when the pool runs out; 'reserve' on pages for "
+                    "its whole life (prompt plus max_tokens), so nothing is ever preempted.", str,
+        choices=ADMISSION_RULES, noun="admission rule")
     max_prefill_streak: int = option(
         1, "Prefill steps in a row before decoding requests get a step.", int, minimum=1)
     tp: int = option(1, "Tensor-parallel ranks: the model split over N processes (GPUs).", int, minimum=1)

@@ -19,7 +19,7 @@ class ReqStep:
     constrained: bool = False  # it samples under a grammar (structured output: core/constrain/)
 
 
-WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", "shared_prefix"]
+WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", "shared_prefix", "preempted"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,8 @@ class StepEvent:
     radix: tuple[RadixNodeView, ...] | None = None  # the tree after the step, when a watcher asked for it
     started_s: float = 0.0  # when the step was scheduled, in seconds since the scheduler was built
     mask_fill_s: float = 0.0  # host time filling the token masks of the rows under a grammar (0: none)
+    preempted: tuple[int, ...] = field(default=())  # uids preempted to make room for this step, queued again
+    preempted_pages: int = 0  # the KV pages they gave back (freed, or kept by the prefix cache)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,6 +99,7 @@ class StepEvent:
         d = dict(d)
         d["reqs"] = tuple(ReqStep(*r) if isinstance(r, (list, tuple)) else ReqStep(**r) for r in d["reqs"])
         d["finished"], d["arrived"] = tuple(d["finished"]), tuple(d["arrived"])
+        d["preempted"] = tuple(d.get("preempted", ()))
         d["waits"] = tuple(WaitReason(**w) for w in d["waits"])
         if d.get("kv") is not None:
             kv = d["kv"]

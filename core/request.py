@@ -199,8 +199,11 @@ class Req:
     sample_seed: int  # the seed actually used: params.seed, or one drawn for this request
     pages: list[int] = field(default_factory=list)  # KV pages held, in position order
     cache_handle: object = None  # what the prefix cache locked for this request (None for the naive cache)
-    output_ids: list[int] = field(default_factory=list)
-    done: bool = False  # answered (finished or aborted): results of batches still in flight are dropped
+    output_ids: list[int] = field(default_factory=list)  # every token generated, before a preemption too
+    arrival: int = 0  # the order requests arrived in (the newest running request is the one preempted)
+    preemptions: int = 0  # times it was preempted and recomputed
+    # answered (finished or aborted), or preempted (a new Req takes over): results of batches in flight are dropped
+    done: bool = False
     # what the sampler reads of it every step, fixed for its life: made at its first sampled step (sampler.py)
     sample_row: tuple | None = None
     # its grammar's matcher (llguidance's), under a constraint: it has consumed every generated token, so it stays

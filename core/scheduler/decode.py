@@ -5,13 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from core.arith import pages_for
 from core.request import Batch, Req
 
 
 @dataclass
 class DecodeManager:
-    page_size: int
     running: set[Req] = field(default_factory=set)
 
     def add(self, reqs: Iterable[Req]) -> None:
@@ -23,11 +21,6 @@ class DecodeManager:
 
     def find(self, uid: int) -> Req | None:
         return next((r for r in self.running if r.uid == uid), None)
-
-    @property
-    def reserved_pages(self) -> int:
-        """Pages the running requests may still claim before they finish: admission keeps these free."""
-        return sum(pages_for(r.max_kv_len, self.page_size) - len(r.pages) for r in self.running)
 
     @property
     def runnable(self) -> bool:

@@ -23,7 +23,10 @@ def wait_reasons(queued: Iterable[PendingReq], refusal: WaitReason | None, force
     reasons: list[WaitReason] = []
     head: int | None = None
     for pending in queued:
-        if forced_note:
+        if pending.preemptions and pending.admitted is None:
+            reasons.append(preempted_reason(pending, refusal))
+            head = pending.uid if refusal is not None and pending.uid == refusal.uid else head
+        elif forced_note:
             reasons.append(WaitReason(pending.uid, "forced_decode", f"this step is a {forced_note}, so "
                                       "running requests are not starved"))
         elif refusal is not None and pending.uid == refusal.uid:
@@ -33,6 +36,17 @@ def wait_reasons(queued: Iterable[PendingReq], refusal: WaitReason | None, force
             reasons.append(WaitReason(pending.uid, "fcfs", f"behind uid{head}, which did not fit "
                                       "(first come, first served: nobody jumps the queue)"))
     return tuple(reasons)
+
+
+def preempted_reason(pending: PendingReq, refusal: WaitReason | None) -> WaitReason:
+    """A preempted request waits to be recomputed; if it was tried in this step, also why it did not fit."""
+    times = f" {pending.preemptions} times" if pending.preemptions > 1 else ""
+    text = (f"preempted{times} when the KV pool ran out (the newest running request gives way); its "
+            f"{len(pending.output_ids)} tokens are kept and recomputed from the prefix cache when it fits again")
+    if refusal is None or refusal.uid != pending.uid:
+        return WaitReason(pending.uid, "preempted", text)
+    return WaitReason(pending.uid, "preempted", f"{text}; now: {refusal.text}", refusal.pages_needed,
+                      refusal.pages_free, refusal.pages_evictable)
 
 
 def kv_usage(running: Iterable[Req], cache: PrefixCache, total: int) -> KVUsage:
@@ -63,7 +77,8 @@ def step_event(step: int, prepared: Prepared, finished: tuple[int, ...], elapsed
         kv_pages_used=report.pages_used, kv_pages_total=kv_pages_total, elapsed_s=elapsed_s, tp_size=tp_size,
         note=report.note, finished=finished, waiting=report.waiting, kv_pages_cached=report.pages_cached,
         arrived=report.arrived, waits=report.waits, kv=report.kv, evicted_pages=report.evicted_pages,
-        radix=radix, started_s=started_s, mask_fill_s=prepared.mask_fill_s)
+        radix=radix, started_s=started_s, mask_fill_s=prepared.mask_fill_s, preempted=report.preempted,
+        preempted_pages=report.preempted_pages)
 
 
 class StepReporter:
@@ -81,11 +96,14 @@ class StepReporter:
         self._born = time.perf_counter()
         self._last_result_at = 0.0
 
-    def record(self, batch: Batch, note: str, waiting: int, started: float) -> StepReport:
-        """What the step event will say of a step just prepared; the per-request detail only when watched."""
+    def record(self, batch: Batch, note: str, waiting: int, started: float,
+               preempted: tuple[tuple[int, ...], int]) -> StepReport:
+        """What the step event will say of a step just prepared, with the requests preempted to make room for it
+        and the pages they gave back; the per-request detail only when watched."""
         arrived, self.arrived = tuple(self.arrived), []
         report = StepReport(req_steps=(), note=note, waiting=waiting, pages_used=self.cache.used_pages,
-                            pages_cached=self.cache.cached_pages, started=started, arrived=arrived)
+                            pages_cached=self.cache.cached_pages, started=started, arrived=arrived,
+                            preempted=preempted[0], preempted_pages=preempted[1])
         if not self.callbacks:
             return report
         report.req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len, r.matcher is not None) for r in batch.reqs)

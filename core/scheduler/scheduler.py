@@ -29,12 +29,14 @@ from core.request import Batch, Req, SamplingParams
 from core.scheduler.admission import Limits, rejection
 from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager
+from core.scheduler.estimate import PageEstimate
 from core.scheduler.fence import ReleaseFence
 from core.scheduler.grammar_step import sample_with_masks
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
 from core.scheduler.loops import after_current_stream, overlap_loop, plain_loop
 from core.scheduler.policy import PhasePolicy
 from core.scheduler.prefill import PendingReq, PrefillManager
+from core.scheduler.preempt import Preempter
 from core.scheduler.prepare import prepare_batch
 from core.scheduler.reply import Reply
 from core.scheduler.report import StepReporter
@@ -79,9 +81,12 @@ class Scheduler:
         self.table_manager = TableManager(config.max_running_req, self.max_seq_len, self.device, self.fence)
         self.cache_manager = CacheManager(self.engine.num_pages, self.page_size, self.engine.page_table, config.cache,
                                           self.fence)
-        self.decode_manager = DecodeManager(self.page_size)
+        self.decode_manager = DecodeManager()
+        self.estimate = PageEstimate(config.admission, self.page_size)  # what admission counts (estimate.py)
         self.prefill_manager = PrefillManager(self.cache_manager, self.table_manager, self.decode_manager,
-                                              self.page_size)
+                                              self.estimate)
+        self.preempter = Preempter(self.cache_manager, self.table_manager, self.decode_manager, self.prefill_manager,
+                                   self.estimate, self._running)
         self.eos_token_ids = frozenset(self.engine.model_config.eos_token_ids)
         self.vocab_size = self.engine.model_config.vocab_size
         self.grammars = Grammars(lambda: load_tokenizer(model_dir), self.vocab_size, lambda: self.eos_token_ids)
@@ -93,6 +98,7 @@ class Scheduler:
         self.stop_requested = threading.Event()  # leave the loop once idle (the LLM's stop())
         self._scheduled = 0  # steps scheduled so far: the index of the next one
         self._freed_by_reset = 0  # pages the last prefix-cache reset freed on this rank
+        self._arrivals = 0  # requests queued so far: each one's arrival order
         self._rng = random.Random()
         # metadata work goes on this stream; forward passes on the engine's (core/scheduler/loops.py)
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
@@ -166,7 +172,8 @@ class Scheduler:
             self.send_result([Reply(uid, None, True, "error", str(reason))])
             return
         seed = params.seed if params.seed is not None else self._rng.getrandbits(62)
-        self.prefill_manager.add(PendingReq(uid, list(input_ids), params, seed, matcher))
+        self.prefill_manager.add(PendingReq(uid, list(input_ids), params, seed, matcher, arrival=self._arrivals))
+        self._arrivals += 1
         self.reporter.arrived.append(uid)
 
     def rejection(self, input_ids: list[int], params: SamplingParams) -> RequestRejected | None:
@@ -214,17 +221,20 @@ class Scheduler:
         decoding = self.decode_manager.runnable
         note = self.policy.forced_decode(decoding)
         scheduled = None if note else self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)
-        waiting = len(self.prefill_manager.pending)
         batch, writes = scheduled if scheduled is not None else (self.decode_manager.schedule_next_batch(), [])
         self.policy.record(prefilled=scheduled is not None, decoding=decoding)
+        if batch is not None and batch.is_decode:  # the pool may lack pages for it: preempt (preempt.py)
+            batch = self.preempter.make_room(batch, self.fence.in_flight)
         if batch is None:
             return None
+        waiting = len(self.prefill_manager.pending)
         dev, input_index, samples = prepare_batch(batch, writes, self.engine, self.table_manager, self.cache_manager,
                                                   self.page_size, self.device)
         self._scheduled += 1
         return Prepared(batch=batch, sample_args=self.engine.sampler.prepare(batch, self.eos_token_ids),
                         input_index=input_index, logits_indices=dev.logits_rows, write_index=dev.write_index,
-                        samples=samples, report=self.reporter.record(batch, note, waiting, started),
+                        samples=samples, report=self.reporter.record(batch, note, waiting, started,
+                                                                    self.preempter.take_report()),
                         grammar=grammar_rows(batch.reqs, samples))
 
     def launch(self, prepared: Prepared) -> InFlight:
@@ -295,4 +305,4 @@ class Scheduler:
 
     def stats(self) -> dict[str, int | float]:
         """Rows and KV pages now, and the prefix cache's hit rate so far (core/scheduler/stats.py)."""
-        return scheduler_stats(self.table_manager, self.cache_manager, self.prefill_manager)
+        return scheduler_stats(self.table_manager, self.cache_manager, self.prefill_manager, self.preempter.total)

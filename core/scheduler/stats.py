@@ -1,5 +1,5 @@
-"""What the scheduler reports about itself when asked (``LLM.stats``): rows and KV pages now, and the prefix
-cache's hit rate so far."""
+"""What the scheduler reports about itself when asked (``LLM.stats``): rows and KV pages now, the prefix cache's
+hit rate and the preemptions so far."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from core.scheduler.prefill import PrefillManager
 from core.scheduler.table import TableManager
 
 
-def scheduler_stats(table: TableManager, cache: CacheManager, prefill: PrefillManager) -> dict[str, int | float]:
+def scheduler_stats(table: TableManager, cache: CacheManager, prefill: PrefillManager,
+                    preemptions: int) -> dict[str, int | float]:
     return {
         "free_rows": table.available,
         "total_rows": table.total_rows,
@@ -19,4 +20,5 @@ def scheduler_stats(table: TableManager, cache: CacheManager, prefill: PrefillMa
         "prompt_tokens": prefill.prompt_tokens,
         "cached_prompt_tokens": prefill.cached_prompt_tokens,
         "hit_rate": prefill.cached_prompt_tokens / prefill.prompt_tokens if prefill.prompt_tokens else 0.0,
+        "preemptions": preemptions,
     }

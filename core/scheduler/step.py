@@ -29,6 +29,8 @@ class StepReport:
     waits: tuple[WaitReason, ...] = ()
     kv: KVUsage | None = None
     evicted_pages: int = 0
+    preempted: tuple[int, ...] = ()  # uids preempted to make room for this step (core/scheduler/preempt.py)
+    preempted_pages: int = 0  # the pages they gave back
 
 
 @dataclass

@@ -25,12 +25,14 @@ def odd_vocab_tied_llama(tmp_path_factory) -> str:
                                  tie_word_embeddings=True))
 
 
-def _run(llm: LLM, prompts, params) -> tuple[list[list[int]], list[tuple[str, tuple[int, ...]]]]:
+def _run(llm: LLM, prompts, params) -> tuple[list[list[int]], list[tuple[str, tuple[int, ...], tuple[int, ...]]]]:
     events = []
     llm.add_step_callback(events.append)
     out = llm.generate(prompts, params)
     assert all(r["finish_reason"] == "length" for r in out)
-    return [r["token_ids"] for r in out], [(e.phase, tuple(s.uid for s in e.reqs)) for e in events]
+    first = out[0]["uid"]  # uids counted from this call's first, whatever ran on the LLM before
+    return [r["token_ids"] for r in out], [(e.phase, tuple(s.uid - first for s in e.reqs),
+                                            tuple(uid - first for uid in e.preempted)) for e in events]
 
 
 def _gone(pid: int) -> bool:
@@ -41,10 +43,14 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def _check_against_one_rank_and_transformers(llm: LLM, path: str, tp: int) -> None:
-    prompts, max_tokens = varied_prompts(5, seed=tp)
+def _check_against_one_rank_and_transformers(llm: LLM, path: str, tp: int, prompts=None, max_tokens=None,
+                                              **options) -> list:
+    """The same tokens as one rank (with the same ``options``) and transformers, and the same batches and
+    preemptions; returns the batches."""
+    if prompts is None:
+        prompts, max_tokens = varied_prompts(5, seed=tp)
     params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in max_tokens]
-    single_tokens, single_batches = _run(LLM(path, max_running_req=3, page_size=4), prompts, params)
+    single_tokens, single_batches = _run(LLM(path, max_running_req=3, page_size=4, **options), prompts, params)
     events = []
     llm.add_step_callback(events.append)
     tokens, batches = _run(llm, prompts, params)
@@ -52,6 +58,7 @@ def _check_against_one_rank_and_transformers(llm: LLM, path: str, tp: int) -> No
     assert tokens == [hf_greedy(path, p, n) for p, n in zip(prompts, max_tokens)]
     assert batches == single_batches  # every rank made the decisions one rank makes
     assert {e.tp_size for e in events} == {tp}
+    return batches
 
 
 class TestTwoRanks:
@@ -62,12 +69,20 @@ class TestTwoRanks:
 
     @pytest.fixture(scope="class")
     def qwen3_tp2(self, model_dirs):
-        with LLM(model_dirs["qwen3"], tp=2, max_running_req=3, page_size=4) as llm:
+        with LLM(model_dirs["qwen3"], tp=2, max_running_req=3, page_size=4, num_pages=16) as llm:
             yield llm
 
     def test_two_ranks_one_kv_head_each(self, qwen3_tp2, model_dirs):
         """Qwen3, 4 heads and 2 KV heads: each rank holds 2 query heads and their KV head."""
-        _check_against_one_rank_and_transformers(qwen3_tp2, model_dirs["qwen3"], 2)
+        _check_against_one_rank_and_transformers(qwen3_tp2, model_dirs["qwen3"], 2, num_pages=16)
+
+    def test_every_rank_preempts_the_same_requests(self, qwen3_tp2, model_dirs):
+        """Three requests of 7 pages each in a pool of 16: every rank preempts and recomputes as one rank does,
+        each from its own state, and the tokens are transformers'."""
+        prompts = [[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8], [9, 7, 9, 3, 2, 3]]
+        batches = _check_against_one_rank_and_transformers(qwen3_tp2, model_dirs["qwen3"], 2, prompts, [20] * 3,
+                                                           num_pages=16)
+        assert any(preempted for _, _, preempted in batches)
 
     def test_sampling_agrees_with_one_rank_and_repeats(self, qwen3_tp2, model_dirs):
         """Seeded sampling gives one rank's tokens; unseeded requests get seeds from rank 0 and still finish."""

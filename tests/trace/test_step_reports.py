@@ -29,9 +29,9 @@ def test_no_free_row_then_first_come_first_served(model_dirs):
 
 
 def test_not_enough_kv_pages_says_what_it_needs_and_what_is_free(model_dirs):
-    # each request needs 3 + 6 - 1 = 8 pages of 1 token for its whole life; the pool has 12, and uid0 (admitted
-    # first in the same step) was promised 8 of them before any was handed out
-    llm = LLM(model_dirs["llama"], num_pages=12, max_running_req=4)
+    # reserved for its whole life, each request needs 3 + 6 - 1 = 8 pages of 1 token; the pool has 12, and uid0
+    # (admitted first in the same step) was promised 8 of them before any was handed out
+    llm = LLM(model_dirs["llama"], num_pages=12, max_running_req=4, admission="reserve")
     events = run(llm, P3[:2], max_tokens=6)
     (wait,) = events[0].waits
     assert (wait.uid, wait.kind, wait.pages_needed, wait.pages_free, wait.pages_evictable) == (1, "kv_pages", 8, 12, 0)
