@@ -29,8 +29,9 @@ def dashboard_html(model: str, options: dict[str, Any], show_text: bool, history
 
 
 def named_uids(event: StepEvent) -> set[int]:
-    """Every request a step mentions: in the batch, queued, arrived, finished, or holding KV pages."""
+    """Every request a step mentions: in the batch, queued, arrived, finished, preempted, or holding KV pages."""
     uids = {r.uid for r in event.reqs} | {w.uid for w in event.waits} | set(event.arrived) | set(event.finished)
+    uids |= set(event.preempted)
     if event.kv is not None:
         uids |= {uid for uid, _ in event.kv.by_request}
     return uids

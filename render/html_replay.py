@@ -62,6 +62,7 @@ _PAGE = """<!DOCTYPE html>
         <div class="axis"><span id="axis-start"></span><span id="axis-end"></span></div></div></div>
     <div class="legend"><span><span class="swatch w"></span>waiting</span><span><span class="swatch P"></span>prefill</span>
       <span><span class="swatch D"></span>decode</span><span><span class="swatch p"></span>paused (other phase)</span>
+      <span><span class="swatch x"></span>preempted (pages given back, queued again)</span>
       <span>| arrival · red band: this step · click to jump, click a uid to follow it</span></div>
   </section>
   <section class="panel wide" id="generations-panel"><h2>generations</h2><div id="generations"></div></section>

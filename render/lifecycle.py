@@ -4,7 +4,7 @@ Read from the step events alone. A request arrives before a step (``arrived``; a
 were recorded has every request arriving before step 0), waits in the queue until its first batch, then runs;
 in steps of the other phase it is paused (running, but not in that batch); it is gone once it finished. A
 request listed in a step's ``waits`` is queued in that step whatever came before (a chunked prefill waits
-between its chunks).
+between its chunks); one listed in a step's ``preempted`` gave its pages back in that step and is queued again.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from core.events import StepEvent, WaitReason
 
-NOT_ARRIVED, QUEUED, PREFILL, DECODE, PAUSED, GONE = " ", "w", "P", "D", "p", "."
+NOT_ARRIVED, QUEUED, PREFILL, DECODE, PAUSED, GONE, PREEMPTED = " ", "w", "P", "D", "p", ".", "x"
 STATE_NAMES = {NOT_ARRIVED: "not arrived", QUEUED: "waiting", PREFILL: "prefill", DECODE: "decode",
-               PAUSED: "paused", GONE: "finished"}
+               PAUSED: "paused", GONE: "finished", PREEMPTED: "preempted"}
 
 
 @dataclass(frozen=True)
@@ -47,10 +47,13 @@ def request_lives(events: Sequence[StepEvent], num_requests: int) -> list[Reques
     for i, event in enumerate(events):
         in_batch = {r.uid for r in event.reqs}
         waiting = {w.uid: w for w in event.waits}
+        preempted = set(event.preempted)
         for uid in range(num_requests):
             if uid in in_batch:
                 state = PREFILL if event.phase == "prefill" else DECODE
                 started[uid] = True
+            elif uid in preempted:
+                state = PREEMPTED
             elif finish[uid] is not None:
                 state = GONE
             elif i < arrival[uid]:

@@ -3,7 +3,8 @@
 Two processes in the timeline: "engine" holds a track of steps (one slice per scheduled batch) and the counter
 tracks (KV pages used by requests / cached / free, batch size, queue length); "requests" holds one track per
 request with its waiting time, each prefill chunk and each decode step as slices, and instants where it
-arrived and finished. Times are the steps' real start and wall times, in microseconds from the first step.
+arrived, was preempted and finished. Times are the steps' real start and wall times, in microseconds from the
+first step.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from core.events import StepEvent
-from render.lifecycle import DECODE, PREFILL, QUEUED, RequestLife, request_lives, step_spans
+from render.lifecycle import DECODE, PREEMPTED, PREFILL, QUEUED, RequestLife, request_lives, step_spans
 from render.trace_format import Trace
 
 ENGINE_PID, REQUESTS_PID = 1, 2
@@ -96,6 +97,10 @@ def _request_events(life: RequestLife, events: list[StepEvent], spans: list[tupl
             out.append({"ph": "X", "name": "waiting", "cat": "queue", "pid": REQUESTS_PID, "tid": tid,
                         "ts": _us(spans[first][0]), "dur": _us(max(end - spans[first][0], 0.0)), "args": args})
             continue
+        if state == PREEMPTED:  # its pages given back before this step; it is queued again from the next one
+            out.append({"ph": "i", "s": "t", "name": "preempted", "pid": REQUESTS_PID, "tid": tid,
+                        "ts": _us(spans[i][0]), "args": {"uid": life.uid, "step": events[i].step,
+                                                         "pages_freed_in_step": events[i].preempted_pages}})
         if state in (PREFILL, DECODE):
             event = events[i]
             req = next(r for r in event.reqs if r.uid == life.uid)

@@ -18,10 +18,10 @@ from render.radix_tree import radix_tree
 WAITS_SHOWN = 4
 
 SHORT_REASON = {"rows": "row", "kv_pages": "KV", "token_budget": "budget", "forced_decode": "decode",
-                "fcfs": "FCFS", "shared_prefix": "prefix"}
+                "fcfs": "FCFS", "shared_prefix": "prefix", "preempted": "preempted"}
 # the step table's wait column: why the first queued request waits, in two words
 WAIT_WORDS = {"rows": "no row", "kv_pages": "no KV", "token_budget": "budget", "forced_decode": "decode",
-              "fcfs": "FCFS", "shared_prefix": "prefix"}
+              "fcfs": "FCFS", "shared_prefix": "prefix", "preempted": "preempted"}
 
 LEGEND = (
     ("step", "the forward pass's number: one batch, one phase"),
@@ -34,7 +34,8 @@ LEGEND = (
     ("new", "requests that arrived just before this step"),
     ("KV pages", "KV cache pages in use / pages in the pool"),
     ("KV", "KV cache pages in use / pages in the pool"),
-    ("wait", "requests still queued · why the first waits: (no) row, (no) KV pages, budget, decode, FCFS, prefix"),
+    ("wait", "requests still queued · why the first waits: (no) row, (no) KV pages, budget, decode, FCFS, prefix, "
+             "preempted"),
     ("done", "requests that finished in this step"),
     ("ms", "how long the step took"),
 )
@@ -75,6 +76,10 @@ def step_detail(event: StepEvent, show_radix: bool = False,
     parts: list[RenderableType] = [wait_lines(event)]
     if event.kv is not None:
         parts.append(Text.assemble(("KV pages ", "bold"), kv_bar(event.kv, width=24)))
+    if event.preempted:
+        victims = " ".join(f"uid{uid}" for uid in event.preempted)
+        parts.append(Text.assemble(("preempted ", "bold red"), f"{victims}: {event.preempted_pages} pages given back "
+                                   "(what the prefix cache keeps stays cached), queued again at the head"))
     if show_radix and event.radix is not None:
         parts.append(radix_tree(event.radix, decode, event.evicted_pages))
     return Group(*parts)
@@ -84,7 +89,7 @@ def detail_height(event: StepEvent | None, show_radix: bool, with_legend: bool) 
     """Lines the detail and legend take, so the live table leaves them room."""
     if event is None:
         return LEGEND_LINES if with_legend else 0
-    lines = max(1, min(len(event.waits), WAITS_SHOWN + 1)) + 1
+    lines = max(1, min(len(event.waits), WAITS_SHOWN + 1)) + 1 + bool(event.preempted)
     if show_radix and event.radix is not None:
         lines += 1 + max(1, len(event.radix))
     return lines + (LEGEND_LINES if with_legend else 0)

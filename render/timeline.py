@@ -1,7 +1,8 @@
 """The per-request timeline: for each request, what it did in every step, one character a step.
 
 ``P`` it was prefilled, ``D`` it decoded, ``·`` it was waiting (queued, or paused while another phase ran),
-``▸`` it arrived in that step and waited, blank before it arrived and once it finished. Read down a column to
+``▸`` it arrived in that step and waited, ``x`` it was preempted (gave its KV pages back, queued again with the
+tokens it generated, to be recomputed), blank before it arrived and once it finished. Read down a column to
 see a batch; read along a row to see a request arrive, wait, join and leave: continuous batching at a glance.
 """
 
@@ -17,9 +18,11 @@ from render.step_detail import SHORT_REASON
 from render.prompt_echo import PromptCell
 from render.style import PHASE_STYLE, titled_table
 
-PREFILL, DECODE, WAITING, ARRIVED, GONE = "P", "D", "·", "▸", " "
-_CELL_STYLE = {PREFILL: PHASE_STYLE["prefill"], DECODE: PHASE_STYLE["decode"], WAITING: "dim", ARRIVED: "blue"}
-LEGEND = "P prefill · D decode · '·' waiting · ▸ arrived, waiting · blank: not arrived yet, or done"
+PREFILL, DECODE, WAITING, ARRIVED, GONE, PREEMPTED = "P", "D", "·", "▸", " ", "x"
+_CELL_STYLE = {PREFILL: PHASE_STYLE["prefill"], DECODE: PHASE_STYLE["decode"], WAITING: "dim", ARRIVED: "blue",
+               PREEMPTED: "bold red"}
+LEGEND = ("P prefill · D decode · '·' waiting · ▸ arrived, waiting · x preempted (pages given back, queued "
+          "again) · blank: not arrived yet, or done")
 
 
 def arrival_steps(events: Sequence[StepEvent]) -> dict[int, int]:
@@ -53,6 +56,8 @@ def request_states(events: Sequence[StepEvent], uids: Sequence[int]) -> dict[int
             arrival = arrived_at.get(uid, events[0].step)
             if uid in in_step:
                 rows[uid].append(PREFILL if event.phase == "prefill" else DECODE)
+            elif uid in event.preempted:
+                rows[uid].append(PREEMPTED)
             elif uid in done or event.step < arrival:
                 rows[uid].append(GONE)
             else:
@@ -97,7 +102,7 @@ def timeline_table(events: Sequence[StepEvent], labels: Sequence[str], uids: Seq
             cells = Text()
             for char in row:
                 cells.append(char, style=_CELL_STYLE.get(char, ""))
-        waited = sum(c in (WAITING, ARRIVED) for c in row) if ran else 0
+        waited = sum(c in (WAITING, ARRIVED, PREEMPTED) for c in row) if ran else 0
         arrival = [f"step {arrived_at[uid]}" if uid in arrived_at else ""] if late else []
         why = [reasons.get(uid, "")] if reasons else []
         table.add_row(str(uid), PromptCell(label), cells, *arrival, str(ran), str(waited), *why)

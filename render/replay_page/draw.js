@@ -5,7 +5,8 @@
   "use strict";
   var D = window.MinisglDraw = {};
   var SVG = "http://www.w3.org/2000/svg";
-  D.STATE = { " ": "not arrived", "w": "waiting", "P": "prefill", "D": "decode", "p": "paused", ".": "finished" };
+  D.STATE = { " ": "not arrived", "w": "waiting", "P": "prefill", "D": "decode", "p": "paused", ".": "finished",
+    "x": "preempted" };
 
   D.$ = function (id) { return document.getElementById(id); };
   var $ = D.$;
@@ -49,17 +50,20 @@
       e.reqs.forEach(function (r) { see(r.uid, i); });
       e.waits.forEach(function (w) { see(w.uid, i); });
       e.finished.forEach(function (u) { see(u, i); });
+      (e.preempted || []).forEach(function (u) { see(u, i); });
     });
     order.sort(function (a, b) { return a - b; });
     var started = {}, finish = {}, states = {};
     order.forEach(function (u) { states[u] = []; });
     steps.forEach(function (e, i) {
-      var inBatch = {}, waiting = {};
+      var inBatch = {}, waiting = {}, preempted = {};
       e.reqs.forEach(function (r) { inBatch[r.uid] = true; });
       e.waits.forEach(function (w) { waiting[w.uid] = true; });
+      (e.preempted || []).forEach(function (u) { preempted[u] = true; });
       order.forEach(function (u) {
         var s;
         if (inBatch[u]) { s = e.phase === "prefill" ? "P" : "D"; started[u] = true; }
+        else if (preempted[u]) s = "x";
         else if (u in finish) s = ".";
         else if (i < arrival[u]) s = " ";
         else if (waiting[u] || !started[u]) s = "w";
@@ -132,6 +136,8 @@
     var words = kv.by_request ? kv.by_request.map(function (p) { return "uid" + p[0] + " " + p[1]; }) : ["requests " + kv.requests];
     words.push("prefix cache " + kv.cached, "free " + kv.free + " of " + kv.total + " pages");
     if (e.evicted_pages) words.push(e.evicted_pages + " evicted in this step");
+    if (e.preempted && e.preempted.length) words.push(e.preempted_pages + " given back by preempting " +
+      e.preempted.map(function (u) { return "uid" + u; }).join(" "));
     box.appendChild(el("div", { "class": "kvlegend", text: words.join(" \u00b7 ") }));
   };
 
@@ -168,7 +174,7 @@
       while (i < n) {
         var s = life.states[i], j = i;
         while (j < n && life.states[j] === s) j++;
-        if ("wPDp".indexOf(s) >= 0) row.appendChild(svg("rect", { x: i, y: s === "p" ? 0.3 : 0.12, width: j - i, height: s === "p" ? 0.4 : 0.76, "class": s }));
+        if ("wPDpx".indexOf(s) >= 0) row.appendChild(svg("rect", { x: i, y: s === "p" ? 0.3 : 0.12, width: j - i, height: s === "p" ? 0.4 : 0.76, "class": s }));
         i = j;
       }
       if (life.arrival < n) row.appendChild(svg("rect", { x: life.arrival, y: 0, width: Math.max(n, 1) / 400, height: 1, "class": "arrival" }));
@@ -213,7 +219,7 @@
     var facts = [["now", D.STATE[s[index]] || "not seen"],
       ["arrived", life.arrival < steps.length ? "before step " + steps[life.arrival].step : "-"],
       ["waited", plural(count("w"), "step")], ["prefilled", count("P") ? plural(count("P"), "step") + " from step " + seen("P") : "-"],
-      ["decoded", plural(count("D"), "step")], ["finished", done >= 0 ? "in step " + steps[done].step : "-"]];
+      ["decoded", plural(count("D"), "step")], ["preempted", count("x") ? plural(count("x"), "time") : "-"], ["finished", done >= 0 ? "in step " + steps[done].step : "-"]];
     if (info) {
       facts.push(["tokens", (info.prompt_tokens === null ? "" : info.prompt_tokens + " prompt, ") + info.completion_tokens + " generated"]);
       if (info.finish_reason) facts.push(["finish", info.finish_reason]);
