@@ -16,7 +16,6 @@ from typing import Callable
 
 import torch
 
-from core.arith import pages_for
 from core.config import EngineConfig
 from core.constrain.grammars import Grammars
 from core.constrain.masks import grammar_rows
@@ -33,6 +32,7 @@ from core.scheduler.estimate import PageEstimate
 from core.scheduler.fence import ReleaseFence
 from core.scheduler.grammar_step import sample_with_masks
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
+from core.scheduler.leaving import stuck_head, take_out
 from core.scheduler.loops import after_current_stream, overlap_loop, plain_loop
 from core.scheduler.policy import PhasePolicy
 from core.scheduler.prefill import PendingReq, PrefillManager
@@ -183,19 +183,8 @@ class Scheduler:
 
     def abort(self, uid: int) -> None:
         """Stop a request wherever it is; its row and pages are freed and it is answered with 'abort'."""
-        pending = self.prefill_manager.find(uid)
-        if pending is not None:
-            self.prefill_manager.remove(pending)
-            req = pending.admitted
-        else:
-            req = self.decode_manager.find(uid)
-            if req is None:
-                return
-            self.decode_manager.remove(req)
-        if req is not None:
-            req.done = True  # a batch in flight may still hold it: its result is dropped
-            self._release(req)
-        self.send_result([Reply(uid, None, True, "abort")])
+        if take_out(uid, self.prefill_manager, self.decode_manager, self._release):
+            self.send_result([Reply(uid, None, True, "abort")])
 
     @property
     def busy(self) -> bool:
@@ -287,16 +276,10 @@ class Scheduler:
 
     def fail_stuck_requests(self) -> None:
         """Nothing could be scheduled while requests wait and none decode: the head can never fit. Answer it."""
-        if self.decode_manager.runnable or not self.prefill_manager.pending:
-            return
-        pending = self.prefill_manager.pending[0]
-        self.prefill_manager.remove(pending)
-        if pending.admitted is not None:
-            self._release(pending.admitted)
-        self.send_result([Reply(pending.uid, None, True, "error",
-                                f"request needs more KV pages than the pool can ever free "
-                                f"({pages_for(pending.max_kv_len, self.page_size)} needed, "
-                                f"{self.cache_manager.num_pages} in the pool)")])
+        reply = stuck_head(self.prefill_manager, self.decode_manager, self._release, self.page_size,
+                           self.cache_manager.num_pages)
+        if reply is not None:
+            self.send_result([reply])
 
     def _running(self) -> set[Req]:
         """Requests holding a row and pages: those decoding, and those part way through a chunked prompt."""
