@@ -82,7 +82,8 @@ def bench(workload: Workload = None, model: engine_option("model") = None, reque
           kv_dtype: engine_option("kv_dtype") = "auto", precision: engine_option("precision") = "exact",
           page_size: PageSize = None, baseline_seconds: BaselineSeconds = None, as_json: AsJson = False,
           serve: Serve = False, rate: Rate = None, url: Url = None, api_key: ApiKey = None,
-          skip_offline: SkipOffline = False, max_running: MaxRunning = None) -> None:
+          skip_offline: SkipOffline = False, max_running: MaxRunning = None,
+          admission: engine_option("admission") = "estimate") -> None:
     """Measure throughput against transformers (one at a time, static batch, continuous batching).
 
     With --precision fast (or int8) the exact engine runs first in the same run, as 'minisgl exact'.
@@ -111,7 +112,7 @@ def bench(workload: Workload = None, model: engine_option("model") = None, reque
             rates=parse_rates(rate or "inf"), url=bench_serve.check_url(url, api_key), api_key=api_key,
             skip_offline=skip_offline, workload=workload, model=model, requests=requests, seed=seed, threads=threads,
             device=device, tp=tp, kv_dtype=kv_dtype, precision=precision, page_size=page_size,
-            max_running=max_running), as_json)
+            max_running=max_running, admission=admission), as_json)
         return
     parse_baselines(baselines)
     activity = Activity(stderr_console())
@@ -122,7 +123,8 @@ def bench(workload: Workload = None, model: engine_option("model") = None, reque
     options = BenchOptions(workload=workload, model=model, requests=requests, seed=seed,
                            skip_baselines=skip_baselines, device=device, threads=threads, tp=tp,
                            hf_requests=hf_requests, baselines=baselines, kv_dtype=kv_dtype,
-                           baseline_seconds=baseline_seconds, precision=precision, page_size=page_size)
+                           baseline_seconds=baseline_seconds, precision=precision, page_size=page_size,
+                           admission=admission)
     from render.bench import BenchProgress, bench_view, interrupted_view
 
     measured: list = []  # each run's figures as soon as it has them: Ctrl-C prints those

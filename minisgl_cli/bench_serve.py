@@ -47,6 +47,7 @@ class ServeBench:
     precision: str
     page_size: int | None
     max_running: int | None
+    admission: str = "estimate"
 
 
 def check_url(url: str | None, api_key: str | None = None) -> str | None:
@@ -92,7 +93,8 @@ def run(options: ServeBench, as_json: bool) -> None:
     workload, vocab = serve_workload(options.workload, options.model, options.requests, options.seed, activity.note)
     settings = engine_settings(workload, device=options.device, tp=options.tp, kv_dtype=options.kv_dtype,
                                precision=options.precision, page_size=options.page_size,
-                               max_running=options.max_running, threads=options.threads)
+                               max_running=options.max_running, threads=options.threads,
+                               admission=options.admission)
     report = ServeReport(workload.spec.name, options.model or DEFAULT_MODEL_NAME, options.url or "",
                          len(workload.requests), workload.prompt_tokens, workload.output_tokens)
     stages = {rate: f"rate {rate_name(rate)}" for rate in options.rates}

@@ -108,6 +108,9 @@ def bench_view(report: BenchReport) -> Group:
              f"KV cache in pages of {plural(report.page_size, 'token')}")
     parts: list = [results_table(report.results, title, report.floor, report.requests), *busy_notes(report.results)]
     parts += [f"[dim]{name} left out: {escape(why)}[/dim]" for name, why in report.skipped.items()]
+    if engine is not None and engine.preemptions:
+        parts.append(f"minisgl preempted {plural(engine.preemptions, 'request')} when the KV pool ran out "
+                     "(each recomputed later from its prompt and the tokens it had)")
     if report.latency is not None:
         latency = Table(title="minisgl latency (ms)", title_justify="left")
         for column in ("", "mean", "p50", "p99"):

@@ -252,6 +252,7 @@ def _check_step(event: StepEvent, expected_step: int, num_prompts: int | None, w
     if event.num_tokens != sum(r.extend_len for r in event.reqs):
         problems.append(f"num_tokens {event.num_tokens} is not the sum of the extend lengths")
     uids = [r.uid for r in event.reqs] + list(event.finished) + list(event.arrived) + [w.uid for w in event.waits]
+    uids += list(event.preempted)
     strangers = sorted({u for u in uids if not 0 <= u < (num_prompts if num_prompts is not None else u + 1)})
     if strangers:
         problems.append(f"uid {strangers[0]} but the header has {plural(num_prompts, 'prompt')}")

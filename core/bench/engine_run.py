@@ -70,6 +70,7 @@ def run_engine(llm: LLM, workload: Workload, progress: ProgressFn) -> tuple[RunR
     clock = _TokenClock(on_token)
     llm.add_reply_callback(clock)
     params = sampling_params(workload)
+    preempted = llm.stats()["preemptions"]
     start = time.perf_counter()
     outputs = llm.generate([r.prompt_ids for r in workload.requests], params)
     wall = time.perf_counter() - start
@@ -80,7 +81,8 @@ def run_engine(llm: LLM, workload: Workload, progress: ProgressFn) -> tuple[RunR
     tokens = sum(len(o["token_ids"]) for o in outputs)
     ttft = [times[0] - start for times in clock.times.values()]
     tpot = [(times[-1] - times[0]) / (len(times) - 1) for times in clock.times.values() if len(times) > 1]
-    return RunResult("minisgl", wall, tokens, len(workload.requests)), Latency(Percentiles.of(ttft), Percentiles.of(tpot))
+    result = RunResult("minisgl", wall, tokens, len(workload.requests), preemptions=llm.stats()["preemptions"] - preempted)
+    return result, Latency(Percentiles.of(ttft), Percentiles.of(tpot))
 
 
 def batch1_request(workload: Workload, max_seq_len: int) -> BenchRequest:

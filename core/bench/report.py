@@ -28,6 +28,7 @@ class RunResult:
     output_tokens: int
     requests: int
     others: OtherLoad | None = None  # what other processes used of our CPUs meanwhile (None: not measured)
+    preemptions: int | None = None  # requests the engine preempted during the run (None: not an engine run)
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -41,7 +42,8 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "wall_s": round(self.wall_s, 4), "output_tokens": self.output_tokens,
                 "output_tokens_per_s": round(self.output_tokens_per_s, 2), "requests": self.requests,
-                "others_cpus": None if self.others is None else round(self.others.cpus, 2), "busy": self.busy}
+                "others_cpus": None if self.others is None else round(self.others.cpus, 2), "busy": self.busy,
+                "preemptions": self.preemptions}
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -62,6 +62,7 @@ class BenchOptions:
     # as 'minisgl exact', so the two compare side by side
     precision: str = "exact"
     page_size: int | None = None  # the engine's KV page; None: CUDA_PAGE_SIZE on CUDA, the engine's default else
+    admission: str = "estimate"  # the engine's admission rule (core/config.py)
 
     def workload_name(self) -> str:
         if self.workload is not None:
@@ -106,7 +107,7 @@ def run_bench(options: BenchOptions, progress: ProgressFn = no_progress,
         say(f"loading {model_name} into the engine (precision {precision})")
         llm = LLM(options.model, device=options.device, max_running_req=min(len(workload.requests), 256),
                   max_seq_len=longest, tp=options.tp, threads=options.threads, kv_dtype=options.kv_dtype or "auto",
-                  precision=precision, page_size=options.engine_page_size(), log=log)
+                  precision=precision, page_size=options.engine_page_size(), admission=options.admission, log=log)
         say(llm.engine.describe())  # what the engine chose, in detail: what the figures are of
         return llm
 

@@ -39,12 +39,13 @@ def serve_workload(name: str | None, model: str | None, requests: int | None, se
 
 
 def engine_settings(workload: Workload, *, device: str | None, tp: int, kv_dtype: str | None, precision: str,
-                    page_size: int | None, max_running: int | None, threads: int | None = None) -> dict[str, Any]:
+                    page_size: int | None, max_running: int | None, threads: int | None = None,
+                    admission: str = "estimate") -> dict[str, Any]:
     """The engine options (EngineConfig's names) of the offline engine and of the server alike: ``minisgl
     bench``'s page size and a batch that holds every request (up to MAX_RUNNING), the context cut to the
     longest request so that the KV pool is sized alike."""
     settings: dict[str, Any] = {
-        "tp": tp, "kv_dtype": kv_dtype or "auto", "precision": precision,
+        "tp": tp, "kv_dtype": kv_dtype or "auto", "precision": precision, "admission": admission,
         "page_size": BenchOptions(device=device, page_size=page_size).engine_page_size(),
         "max_running_req": max_running or min(len(workload.requests), MAX_RUNNING),
         "max_seq_len": max(len(r.prompt_ids) + r.max_tokens for r in workload.requests)}

@@ -191,6 +191,8 @@ class EngineBridge:
             "kv_pages_free": (stats["free_pages"], "KV pages free."),
             "kv_pages_total": (stats["total_pages"], "KV pages in the pool."),
             "prefix_cache_hit_rate": (stats["hit_rate"], "Prompt tokens read from the prefix cache / prompt tokens."),
+            "preemptions_total": (stats.get("preemptions", 0), "Requests preempted when the KV pool ran out (their "
+                                  "pages given back, recomputed later)."),
         }
 
     @property

@@ -63,15 +63,16 @@ class Metrics:
             self.rejected[status] = self.rejected.get(status, 0) + 1
 
     def render(self, gauges: dict[str, tuple[float, str]]) -> str:
-        """The Prometheus text exposition: ``gauges`` are read from the engine at scrape time."""
+        """The Prometheus text exposition: ``gauges`` (and the engine's counters) are read from the engine at scrape
+        time."""
         out: list[str] = []
 
         def metric(name: str, kind: str, help_text: str, lines: list[str]) -> None:
             out.extend([f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}"])
             out.extend(PREFIX + line for line in lines)
 
-        for name, (value, help_text) in gauges.items():
-            metric(name, "gauge", help_text, [f"{name} {value}"])
+        for name, (value, help_text) in gauges.items():  # the engine's counters end in _total
+            metric(name, "counter" if name.endswith("_total") else "gauge", help_text, [f"{name} {value}"])
         with self.lock:
             reasons = {reason: self.requests.get(reason, 0) for reason in ("stop", "length", "abort", "error")}
             reasons.update(self.requests)

@@ -38,7 +38,8 @@ def stats_line(last: Totals, now: Totals, gauges: dict[str, tuple[float, str]]) 
     return (f"minisgl: prompt {rate(now.prompt_tokens - last.prompt_tokens):,.0f} tok/s, generation "
             f"{rate(now.generated_tokens - last.generated_tokens):,.0f} tok/s, "
             f"{rate(now.finished - last.finished):.1f} requests/s answered; "
-            f"running {value['requests_running']:.0f}, waiting {value['requests_waiting']:.0f}; "
+            f"running {value['requests_running']:.0f}, waiting {value['requests_waiting']:.0f}, "
+            f"preempted {value['preemptions_total']:.0f} so far; "
             f"KV cache {100 * value['kv_pages_used'] / total_pages:.0f}% used "
             f"({100 * value['kv_pages_cached'] / total_pages:.0f}% prefix cache), "
             f"prefix hits {100 * value['prefix_cache_hit_rate']:.0f}%")

@@ -36,7 +36,9 @@ def test_bench_json_reports_engine_and_every_baseline(model_dirs):
     assert {"hf-sequential", "hf-static"} <= set(names)
     expected = make_workload(workload_spec("cpu"), 320, seed=0, num_requests=4).output_tokens
     for r in report["results"]:
-        assert set(r) == {"name", "wall_s", "output_tokens", "output_tokens_per_s", "requests", "others_cpus", "busy"}
+        assert set(r) == {"name", "wall_s", "output_tokens", "output_tokens_per_s", "requests", "others_cpus", "busy",
+                          "preemptions"}
+        assert (r["preemptions"] is None) == (r["name"] != "minisgl")  # the engine counts, the baselines have none
         assert r["others_cpus"] >= 0 and r["busy"] == (r["others_cpus"] > 0.1 * len(os.sched_getaffinity(0)))
         assert r["requests"] == 4
         assert r["output_tokens"] == expected  # EOS ignored: each request makes exactly max_tokens

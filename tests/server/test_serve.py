@@ -468,8 +468,9 @@ def test_health_models_and_metrics(server):
         text = reply.read().decode()
     for name in ("requests_running", "requests_waiting", "kv_pages_used", "kv_pages_cached", "kv_pages_free",
                  "prefix_cache_hit_rate", "generation_tokens_total", "time_to_first_token_seconds",
-                 "inter_token_latency_seconds", "request_latency_seconds"):
+                 "inter_token_latency_seconds", "request_latency_seconds", "preemptions_total"):
         assert f"# TYPE minisgl_{name} " in text
+    assert "# TYPE minisgl_preemptions_total counter" in text
     assert 'minisgl_time_to_first_token_seconds_bucket{le="+Inf"}' in text
     code, _, _ = post(server, "/v1/completions", json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}))
     assert code == 200

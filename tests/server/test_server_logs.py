@@ -25,7 +25,7 @@ PROMPT = "The quick brown fox jumps"
 MADE_ID = re.compile(r"req-[0-9a-f]{32}")
 STATS_EVERY_S = 0.25
 STATS = re.compile(r"minisgl: prompt ([\d,]+) tok/s, generation ([\d,]+) tok/s, [\d.]+ requests/s answered; "
-                   r"running \d+, waiting \d+; KV cache \d+% used \(\d+% prefix cache\), prefix hits \d+%")
+                   r"running \d+, waiting \d+, preempted \d+ so far; KV cache \d+% used \(\d+% prefix cache\), prefix hits \d+%")
 
 
 @pytest.fixture(scope="module")
