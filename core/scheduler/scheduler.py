@@ -3,6 +3,11 @@
 Only the loop's thread touches the scheduler's state: requests, aborts and cache resets posted from any thread
 wait in its inbox (core/scheduler/inbox.py) until the top of the next step, so one posted while the engine runs
 joins the very next batch it fits in. Every request that enters gets exactly one final reply, an error included.
+
+Admission counts the KV pages each request is expected to take (core/scheduler/estimate.py): its whole life under
+``admission="reserve"``, its prompt and a decaying share of its ``max_tokens`` under ``"estimate"``. Pages are
+given as requests grow; a decode step that cannot get one for each request preempts the newest running request
+(core/scheduler/preempt.py), which is queued again and recomputed to the same tokens.
 """
 
 from __future__ import annotations

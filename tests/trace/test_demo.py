@@ -1,8 +1,10 @@
-"""The demo (scripts/demo.sh) shows memory pressure: run its exact command, less the step delay, and check that
-requests wait for a row and for KV pages, and that the pool fills."""
+"""The demo (scripts/demo.sh) shows memory pressure: run its exact commands, less the step delay, and check that
+requests wait for a row and for KV pages, that the pool fills, and that the second lesson preempts a request early
+and recomputes it to the tokens it would have made alone."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -15,10 +17,10 @@ from tests.support.cli import trace_steps
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def demo_arguments() -> list[str]:
-    """The arguments scripts/demo.sh gives ``minisgl``, without ``--step-delay`` and its value."""
-    line = next(ln for ln in (ROOT / "scripts" / "demo.sh").read_text().splitlines() if "bin/minisgl" in ln)
-    words = shlex.split(line.split("bin/minisgl", 1)[1].replace('"$@"', ""))
+def demo_arguments(lesson: int = 0) -> list[str]:
+    """The arguments scripts/demo.sh gives ``minisgl`` for its ``lesson``-th run, without ``--step-delay``."""
+    lines = [ln for ln in (ROOT / "scripts" / "demo.sh").read_text().splitlines() if "bin/minisgl" in ln]
+    words = shlex.split(lines[lesson].split("bin/minisgl", 1)[1].replace('"$@"', ""))
     at = words.index("--step-delay")
     return words[:at] + words[at + 2:]
 
@@ -35,3 +37,22 @@ def test_the_demo_waits_for_rows_and_for_kv_pages(smollm2_dir, tmp_path):
     assert {"rows", "kv_pages", "fcfs"} <= {w["kind"] for e in events for w in e["waits"]}
     assert max(e["kv_pages_used"] for e in events) == events[0]["kv_pages_total"]  # the pool fills up
     assert "1 · no row" in done.stdout and "· no KV" in done.stdout  # the wait column says it in words
+
+
+@pytest.mark.slow
+def test_the_second_lesson_preempts_the_newest_request_within_its_first_steps(smollm2_dir, tmp_path):
+    out = tmp_path / "preemption.jsonl"
+    done = subprocess.run([sys.executable, "-m", "minisgl_cli", *demo_arguments(1), "--trace-out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr
+    events = trace_steps(out)
+    preempted = [(e["step"], uid) for e in events for uid in e["preempted"]]
+    assert len(preempted) == 1 and preempted[0][0] <= 8  # one preemption, early
+    (step, uid), = preempted
+    assert uid == max(r["uid"] for r in events[0]["reqs"])  # the newest request gives way
+    assert {w["kind"] for w in events[step]["waits"]} == {"preempted"}
+    results = json.loads(out.read_text().splitlines()[-1])["results"]
+    lesson = ROOT / "sample_prompts" / "preemption.jsonl"
+    alone = subprocess.run([sys.executable, "-m", "minisgl_cli", "generate", str(lesson), "--admission", "reserve",
+                            "--max-running", "1", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert [r["token_ids"] for r in results] == [json.loads(ln)["token_ids"] for ln in alone.stdout.splitlines()]
