@@ -40,3 +40,20 @@ def test_a_stream_holds_back_from_where_a_call_may_begin():
     assert auto.holds_from("Sure <tool_call>{") == 5
     assert auto.holds_from("a < b") is None
     assert ToolMode("required").holds_from("[") == 0 and ToolMode("none").holds_from("<tool_call>") is None
+
+
+def test_a_streamed_auto_reply_sends_its_text_then_its_calls_as_deltas():
+    """The text before the tag streams; the tag and what follows are held, then come as one tool-call delta."""
+    from serving.api.responses import Piece
+    from serving.api.routes.chat import ChatChunks
+
+    chunks = ChatChunks(tokenizer=None, mode=ToolMode("auto"), choices=1)
+    first = chunks(Piece(text="Sure <tool"), True, 0)
+    middle = chunks(Piece(text='_call>{"name": "add", "arguments": {"a": 1}}'), False, 0)
+    last = chunks(Piece(text="</tool_call>", finished=True, finish_reason="stop"), False, 0)
+    assert first["choices"][0]["delta"] == {"role": "assistant", "content": "Sure "}
+    assert middle is None
+    delta, reason = last["choices"][0]["delta"], last["choices"][0]["finish_reason"]
+    assert reason == "tool_calls" and "content" not in delta
+    [call] = delta["tool_calls"]
+    assert call["index"] == 0 and call["function"] == {"name": "add", "arguments": '{"a": 1}'}
