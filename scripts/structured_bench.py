@@ -25,7 +25,7 @@ from dataclasses import replace
 from core import LLM
 from core.bench.engine_run import sampling_params
 from core.bench.workload import make_workload, workload_spec
-from core.constrain.spec import Constraint
+from core.constraint import Constraint
 
 SCHEMA = {"type": "object", "additionalProperties": False, "required": ["text"],
           "properties": {"text": {"type": "string", "pattern": "^[a-z ]*$"}}}
