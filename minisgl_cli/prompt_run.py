@@ -29,8 +29,7 @@ class PromptRun:
         self.llm = llm
         self.prompt_ids = [llm.tokenize(p) for p in prompts]  # every prompt checked before any is queued
         self.params = list(params)
-        eos = frozenset(llm.eos_token_ids)
-        self.collected = [Collected(len(ids), eos, sp.max_tokens) for ids, sp in zip(self.prompt_ids, self.params)]
+        self.collected = [Collected(len(ids), sp.max_tokens) for ids, sp in zip(self.prompt_ids, self.params)]
         self.listeners: list[Listener] = []
         self.interrupted = False
 

@@ -18,7 +18,6 @@ UNANSWERED = ("error", "request was not completed")
 @dataclass
 class Collected:
     prompt_tokens: int
-    eos_token_ids: frozenset[int]
     max_tokens: int = 0
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None

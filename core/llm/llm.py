@@ -190,7 +190,7 @@ class LLM:
         if arrivals is not None and len(arrivals) != len(prompts):
             raise InvalidParamsError(f"got {len(arrivals)} arrivals for {len(prompts)} prompts")
         prompt_ids = [self.tokenize(p) for p in prompts]  # every prompt checked before any is queued
-        collected = [Collected(len(ids), frozenset(self.eos_token_ids)) for ids in prompt_ids]
+        collected = [Collected(len(ids)) for ids in prompt_ids]
         uids: list[int | None] = [None] * len(prompts)
 
         def submit(indices: list[int]) -> None:
