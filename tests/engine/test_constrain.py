@@ -116,3 +116,18 @@ def test_the_overlap_loop_gives_the_plain_loops_tokens(model_dirs):
             assert set(json.loads(r["text"])) == {"k", "n"} and r["finish_reason"] == "stop", r
         tokens[overlap] = [r["token_ids"] for r in out]
     assert tokens[True] == tokens[False]
+
+
+def test_a_preempted_request_keeps_its_grammar(model_dirs, llm):
+    """A pool too small for every request at once preempts some (recomputed later from prompt and output): their
+    matchers stay on them, so under overlap scheduling too the tokens are those of a run that never preempted."""
+    schema = Constraint.json_schema({"type": "object", "additionalProperties": False, "required": ["k", "s"],
+                                     "properties": {"k": {"enum": ["cat", "dog"]},
+                                                    "s": {"type": "string", "maxLength": 12}}})
+    params = sampled(schema, range(8), 48)
+    prompts = [f"p{i}" * 3 for i in range(8)]
+    small = LLM(model_dirs[MODEL], max_running_req=8, num_pages=120, overlap=True)
+    out = small.generate(prompts, params)
+    assert small.stats()["preemptions"] > 0
+    assert [r["token_ids"] for r in out] == [r["token_ids"] for r in llm.generate(prompts, params)]
+    assert all(set(json.loads(r["text"])) == {"k", "s"} for r in out)
