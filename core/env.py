@@ -54,10 +54,12 @@ def disabled(name: str) -> bool:
 
 
 # How many times an idle OpenMP worker (torch's, and the C kernels', which share its pool) spins at a barrier
-# before it sleeps. libgomp's default, 300,000, keeps a worker spinning long after a step ends; on a machine whose
-# other processes keep the cores busy, it spends the CPU time the thread it waits for needs, and a step's barriers
-# then wait for whole scheduler slices (docs/BENCHMARKS.md, "A busy machine", has the figures).
-IDLE_SPINS = "10000"
+# before it sleeps. libgomp counts about 100,000 spins a millisecond: its default, 300,000, keeps a worker spinning
+# for some 3 ms after each barrier, and on a machine whose other processes keep the cores busy it spends the CPU
+# time the thread it waits for needs, so a step's barriers wait for whole scheduler slices (docs/BENCHMARKS.md, "A
+# busy machine", has the figures). 1,000 is some 10 us, a balanced barrier's wait; libgomp itself spins 100 to
+# 1,000 where it has more threads than CPUs.
+IDLE_SPINS = "1000"
 
 
 def let_idle_threads_sleep() -> None:

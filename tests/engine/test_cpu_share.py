@@ -55,3 +55,30 @@ def test_other_processes_cpu_time_is_everyones_less_ours(tmp_path):
     assert load.cpus == pytest.approx((len(cpus) - 0.5) / 2.0)
     assert load.busy and "of {} CPUs".format(len(cpus)) in load.words()
     assert other_load(start, CpuTimes(end.at, None, end.own_s)) is None  # no /proc/stat: nothing claimed
+
+
+def test_idle_workers_spin_briefly_unless_the_user_said_otherwise(monkeypatch):
+    from core import env
+
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    env.let_idle_threads_sleep()
+    assert os.environ["GOMP_SPINCOUNT"] == env.IDLE_SPINS == "1000"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5")
+    env.let_idle_threads_sleep()
+    assert os.environ["GOMP_SPINCOUNT"] == "5"
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    env.let_idle_threads_sleep()
+    assert "GOMP_SPINCOUNT" not in os.environ
+
+
+def test_importing_minisgl_sets_the_spin_before_torch_loads():
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    done = subprocess.run([sys.executable, "-c", "import os, sys, core; "
+                           "print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"],
+                          capture_output=True, text=True, env=clean, timeout=60)
+    assert done.stdout.split() == ["1000", "False"], done.stdout + done.stderr
