@@ -78,16 +78,15 @@ class EngineConfig:
         None, "KV pool size in pages (default: from --kv-cache-gb); a small pool makes requests wait.", int,
         optional=True, minimum=1)
     kv_cache_gb: float | None = option(
-        None, "Memory for the KV pool in GiB (default: what the machine can spare, at most what the running "
-              "requests can fill).", float, optional=True, minimum=0)
+        None, "KV pool memory in GiB (default: what the machine can spare).", float, optional=True, minimum=0)
     max_seq_len: int | None = option(
-        None, "Longest prompt + output (default: the model's context).", int, optional=True, minimum=1)
+        None, "Longest prompt + output (default: model's context).", int, optional=True, minimum=1)
     max_extend_tokens: int = option(8192, "Prefill tokens per step; a longer prompt is cut into chunks.", int,
                                     minimum=1)
     dtype: str | None = option(
         None, "float32, bfloat16 or float16 (default: float32 on a CPU, bfloat16 on CUDA).", str, optional=True,
         choices=DTYPE_NAMES, noun="dtype")
-    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda when there is one).", str,
+    device: str | None = option(None, "cpu, cuda or cuda:N (default: cuda if there is one).", str,
                                 optional=True)
     attention: str | None = option(
         None, "torch (any device) or flashinfer (CUDA; the default there when installed).", str, optional=True,
@@ -96,25 +95,22 @@ class EngineConfig:
         None, "Largest decode batch run as a CUDA graph; 0: none.", int,
         optional=True, minimum=0)
     admission: str = option(
-        "estimate", "How a request is admitted: 'estimate' on the KV pages it is expected to need (its prompt and a "
-                    "share of max_tokens that shrinks while the pool suffices), its pages given as it grows, and the "
-                    "newest request preempted and recomputed later when the pool runs out; 'reserve' on pages for "
-                    "its whole life (prompt plus max_tokens), so nothing is ever preempted.", str,
+        "estimate", "estimate: admit a request on the KV pages it is expected to need, preempting the newest when "
+                    "the pool runs out; reserve: on pages for its whole life, never preempting.", str,
         choices=ADMISSION_RULES, noun="admission rule")
     max_prefill_streak: int = option(
         1, "Prefill steps in a row before decoding requests get a step.", int, minimum=1)
-    tp: int = option(1, "Tensor-parallel ranks: the model split over N processes (GPUs).", int, minimum=1)
+    tp: int = option(1, "Tensor-parallel ranks (processes; GPUs on CUDA).", int, minimum=1)
     threads: int | None = option(
-        None, "CPU threads, shared among --tp ranks (default: the CPUs this process may use).", int, optional=True,
-        minimum=1)
+        None, "CPU threads (default: the CPUs this process may use).", int, optional=True, minimum=1)
     overlap: bool | None = option(
         None, "Prepare step N+1 while step N runs (default: on CUDA only).", bool, optional=True)
     kv_dtype: str = option(
-        "auto", "KV cache storage: the model's dtype, or fp8 (e4m3 with per-head scales, half of bf16's bytes).",
-        str, choices=KV_DTYPES)
+        "auto", "KV cache storage: the model's dtype, or fp8 (e4m3, half of bf16's bytes).", str,
+        choices=KV_DTYPES)
     precision: str = option(
-        "exact", "exact: the model's dtype (token-exact against transformers on a CPU); fast: reduced-precision "
-                 "weights where this machine runs them faster; int8: int8 weights on a CPU.", str,
+        "exact", "exact: the model's dtype; fast: reduced-precision weights where this machine runs them "
+                 "faster; int8: int8 weights (CPU).", str,
         choices=PRECISIONS)
     generation_config: str = option(
         "auto", "Sampling defaults: auto (the model's generation_config.json), none, or a DIR's.", str)

@@ -22,9 +22,8 @@ PANEL = "Engine"
 SAMPLING_PANEL = "Sampling"  # the model's sampling defaults are shown beside the sampling options
 SAMPLING_DEFAULTS = ("generation_config", "override_generation_config")
 # how the model option reads on the command line: a path or spec, and -m for short
-_MODEL_HELP = ("A Hugging Face model directory, a .gguf file, ORG/NAME of a model in the local Hugging Face "
-               "cache (never downloaded) or a random:NAME spec. Default: the embedded "
-               "SmolLM2-135M-Instruct.")
+_MODEL_HELP = ("A model directory, a .gguf file, ORG/NAME in the local Hugging Face cache (never downloaded) or "
+               "random:NAME. Default: the embedded SmolLM2-135M-Instruct.")
 
 
 def flag(name: str) -> str:

@@ -31,8 +31,8 @@ def generate(prompts: o.Prompts, max_tokens: o.MaxTokens = None, temperature: o.
              json_out: o.Json = False, engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Generate a continuation for each prompt in PROMPTS, batched, and print them with a summary.
 
-    Exit code 0 when every prompt finished, 1 when some results are errors (they are still printed), 130 on
-    Ctrl-C (the finished results are printed, the others marked interrupted)."""
+    Exit code 0: every prompt finished; 1: some results are errors (printed too); 130: Ctrl-C (what finished
+    is printed)."""
     out, activity = stdout_console(), Activity(stderr_console())
     if stream and json_out:
         raise typer.BadParameter("--stream writes text; use one or the other", param_hint="'--json'")

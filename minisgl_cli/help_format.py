@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-NAME_WIDTH = 26  # an option's cell wider than this puts what it takes on a line of its own
+NAME_WIDTH = 22  # an option's cell wider than this puts what it takes on a line of its own
 ARGUMENTS, OPTIONS = "Arguments", "Options"
 
 
@@ -31,12 +31,27 @@ def print_help(command: Any, ctx: Any) -> None:
         paragraphs = [" ".join(p.split()) for p in command.help.split("\n\n") if p.strip()]
         console.print(Padding(Text("\n\n".join(paragraphs)), (1, 1)))
     for title, params in panels(command, ctx):
-        table = Table.grid(padding=(0, 2), expand=True)
-        table.add_column(no_wrap=True, style="bold cyan")
-        table.add_column(ratio=1)
-        for param in params:
-            table.add_row(name_cell(param, ctx), help_cell(param, ctx))
-        console.print(Panel(table, title=title, title_align="left", border_style="dim"))
+        rows = [(name_cell(param, ctx), help_cell(param, ctx)) for param in params]
+        console.print(Panel(panel_body(rows), title=title, title_align="left", border_style="dim"))
+
+
+def panel_body(rows: list[tuple[Text, Text]]) -> Group:
+    """The rows in two columns, the names NAME_WIDTH wide in every panel; a name wider than that (a long flag) takes
+    a line of its own, with its help under it where the help column starts."""
+    parts: list[Any] = []
+    table = None
+    for name, help_text in rows:
+        if max(map(len, name.plain.splitlines())) > NAME_WIDTH:
+            parts += [name, Padding(help_text, (0, 0, 0, NAME_WIDTH + 2))]
+            table = None
+            continue
+        if table is None:
+            table = Table.grid(padding=(0, 2), expand=True)
+            table.add_column(no_wrap=True, width=NAME_WIDTH)
+            table.add_column(ratio=1)
+            parts.append(table)
+        table.add_row(name, help_text)
+    return Group(*parts)
 
 
 def panels(command: Any, ctx: Any) -> list[tuple[str, list[Any]]]:
@@ -52,6 +67,12 @@ def panels(command: Any, ctx: Any) -> list[tuple[str, list[Any]]]:
 
 
 def name_cell(param: Any, ctx: Any) -> Text:
+    text = _names(param, ctx)
+    text.stylize("bold cyan")
+    return text
+
+
+def _names(param: Any, ctx: Any) -> Text:
     """``-n, --max-tokens N``: the option's names (short first) and what it takes; a flag's two names."""
     if param.param_type_name == "argument":
         return Text(param.metavar or param.name.upper())
@@ -63,7 +84,8 @@ def name_cell(param: Any, ctx: Any) -> Text:
     name = ", ".join(names)
     if not takes:
         return Text(name)
-    return Text(f"{name} {takes}" if len(name) + len(takes) + 1 <= NAME_WIDTH else f"{name}\n  {takes}")
+    fits = len(name) + len(takes) + 1 <= NAME_WIDTH or len(name) > NAME_WIDTH  # too long anyway: a line of its own
+    return Text(f"{name} {takes}" if fits else f"{name}\n  {takes}")
 
 
 def takes_words(param: Any, ctx: Any) -> str:

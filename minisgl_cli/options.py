@@ -25,9 +25,9 @@ _SAMPLING = "Sampling"
 
 Verbose = Annotated[bool, typer.Option(
     "--verbose", metavar=FLAG, rich_help_panel="Engine",
-    help="Describe the engine's plan on stderr: attention, kernels, weights, graphs.")]
+    help="Describe the engine's plan on stderr.")]
 Chat = Annotated[bool, typer.Option("--chat", metavar=FLAG, rich_help_panel=_ENGINE,
-                                    help="Wrap each text prompt in the model's chat template as a user turn.")]
+                                    help="Wrap each text prompt in the model's chat template.")]
 
 MaxTokens = Annotated[Optional[int], typer.Option(
     "--max-tokens", "-n", min=1, rich_help_panel=_SAMPLING,
