@@ -9,6 +9,7 @@ from rich.table import Table
 from core.bench.report import Percentiles
 from core.bench.serve_report import ServeReport, rate_name
 from core.words import plural
+from render.bench import busy_notes
 
 
 def _pair(p: Percentiles, first: str = "p50") -> str:
@@ -31,14 +32,15 @@ def serve_view(report: ServeReport) -> Group:
     for column in ("rate", "tok/s", "x\noffline", "TTFT\np50/p99", "TPOT\nmean/p99", "ITL\np50/p99", "ok/\nfailed"):
         table.add_column(column, justify="left" if column == "rate" else "right")
     if report.offline is not None:
-        table.add_row("offline", f"{report.offline.output_tokens_per_s:.1f}", "1.00x", "-", "-", "-",
+        busy = " [yellow]*[/yellow]" if report.offline.busy else ""
+        table.add_row("offline", f"{report.offline.output_tokens_per_s:.1f}{busy}", "1.00x", "-", "-", "-",
                       f"{report.offline.requests}/0")
     for result in report.rates:
         ratio = report.of_offline(result)
         table.add_row(rate_name(result.rate), f"{result.output_tokens_per_s:.1f}",
                       "-" if ratio is None else f"{ratio:.2f}x", _pair(result.ttft), _pair(result.tpot, "mean"),
                       _pair(result.itl), f"{result.completed}/{result.failed}")
-    parts: list = [table]
+    parts: list = [table, *busy_notes([report.offline] if report.offline is not None else [])]
     if report.offline is not None:
         parts.append(f"[dim]offline: LLM.generate on the same requests in this process, "
                      f"{report.offline.wall_s:.2f} s[/dim]")

@@ -16,7 +16,7 @@ import torch
 
 from core.bench.engine_run import run_engine, warm_up
 from core.bench.report import ProgressFn, RunResult
-from core.bench.runner import BenchOptions
+from core.bench.runner import BenchOptions, metered
 from core.bench.workload import Workload, make_workload, workload_spec
 from core.llm import LLM
 from core.models.loader import read_model_config
@@ -65,7 +65,7 @@ def run_offline(model: str | None, settings: dict[str, Any], workload: Workload,
         say(f"warming up the offline engine: the {plural(len(workload.requests), 'request')} cut to a few tokens "
             "each")
         warm_up(llm, workload)
-        result, _ = run_engine(llm, workload, lambda _, done, total: progress("offline", done, total))
+        result, _ = metered(lambda: run_engine(llm, workload, lambda _, done, total: progress("offline", done, total)))
     del llm
     gc.collect()
     if torch.cuda.is_available():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,12 @@ def test_bench_marks_the_runs_the_machine_was_busy_during():
     assert "* hf-static: the machine was busy (other processes used 1.5 of 2 CPUs" in text
     assert "minisgl: the machine was busy" not in text
     assert [r["busy"] for r in report.to_dict()["results"]] == [False, True]
+    from core.bench.serve_report import ServeReport
+    from render.bench_serve import serve_view
+
+    console = Console(width=120, record=True)
+    console.print(serve_view(ServeReport("cpu", "m", "u", 1, 2, 10, offline=replace(busy, name="offline"))))
+    assert "* offline: the machine was busy" in console.export_text()  # the offline pass of --serve too
 
 
 @pytest.mark.parametrize("value", ["0", "-3"])
