@@ -82,3 +82,17 @@ def test_importing_minisgl_sets_the_spin_before_torch_loads():
                            "print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"],
                           capture_output=True, text=True, env=clean, timeout=60)
     assert done.stdout.split() == ["1000", "False"], done.stdout + done.stderr
+
+
+def test_the_engine_computes_on_the_threads_asked_for():
+    import torch
+
+    from core.llm import LLM
+
+    before = torch.get_num_threads()
+    try:
+        with LLM("random:tiny-qwen3", threads=1, max_running_req=2) as llm:
+            assert llm.engine.plan.threads == 1 == torch.get_num_threads()
+            assert "on cpu on 1 thread in" in llm.engine.describe()
+    finally:
+        torch.set_num_threads(before)
