@@ -53,6 +53,9 @@ class Preempter:
         the step in flight first."""
         page_size = self.estimate.page_size
         preempted = False
+        if self.cache.free_pages >= len(batch.reqs):  # a decode step takes at most one new page a request
+            self.estimate.decay()
+            return batch
         while (short := pages_needed(batch.reqs, page_size) - self.cache.available_pages) > 0:
             if in_flight:  # requests finishing in it and the release fence may free enough: wait for it
                 batch.reqs = []
