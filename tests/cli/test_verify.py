@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.bench.reference import HFReference, Reference, RefStep
-from tests.support.cli import json_lines, run, write
+from tests.support.cli import json_lines, run, trace_steps, write
 
 KEYS = {"index", "prompt", "status", "position", "engine_token", "reference_token", "engine_rank_in_reference_top5",
         "logprob_gap", "token_ids", "error"}
@@ -79,3 +79,18 @@ def test_a_prompt_the_engine_rejects_is_an_error_row(model_dirs, tmp_path):
     assert result.exit_code == 1
     rows = json_lines(result.stdout)
     assert [r["status"] for r in rows] == ["match", "error"] and "exceeds the context" in rows[1]["error"]
+
+
+def test_preempted_requests_match_transformers_and_a_large_pool(model_dirs, tmp_path):
+    """A pool of 30 pages for three requests of 22 or so: one is preempted and recomputed, and the trace's
+    --verify still finds every generation exact; generate gives the large pool's tokens."""
+    prompts = write(tmp_path / "p.jsonl", "".join(f'{{"input_ids": {ids}, "max_tokens": 20, "ignore_eos": true}}\n'
+                                                  for ids in ([1, 2, 3], [4, 5, 6, 7], [8, 9])))
+    small = ("--model", model_dirs["llama"], "--max-running", "3", "--num-pages", "30")
+    trace = run("trace", prompts, *small, "--verify", "--trace-out", tmp_path / "t.jsonl")
+    assert trace.exit_code == 0, trace.stderr
+    assert any(step["preempted"] for step in trace_steps(tmp_path / "t.jsonl"))
+    assert trace.stdout.count("exact") == 3
+    tokens = [[r["token_ids"] for r in json_lines(run("generate", prompts, *options, "--json").stdout)]
+              for options in (small, small[:4])]
+    assert tokens[0] == tokens[1]
