@@ -4,6 +4,7 @@ requests wait for a row and for KV pages, that the pool fills, and that the seco
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import sys
@@ -27,8 +28,9 @@ def demo_arguments(lesson: int = 0) -> list[str]:
 @pytest.mark.slow
 def test_the_demo_waits_for_rows_and_for_kv_pages(smollm2_dir, tmp_path):
     out = tmp_path / "demo.jsonl"
+    wide = {**os.environ, "COLUMNS": "200"}  # the table's full words, as on a wide terminal
     done = subprocess.run([sys.executable, "-m", "minisgl_cli", *demo_arguments(), "--trace-out", str(out)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+                          capture_output=True, text=True, cwd=ROOT, timeout=600, env=wide)
     assert done.returncode == 0, done.stderr
     events = trace_steps(out)
     first_reasons = [e["waits"][0]["kind"] for e in events if e["waits"]]
