@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from core import env
+from core.cpu_share import busy_now
 
-env.let_idle_threads_sleep()  # before torch loads libgomp, which reads its spin count once
+env.let_idle_threads_sleep(busy_now())  # before torch loads libgomp, which reads its spin count once
 
 from core.config import EngineConfig  # noqa: E402
 from core.errors import (ContextLengthError, EngineBusyError, EngineDeadError, InvalidParamsError, MinisglError,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
 PROC_STAT = Path("/proc/stat")
+LOADAVG = Path("/proc/loadavg")
 # other processes using more than this share of our CPUs, on average over a run, make its figures "busy"
 BUSY_SHARE = 0.10
 
@@ -45,6 +46,15 @@ def cgroup_quota(cgroup: Path = CGROUP) -> float | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+def busy_now(loadavg: Path = LOADAVG) -> bool:
+    """Whether more tasks wanted to run than this process has CPUs, on average over the last minute (the load
+    average, read in one go: the process decides at its start, before torch loads)."""
+    try:
+        return float(loadavg.read_text().split()[0]) > usable_cpus()
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def engine_threads(requested: int | None, ranks: int, current: int) -> int:

@@ -54,19 +54,19 @@ def disabled(name: str) -> bool:
 
 
 # How many times an idle OpenMP worker (torch's, and the C kernels', which share its pool) spins at a barrier
-# before it sleeps. libgomp counts about 100,000 spins a millisecond: its default, 300,000, keeps a worker spinning
-# for some 3 ms after each barrier, and on a machine whose other processes keep the cores busy it spends the CPU
-# time the thread it waits for needs, so a step's barriers wait for whole scheduler slices (docs/BENCHMARKS.md, "A
-# busy machine", has the figures). 1,000 is some 10 us, a balanced barrier's wait; libgomp itself spins 100 to
-# 1,000 where it has more threads than CPUs.
+# before it sleeps, on a machine that other processes keep busy. libgomp counts about 100,000 spins a millisecond:
+# its default, 300,000, keeps a worker spinning some 3 ms after each barrier, the fastest on an idle machine, but
+# beside other busy processes the spinning worker spends the CPU time the thread it waits for needs, and a step's
+# barriers wait for whole scheduler slices. 1,000 is some 10 us. docs/BENCHMARKS.md ("A busy machine") has both.
 IDLE_SPINS = "1000"
 
 
-def let_idle_threads_sleep() -> None:
-    """Set GOMP_SPINCOUNT to IDLE_SPINS unless GOMP_SPINCOUNT or OMP_WAIT_POLICY is set already (the user's word
-    wins). libgomp reads it once, when torch loads it, so core/__init__.py calls this before anything imports
-    torch; a program that imports torch before minisgl keeps libgomp's default."""
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+def let_idle_threads_sleep(busy: bool) -> None:
+    """On a ``busy`` machine, set GOMP_SPINCOUNT to IDLE_SPINS, unless GOMP_SPINCOUNT or OMP_WAIT_POLICY is set
+    already (the user's word wins); an idle one keeps libgomp's default. libgomp reads it once, when torch loads
+    it, so core/__init__.py calls this before anything imports torch; a program that imports torch before
+    minisgl keeps libgomp's default."""
+    if busy and "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["GOMP_SPINCOUNT"] = IDLE_SPINS
 
 

@@ -57,31 +57,39 @@ def test_other_processes_cpu_time_is_everyones_less_ours(tmp_path):
     assert other_load(start, CpuTimes(end.at, None, end.own_s)) is None  # no /proc/stat: nothing claimed
 
 
-def test_idle_workers_spin_briefly_unless_the_user_said_otherwise(monkeypatch):
+def test_idle_workers_spin_briefly_on_a_busy_machine_unless_the_user_said_otherwise(monkeypatch, tmp_path):
     from core import env
 
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    env.let_idle_threads_sleep()
+    env.let_idle_threads_sleep(busy=False)
+    assert "GOMP_SPINCOUNT" not in os.environ  # an idle machine: libgomp's own spin, the fastest there
+    env.let_idle_threads_sleep(busy=True)
     assert os.environ["GOMP_SPINCOUNT"] == env.IDLE_SPINS == "1000"
     monkeypatch.setenv("GOMP_SPINCOUNT", "5")
-    env.let_idle_threads_sleep()
+    env.let_idle_threads_sleep(busy=True)
     assert os.environ["GOMP_SPINCOUNT"] == "5"
     monkeypatch.delenv("GOMP_SPINCOUNT")
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    env.let_idle_threads_sleep()
+    env.let_idle_threads_sleep(busy=True)
     assert "GOMP_SPINCOUNT" not in os.environ
+    loadavg = tmp_path / "loadavg"
+    monkeypatch.setattr(cpu_share, "usable_cpus", lambda: 2)
+    for line, busy in (("0.52 0.40 0.30 1/100 42", False), ("7.90 8.10 6.00 9/180 42", True)):
+        loadavg.write_text(line + "\n")
+        assert cpu_share.busy_now(loadavg) is busy
+    assert cpu_share.busy_now(tmp_path / "missing") is False
 
 
-def test_importing_minisgl_sets_the_spin_before_torch_loads():
+def test_importing_minisgl_decides_the_spin_before_torch_loads(tmp_path):
     import subprocess
     import sys
 
     clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    done = subprocess.run([sys.executable, "-c", "import os, sys, core; "
-                           "print(os.environ['GOMP_SPINCOUNT'], 'torch' in sys.modules)"],
-                          capture_output=True, text=True, env=clean, timeout=60)
-    assert done.stdout.split() == ["1000", "False"], done.stdout + done.stderr
+    probe = ("import os, sys, core; from core.cpu_share import busy_now; "
+             "print(os.environ.get('GOMP_SPINCOUNT') == ('1000' if busy_now() else None), 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=clean, timeout=60)
+    assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
 
 
 def test_the_engine_computes_on_the_threads_asked_for():
