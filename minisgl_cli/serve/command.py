@@ -28,7 +28,7 @@ from rich.markup import escape
 from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from core.errors import InvalidParamsError
 from core.llm.heap import freeze_startup_heap
-from core.words import plural
+from core.words import ENGINE_READY, plural
 from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import interrupted_load, quiet_transformers
 from render.activity import Activity
@@ -216,7 +216,7 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int
     """The tokenizer here, the engine in its own process (or ``dp`` of them); the load is shown as every command
     shows one."""
     name = engine.model or "the embedded SmolLM2-135M-Instruct"
-    with interrupted_load(activity), activity.phase(f"loading {name}"):
+    with interrupted_load(activity), activity.phase(f"loading {name}", closing=ENGINE_READY):
         from core.config import EngineConfig
         from core.llm.llm import load_tokenizer
         from serving.remote import RemoteEngine

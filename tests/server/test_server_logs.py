@@ -179,3 +179,9 @@ def test_the_stats_line_comes_while_requests_run_and_stops_when_idle(client, ser
     idle = len(stats_lines(server))
     time.sleep(4 * STATS_EVERY_S)
     assert len(stats_lines(server)) == idle  # nothing while idle
+
+
+def test_the_ready_line_follows_the_load_line(server, model_dir):
+    lines = server.log().splitlines()
+    ready = next(i for i, line in enumerate(lines) if line.startswith("engine ready"))
+    assert lines[ready - 1].startswith(f"loading {model_dir}: done in "), "\n".join(lines[:ready + 1])
