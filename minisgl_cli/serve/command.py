@@ -140,12 +140,13 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     limits = Limits(max_body_bytes, read_timeout, max_connections)
     app = create_app(bridge, api_key, log_request=plain_lines(err) if log_requests else None,
                      allow_origins=[origin.lower() for origin in allow_origin or ()], limits=limits)
-    if dashboard:
-        add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text)
+    ring = add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text) if dashboard else None
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None, access_log=False,
                             ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
                             http=limited_protocol(limits, bridge.metrics.rejected_with))
     server = DrainingServer(config, bridge, shutdown_timeout, err)
+    if ring is not None:
+        server.on_exit.append(ring.close)  # an open page's endless stream must not hold the drain up
     remote.on_death = server.engine_died
     stats = StatsLog(bridge, plain_lines(err), log_stats) if log_stats > 0 else None
     freeze_startup_heap()  # built: the collector walks only what serving allocates from here on
@@ -186,7 +187,7 @@ def plain_lines(err: Console) -> Callable[[str], None]:
     return lambda line: err.print(line, highlight=False, markup=False)
 
 
-def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: bool) -> None:
+def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: bool) -> Any:
     """/dashboard and its event stream, fed by the engine's step events."""
     from minisgl_cli.dashboard import add_live_dashboard
     from serving.api.figures import LiveFigures
@@ -196,6 +197,7 @@ def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: boo
                               decode=remote.tokenizer.decode, report_radix=remote.report_radix,
                               figures=LiveFigures(bridge))
     remote.add_step_callback(ring.add)
+    return ring
 
 
 def bind_listener(host: str, port: int) -> socket.socket:
@@ -262,6 +264,7 @@ class DrainingServer:
         self._signals = 0
         self._old: dict[int, Any] = {}
         self.engine_death: str | None = None
+        self.on_exit: list[Callable[[], None]] = []  # run as the server starts to leave: streams that never end
 
     @property
     def started(self) -> bool:
@@ -289,16 +292,21 @@ class DrainingServer:
         open_responses = self._bridge.in_flight
         self._err.print(f"minisgl: shutting down; finishing {plural(open_responses, 'response')} (up to "
                         f"{self._timeout_s:g} s; Ctrl-C again to stop at once)", highlight=False)
-        self._server.should_exit = True
+        self._leave()
         timer = threading.Timer(self._timeout_s, self._bridge.abort_all)
         timer.daemon = True
         timer.start()
+
+    def _leave(self) -> None:
+        self._server.should_exit = True
+        for close in self.on_exit:
+            close()
 
     def engine_died(self, why: str) -> None:
         """On the receiver's thread: open streams have their error event. For a moment the server goes on
         answering 503 (and /health fails), so clients and load balancers learn why; then it leaves."""
         self.engine_death = why
-        timer = threading.Timer(ENGINE_DEATH_GRACE_S, lambda: setattr(self._server, "should_exit", True))
+        timer = threading.Timer(ENGINE_DEATH_GRACE_S, self._leave)
         timer.daemon = True
         timer.start()
 

@@ -47,6 +47,7 @@ class StepRing:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake_pending = threading.Event()
         self._records: dict[int, str] = {}  # step -> its JSON, shaped once for every viewer that sends it alone
+        self._closed = False
 
     # ---- the receiver thread ----------------------------------------------------------------------------
     def add(self, event: StepEvent) -> None:
@@ -58,6 +59,17 @@ class StepRing:
             try:
                 loop.call_soon_threadsafe(self._wake)
             except RuntimeError:  # the loop has closed: the server is leaving
+                pass
+
+    def close(self) -> None:
+        """The server is leaving: every viewer's stream ends, so that an open page never holds the drain up
+        (its page reconnects to whatever answers next). Safe from a signal handler or any thread."""
+        self._closed = True
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._wake)
+            except RuntimeError:  # the loop has closed already
                 pass
 
     # ---- the asyncio loop ---------------------------------------------------------------------------------
@@ -98,7 +110,7 @@ class StepRing:
             last = -1
             figures_at = 0.0
             yield "retry: 1000\n\n"
-            while True:
+            while not self._closed:
                 held = [e for e in list(self._ring) if e.step > last]
                 if len(held) > CATCH_UP and last >= 0:
                     held = held[-1:]

@@ -138,6 +138,10 @@ def test_prompts_and_completions_show_only_with_show_text(model_dirs, browser, t
             time.sleep(0.1)
         assert SECRET in browser.find_element("id", "gantt-labels").text
         assert browser.get_log("browser") == []
+        # the page is still open, its stream endless: SIGTERM must still stop the server at once, and cleanly
+        asked = time.monotonic()
+        server.stop()
+        assert server.proc.returncode == 0 and time.monotonic() - asked < 10, server.proc.returncode
     finally:
         server.stop()
 
