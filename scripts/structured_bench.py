@@ -31,15 +31,29 @@ SCHEMA = {"type": "object", "additionalProperties": False, "required": ["text"],
           "properties": {"text": {"type": "string", "pattern": "^[a-z ]*$"}}}
 
 
+STEPS: list = []  # the step events of the run under way (a step callback appends them)
+
+
 def run(llm: LLM, prompts: list[list[int]], params: list) -> tuple[float, float, list[int]]:
     """One timed run: output tokens per second of wall time and per second of this process's CPU time (on a CPU
     that others share, the steadier of the two), and each request's output tokens."""
     llm.reset_prefix_cache()
+    STEPS.clear()
     started, cpu = time.perf_counter(), time.process_time()
     out = llm.generate(prompts, params)
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     lengths = [len(r["token_ids"]) for r in out]
     return sum(lengths) / wall, sum(lengths) / cpu, lengths
+
+
+def step_times() -> str:
+    """Where the run's time went: its decode and prefill steps, and the host's time filling masks."""
+    decode = [e for e in STEPS if e.phase == "decode"]
+    prefill = [e for e in STEPS if e.phase != "decode"]
+    mean_ms = lambda xs: 1e3 * statistics.fmean(xs) if xs else 0.0
+    return (f"{len(decode)} decode steps of {mean_ms([e.elapsed_s for e in decode]):.2f} ms "
+            f"(masks {mean_ms([e.mask_fill_s for e in decode]):.2f}), {len(prefill)} prefill steps, "
+            f"{sum(e.elapsed_s for e in prefill):.2f} s")
 
 
 def main() -> None:
@@ -53,6 +67,7 @@ def main() -> None:
     spec = workload_spec(args.workload)
     count = args.requests or spec.num_requests
     llm = LLM(args.model, page_size=args.page_size, max_running_req=max(count, 1))
+    llm.add_step_callback(STEPS.append)
     workload = make_workload(spec, llm.vocab_size, num_requests=count, max_seq_len=llm.max_seq_len)
     prompts = [r.prompt_ids for r in workload.requests]
     constraint = Constraint.json_schema(SCHEMA)
@@ -65,11 +80,14 @@ def main() -> None:
     llm.generate(prompts, [replace(p, max_tokens=min(p.max_tokens, 8)) for p in free])
     walls, cpus = [], []
     for i in range(args.rounds):
-        (free_rate, free_cpu, tokens), (rate, cpu, _) = run(llm, prompts, free), run(llm, prompts, constrained)
+        free_rate, free_cpu, tokens = run(llm, prompts, free)
+        free_steps = step_times()
+        rate, cpu, _ = run(llm, prompts, constrained)
         walls.append(rate / free_rate)
         cpus.append(cpu / free_cpu)
         print(f"round {i + 1}, {sum(tokens):,} tokens each: free {free_rate:,.1f} tok/s ({free_cpu:,.1f} per CPU "
               f"second), constrained {rate:,.1f} tok/s ({cpu:,.1f}): {walls[-1]:.3f} ({cpus[-1]:.3f})", flush=True)
+        print(f"  free: {free_steps}\n  constrained: {step_times()}", flush=True)
     wall, cpu = statistics.median(walls), statistics.median(cpus)
     print(f"constrained / free, median of {args.rounds}: {wall:.3f} of the tokens a second (cost {100 * (1 - wall):.1f}%),"
           f" {cpu:.3f} of the tokens a CPU second (cost {100 * (1 - cpu):.1f}%)")
