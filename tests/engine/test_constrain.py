@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from core import LLM, SamplingParams
-from core.constrain.masks import GrammarRows, fill_masks
+from core.constrain.masks import GrammarRows, TokenMasks, apply_masks, fill_masks
 from core.constraint import Constraint
 from core.errors import InvalidConstraintError, InvalidParamsError
 
@@ -98,6 +98,20 @@ def test_eos_is_allowed_only_where_the_grammar_accepts(llm):
     assert allowed() == digits
     matcher.consume_token(min(digits))
     assert allowed() == digits | {eos}
+
+
+def test_masks_set_exactly_the_disallowed_logits_to_minus_infinity():
+    """Every row masked (one addition) or some rows (gathered and put back): allowed logits keep their exact
+    values, disallowed ones are -inf, and unmasked rows are untouched; the model's own logits stay as they were."""
+    torch.manual_seed(0)
+    logits, bits = torch.randn(4, 70), torch.randint(-2**31, 2**31 - 1, (4, 3), dtype=torch.int32)
+    allowed = torch.tensor([[bool(int(bits[r, t // 32]) >> (t % 32) & 1) for t in range(70)] for r in range(4)])
+    before = logits.clone()
+    every = apply_masks(logits, TokenMasks(torch.arange(4), bits))
+    assert torch.equal(every, torch.where(allowed, logits, float("-inf")))
+    some = apply_masks(logits, TokenMasks(torch.tensor([1, 3]), bits[[1, 3]]))
+    assert torch.equal(some[[0, 2]], logits[[0, 2]]) and torch.equal(some[[1, 3]], every[[1, 3]])
+    assert torch.equal(logits, before)
 
 
 def test_the_overlap_loop_gives_the_plain_loops_tokens(model_dirs):
