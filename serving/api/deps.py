@@ -11,8 +11,14 @@ from serving.api.bridge import EngineBridge
 from serving.api.protocol import ApiError
 
 
-def engine_bridge(request: Request) -> EngineBridge:
+def bridge_of(request: Request) -> EngineBridge:
     return request.app.state.bridge
+
+
+async def engine_bridge(request: Request) -> EngineBridge:
+    """A coroutine, not a plain function: FastAPI runs a plain dependency on a worker thread, a hop that every
+    request would pay in latency and in the API process's CPU."""
+    return bridge_of(request)
 
 
 Bridge = Annotated[EngineBridge, Depends(engine_bridge)]

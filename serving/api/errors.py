@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from serving.api.deps import engine_bridge
+from serving.api.deps import bridge_of
 from serving.api.protocol import ApiError
 from serving.api.request_log import record_of
 
@@ -24,7 +24,7 @@ def add_error_handlers(app: FastAPI) -> None:
 
 
 def error_response(request: Request, error: ApiError) -> JSONResponse:
-    engine_bridge(request).metrics.rejected_with(error.status)
+    bridge_of(request).metrics.rejected_with(error.status)
     record_of(request).error = error.message
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
