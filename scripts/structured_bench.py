@@ -47,12 +47,14 @@ def run(llm: LLM, prompts: list[list[int]], params: list) -> tuple[float, float,
 
 
 def step_times() -> str:
-    """Where the run's time went: its decode and prefill steps, and the host's time filling masks."""
+    """Where the run's time went: its decode and prefill steps, and the host's time filling masks (of which the
+    loop waited for what the other host work of the step did not hide)."""
     decode = [e for e in STEPS if e.phase == "decode"]
     prefill = [e for e in STEPS if e.phase != "decode"]
     mean_ms = lambda xs: 1e3 * statistics.fmean(xs) if xs else 0.0
+    masks, waited = mean_ms([e.mask_fill_s for e in decode]), mean_ms([e.mask_wait_s for e in decode])
     return (f"{len(decode)} decode steps of {mean_ms([e.elapsed_s for e in decode]):.2f} ms "
-            f"(masks {mean_ms([e.mask_fill_s for e in decode]):.2f}), {len(prefill)} prefill steps, "
+            f"(masks {masks:.2f}, waited {waited:.2f}), {len(prefill)} prefill steps, "
             f"{sum(e.elapsed_s for e in prefill):.2f} s")
 
 

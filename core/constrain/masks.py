@@ -11,7 +11,6 @@ from typing import Any, Sequence
 import torch
 
 from core.request import Req
-from core.transfer import upload, upload_list
 
 
 @dataclass
@@ -50,13 +49,11 @@ def executor() -> Any:
     return _executor
 
 
-def fill_masks(grammar: GrammarRows, vocab_size: int, device: torch.device) -> TokenMasks:
-    """Each matcher's next-token bitmask, computed by llguidance's threads (the GIL released), then uploaded."""
-    words = (vocab_size + 31) // 32
-    bits = torch.empty((len(grammar.rows), words), dtype=torch.int32)
-    executor().unsafe_compute_mask_ptr([(m, i) for i, m in enumerate(grammar.matchers)], bits.data_ptr(), words * 4,
-                                       len(grammar.rows))
-    return TokenMasks(upload_list(grammar.rows, torch.int64, device), upload(bits, device))
+def fill_bits(matchers: Sequence[Any], out: torch.Tensor) -> None:
+    """Each matcher's next-token bitmask into its row of ``out`` ([len(matchers), ceil(vocab / 32)] int32, on the
+    host), computed by llguidance's threads with the GIL released (core/constrain/fill.py runs it on a worker)."""
+    executor().unsafe_compute_mask_ptr([(m, i) for i, m in enumerate(matchers)], out.data_ptr(), out.shape[1] * 4,
+                                       len(matchers))
 
 
 _BIAS_TABLES: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}

@@ -11,7 +11,9 @@ handles step N-1's results, so the host's work hides behind the device's. What m
 * a request that stopped on EOS at step N-1 was already launched again in step N: its extra token is dropped
   (``Req.done``), and the row and pages it gave back wait for step N to finish (``ReleaseFence``);
 * a batch under a grammar samples only once step N-1's tokens have moved its requests' matchers on: its token
-  masks are filled on the host then, while the device runs step N's forward pass (core/constrain/);
+  masks are filled on a worker thread then, while the device runs step N's forward pass and the host schedules
+  step N+1, and step N samples just before step N+1 is launched, which reads its tokens
+  (core/constrain/fill.py says why the two threads never touch the same matcher or buffer);
 * on CUDA, metadata is prepared on the scheduler's stream and forward passes run on the engine's stream,
   which waits for the scheduler's before each launch.
 """
@@ -39,6 +41,8 @@ class Steps(Protocol):
     def schedule_next_batch(self) -> Prepared | None: ...
 
     def launch(self, prepared: Prepared) -> InFlight: ...
+
+    def start_masks(self, flight: InFlight) -> None: ...
 
     def sample_under_grammar(self, flight: InFlight) -> None: ...
 
@@ -73,16 +77,19 @@ def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
             return
         if not steps.receive():
             if last is not None:
+                steps.sample_under_grammar(last)
                 steps.finish(last)
             return
         prepared = steps.schedule_next_batch() if steps.busy else None
+        if last is not None:
+            steps.sample_under_grammar(last)  # under a grammar: its masks filled while this step was scheduled
         current = steps.launch(prepared) if prepared is not None else None
         if last is not None:
             steps.finish(last)  # frees made here wait for ``current``
         elif current is None:
             steps.fail_stuck_requests()  # nothing in flight, nothing held: the head can never fit
         if current is not None:
-            steps.sample_under_grammar(current)  # its masks follow step N-1's tokens, just handled
+            steps.start_masks(current)  # they follow step N-1's tokens, just handled; filled on a worker thread
         last = current
 
 

@@ -77,8 +77,8 @@ def step_event(step: int, prepared: Prepared, finished: tuple[int, ...], elapsed
         kv_pages_used=report.pages_used, kv_pages_total=kv_pages_total, elapsed_s=elapsed_s, tp_size=tp_size,
         note=report.note, finished=finished, waiting=report.waiting, kv_pages_cached=report.pages_cached,
         arrived=report.arrived, waits=report.waits, kv=report.kv, evicted_pages=report.evicted_pages,
-        radix=radix, started_s=started_s, mask_fill_s=prepared.mask_fill_s, preempted=report.preempted,
-        preempted_pages=report.preempted_pages)
+        radix=radix, started_s=started_s, mask_fill_s=prepared.mask_fill_s, mask_wait_s=prepared.mask_wait_s,
+        preempted=report.preempted, preempted_pages=report.preempted_pages)
 
 
 class StepReporter:

@@ -35,7 +35,7 @@ from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager
 from core.scheduler.estimate import PageEstimate
 from core.scheduler.fence import ReleaseFence
-from core.scheduler.grammar_step import sample_with_masks
+from core.scheduler.grammar_step import sample_with_masks, start_masks
 from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
 from core.scheduler.leaving import stuck_head, take_out
 from core.scheduler.loops import after_current_stream, overlap_loop, plain_loop
@@ -67,8 +67,8 @@ class Scheduler:
       any thread; ``steps_scheduled`` and ``pages_freed_by_last_reset`` say what the loop has done;
     * watching it: ``add_step_callback``, ``add_before_step_callback``, ``report_radix``, ``stats()``;
     * the steps the loops (core/scheduler/loops.py) call in order: ``wait_for_work``, ``receive``,
-      ``schedule_next_batch``, ``launch``, ``sample_under_grammar``, ``finish`` and ``fail_stuck_requests``, with
-      ``busy``; ``grammars`` holds the requests' compiled constraints (core/constrain/).
+      ``schedule_next_batch``, ``launch``, ``start_masks``, ``sample_under_grammar``, ``finish`` and
+      ``fail_stuck_requests``, with ``busy``; ``grammars`` holds the requests' compiled constraints (core/constrain/).
     """
 
     def __init__(self, config: EngineConfig, model_dir: Path, log: Callable[[str], None] | None = None, *,
@@ -258,6 +258,10 @@ class Scheduler:
         """Sampled tokens into the token pool (the next decode step's inputs) and on their way to the host."""
         self.table_manager.flat[prepared.write_index] = next_tokens
         return self.engine.to_host(next_tokens, logprobs)
+
+    def start_masks(self, flight: InFlight) -> None:
+        """A batch under a grammar, launched unsampled: start filling its masks on a worker thread."""
+        start_masks(flight, self.vocab_size, self.device)
 
     def sample_under_grammar(self, flight: InFlight) -> None:
         """A batch under a grammar, launched unsampled: its masks, then its tokens (core/scheduler/grammar_step.py)."""

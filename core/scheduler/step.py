@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from core.constrain.fill import MaskFill
 from core.constrain.masks import GrammarRows
 from core.engine.engine import ForwardOutput
 from core.engine.sampler import SampleArgs
@@ -46,6 +47,7 @@ class Prepared:
     report: StepReport
     grammar: GrammarRows | None = None  # the rows that sample under a grammar (None: no mask, the usual step)
     mask_fill_s: float = 0.0  # how long filling their token masks took on the host
+    mask_wait_s: float = 0.0  # how long the loop waited for them (the rest of the fill overlapped other work)
 
 
 @dataclass
@@ -54,3 +56,4 @@ class InFlight:
     output: ForwardOutput | None  # None until a batch under a grammar is sampled
     ticket: int  # the release fence's number for this launch
     logits: torch.Tensor | None = None  # a batch under a grammar: its logits, waiting for their masks
+    masks: MaskFill | None = None  # ... and those masks, once their fill has started

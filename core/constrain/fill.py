@@ -1,0 +1,68 @@
+"""A step's token masks filled on a worker thread while the loop's thread goes on with the rest of the step.
+
+Under overlap scheduling the masks of step N follow step N-1's tokens: they can be filled only once those tokens
+have moved the matchers on, and step N samples once they are on the device. For a large batch, filling them
+(llguidance's threads, the GIL released) takes about as long as all the loop's other host work, so the loop
+starts the fill as soon as the matchers have moved, schedules step N+1 meanwhile, and takes the masks just
+before it launches step N's sampling (core/scheduler/loops.py): the fill leaves the host's path between two
+steps, where the device waits for it. Why that is safe:
+
+* one thread at a time touches a matcher: between ``start`` and ``take`` the loop's thread only hands out
+  replies, takes in messages and schedules, which move requests around (added, aborted, preempted) but never
+  call their matchers; matchers move on when step N's tokens are taken, after step N's fill was taken and before
+  step N+1's starts, and one worker thread runs the fills, one at a time;
+* each fill writes a buffer of its own, taken when it starts (pinned on CUDA, from torch's pinned-memory cache,
+  which hands a block out again only once the copy that read it has run), so no step's masks overwrite
+  another's before the device has read them.
+
+The plain loop fills inline (``background=False``): it has nothing to do meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+
+from core.constrain.masks import GrammarRows, TokenMasks, fill_bits
+from core.transfer import upload_list
+
+_worker: ThreadPoolExecutor | None = None
+
+
+def _thread() -> ThreadPoolExecutor:
+    """The one worker thread every fill runs on (made at first use): fills never run two at once."""
+    global _worker
+    if _worker is None:
+        _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minisgl-masks")
+    return _worker
+
+
+class MaskFill:
+    """One step's masks: the fill starts when this is made; ``take`` waits for it and uploads them."""
+
+    def __init__(self, grammar: GrammarRows, vocab_size: int, device: torch.device, background: bool = True) -> None:
+        self.grammar, self.device = grammar, device
+        words = (vocab_size + 31) // 32
+        self.bits = torch.empty((len(grammar.rows), words), dtype=torch.int32, pin_memory=device.type == "cuda")
+        self.fill_s = 0.0  # how long the fill itself took
+        self.wait_s = 0.0  # how long ``take`` waited for it: the part of the fill that nothing hid
+        self._done: Future | None = _thread().submit(self._fill) if background else None
+        if not background:
+            self._fill()
+            self.wait_s = self.fill_s
+
+    def _fill(self) -> None:
+        started = time.perf_counter()
+        fill_bits(self.grammar.matchers, self.bits)
+        self.fill_s = time.perf_counter() - started
+
+    def take(self) -> TokenMasks:
+        """The masks on the device, once filled (the fill's error, if any, raised here on the loop's thread)."""
+        if self._done is not None:
+            started = time.perf_counter()
+            self._done.result()
+            self.wait_s = time.perf_counter() - started
+        bits = self.bits.to(self.device, non_blocking=True) if self.device.type == "cuda" else self.bits
+        return TokenMasks(upload_list(self.grammar.rows, torch.int64, self.device), bits)
