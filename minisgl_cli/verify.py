@@ -10,7 +10,9 @@ import typer
 import sample_prompts
 from minisgl_cli.console import stderr_console, stdout_console
 from minisgl_cli import options as o
-from minisgl_cli.engine_options import EngineOptions, with_engine_options
+from core.config import DEFAULTS
+from core.errors import InvalidParamsError
+from minisgl_cli.engine_options import SAMPLING_DEFAULTS, EngineOptions, flag, with_engine_options
 from minisgl_cli.exits import SOME_FAILED
 from minisgl_cli.jobs import (check_against_reference, check_context, engine_inputs, generate_with_progress,
                               load_job, load_llm, require_greedy)
@@ -41,6 +43,7 @@ def verify(prompts: o.OptionalPrompts = None, ref: Ref = "hf", json_out: o.Json 
     sampling = o.SamplingOptions(max_tokens, temperature, top_k, top_p, seed, ignore_eos)
     job = load_job(prompts or sample_prompts.path(), sampling)
     require_greedy(job, sampling)
+    refuse_sampling_defaults(engine)
     check_context(job, engine, sampling)
     llm = load_llm(engine, activity, verbose)
     inputs = engine_inputs(llm, job, chat)
@@ -63,3 +66,12 @@ def _token_text(llm: LLM, token: int | None) -> str:
     if token is None:
         return llm.tokenizer.decode(sorted(llm.eos_token_ids)[:1])
     return llm.tokenizer.decode([token])
+
+
+def refuse_sampling_defaults(engine: EngineOptions) -> None:
+    """verify compares the model's plain greedy decoding: a model's sampling defaults have no part in it, so
+    asking for some is a mistake to say, not an option to ignore."""
+    given = [flag(name) for name in SAMPLING_DEFAULTS if engine.values[name] != DEFAULTS[name]]
+    if given:
+        raise InvalidParamsError(f"verify compares plain greedy decoding and takes no sampling defaults: leave out "
+                                 f"{' and '.join(given)}")

@@ -70,6 +70,9 @@ def test_verify_refuses_sampling(good, tmp_path):
     sampled = write(tmp_path / "s.jsonl", '{"prompt": "a", "temperature": 0.5}\n')
     assert_user_error(run("trace", sampled, "--verify"), "s.jsonl line 1")
     assert_user_error(run("verify", good, "--ref", "vllm"), "'vllm' is not one of 'hf'")
+    assert_user_error(run("verify", good, "--generation-config", "none"), "leave out --generation-config")
+    assert_user_error(run("verify", good, "--override-generation-config", '{"temperature": 0.5}'),
+                      "takes no sampling defaults: leave out --override-generation-config")
 
 
 def test_unwritable_outputs_fail_before_loading(good, tmp_path):
