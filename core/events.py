@@ -87,7 +87,7 @@ class StepEvent:
     radix: tuple[RadixNodeView, ...] | None = None  # the tree after the step, when a watcher asked for it
     started_s: float = 0.0  # when the step was scheduled, in seconds since the scheduler was built
     mask_fill_s: float = 0.0  # host time filling the token masks of the rows under a grammar (0: none)
-    mask_wait_s: float = 0.0  # of it, what the loop waited for: the rest overlapped other host work
+    mask_wait_s: float = 0.0  # what the loop waited for them: under overlap the fill runs beside other host work
     preempted: tuple[int, ...] = field(default=())  # uids preempted to make room for this step, queued again
     preempted_pages: int = 0  # the KV pages they gave back (freed, or kept by the prefix cache)
 

@@ -20,6 +20,7 @@ The plain loop fills inline (``background=False``): it has nothing to do meanwhi
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -46,15 +47,24 @@ class MaskFill:
         self.grammar, self.device = grammar, device
         words = (vocab_size + 31) // 32
         self.bits = torch.empty((len(grammar.rows), words), dtype=torch.int32, pin_memory=device.type == "cuda")
-        self.fill_s = 0.0  # how long the fill itself took
+        self.fill_s = 0.0  # how long the fill took (on the worker: until it had the GIL back after the fill)
         self.wait_s = 0.0  # how long ``take`` waited for it: the part of the fill that nothing hid
-        self._done: Future | None = _thread().submit(self._fill) if background else None
-        if not background:
-            self._fill()
+        self._done: Future | None = None
+        if background:
+            # wait until the worker runs: it needs the GIL to begin (llguidance reads its arguments under it, then
+            # lets go), and a thread that only waits for the GIL gets it from a busy Python thread after the
+            # interpreter's switch interval (5 ms), longer than the work the fill is meant to run beside
+            running = threading.Event()
+            self._done = _thread().submit(self._fill, running)
+            running.wait()
+        else:
+            self._fill(None)
             self.wait_s = self.fill_s
 
-    def _fill(self) -> None:
+    def _fill(self, running: threading.Event | None) -> None:
         started = time.perf_counter()
+        if running is not None:
+            running.set()
         fill_bits(self.grammar.matchers, self.bits)
         self.fill_s = time.perf_counter() - started
 
