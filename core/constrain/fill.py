@@ -15,7 +15,9 @@ steps, where the device waits for it. Why that is safe:
   which hands a block out again only once the copy that read it has run), so no step's masks overwrite
   another's before the device has read them.
 
-The plain loop fills inline (``background=False``): it has nothing to do meanwhile.
+The plain loop fills inline (``background=False``): it has nothing to do meanwhile; so does the overlap loop for
+a batch of fewer than ``BACKGROUND_ROWS`` rows under a grammar, whose fill takes less than handing it to the worker
+and back (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import torch
 
 from core.constrain.masks import GrammarRows, TokenMasks, fill_bits
 from core.transfer import upload_list
+
+BACKGROUND_ROWS = 32  # rows under a grammar from which a step's fill runs on the worker
 
 _worker: ThreadPoolExecutor | None = None
 

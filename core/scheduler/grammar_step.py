@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from core.constrain.fill import MaskFill
+from core.constrain.fill import BACKGROUND_ROWS, MaskFill
 from core.engine.engine import Engine, ForwardOutput
 from core.engine.sampler import TokenLogprobs
 from core.scheduler.loops import after_current_stream
@@ -22,9 +22,11 @@ Send = Callable[[Prepared, torch.Tensor, TokenLogprobs | None], ForwardOutput]
 
 def start_masks(flight: InFlight, vocab_size: int, device: torch.device) -> None:
     """Start filling the batch's masks on the worker thread (core/constrain/fill.py): its requests' matchers have
-    taken every token so far, and none of them is touched again before ``sample_with_masks``."""
-    if flight.logits is not None and flight.masks is None:
-        flight.masks = MaskFill(flight.prepared.grammar, vocab_size, device)
+    taken every token so far, and none of them is touched again before ``sample_with_masks``. A batch with few
+    rows under a grammar is filled then, inline."""
+    grammar = flight.prepared.grammar
+    if flight.logits is not None and flight.masks is None and len(grammar.rows) >= BACKGROUND_ROWS:
+        flight.masks = MaskFill(grammar, vocab_size, device)
 
 
 def sample_with_masks(flight: InFlight, engine: Engine, send: Send, vocab_size: int) -> None:

@@ -17,6 +17,7 @@ from core import LLM, SamplingParams
 from core.constrain.fill import MaskFill
 from core.constrain.masks import GrammarRows, TokenMasks, apply_masks
 from core.constraint import Constraint
+from core.scheduler import grammar_step
 from core.errors import InvalidConstraintError, InvalidParamsError
 
 MODEL = "llama"  # random weights over a byte-level tokenizer: the mask alone makes the replies valid
@@ -115,22 +116,24 @@ def test_masks_set_exactly_the_disallowed_logits_to_minus_infinity():
     assert torch.equal(logits, before)
 
 
-def test_the_overlap_loop_gives_the_plain_loops_tokens(model_dirs):
-    """Under overlap scheduling a constrained batch samples once the step before has moved its matchers on:
-    greedy and seeded, mixed with a free request, queued for rows, the tokens are the plain loop's."""
+def test_the_overlap_loop_gives_the_plain_loops_tokens(model_dirs, monkeypatch):
+    """Under overlap scheduling a constrained batch samples once the step before has moved its matchers on, its
+    masks filled inline or on the worker thread while the next step is scheduled: greedy and seeded, mixed with a
+    free request, queued for rows, the tokens are the plain loop's."""
     small = Constraint.json_schema({"type": "object", "additionalProperties": False, "required": ["k", "n"],
                                     "properties": {"k": {"enum": ["cat", "dog"]},
                                                    "n": {"type": "integer", "minimum": 0, "maximum": 9}}})
     params = sampled(small, range(4), 24) + [SamplingParams(max_tokens=24, constraint=small),
                                              SamplingParams(max_tokens=10, temperature=1.0, seed=9)]
     tokens = {}
-    for overlap in (False, True):
+    for overlap, worker_from in ((False, 0), (True, 1000), (True, 1)):  # rows from which the worker fills
+        monkeypatch.setattr(grammar_step, "BACKGROUND_ROWS", worker_from)
         llm = LLM(model_dirs[MODEL], max_running_req=4, overlap=overlap)
         out = llm.generate(["a", "bb", "ccc", "dddd", "e", "ff"], params)
         for r in out[:5]:
             assert set(json.loads(r["text"])) == {"k", "n"} and r["finish_reason"] == "stop", r
-        tokens[overlap] = [r["token_ids"] for r in out]
-    assert tokens[True] == tokens[False]
+        tokens[overlap, worker_from] = [r["token_ids"] for r in out]
+    assert tokens[True, 1000] == tokens[False, 0] == tokens[True, 1]
 
 
 def test_a_preempted_request_keeps_its_grammar(model_dirs, llm):
