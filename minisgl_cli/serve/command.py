@@ -220,7 +220,7 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int
     name = engine.model or "the embedded SmolLM2-135M-Instruct"
     with interrupted_load(activity), activity.phase(f"loading {name}", closing=ENGINE_READY):
         from core.config import EngineConfig
-        from core.llm.llm import load_tokenizer
+        from core.models.tokenizer import load_tokenizer
         from serving.remote import RemoteEngine
         from core.models.weights import resolve_model_dir
 
