@@ -85,7 +85,6 @@ def apply_masks(logits: torch.Tensor, masks: TokenMasks) -> torch.Tensor:
 
 def advance(matcher: Any, token: int) -> bool:
     """Move a request's matcher past its sampled token; True when its grammar is complete (nothing but EOS may
-    follow) and the request ends there."""
-    matcher.consume_token(token)
-    return matcher.is_stopped() or matcher.is_error()
+    follow) and the request ends there, or when the token put the matcher in error (consume_token says False)."""
+    return not matcher.consume_token(token) or matcher.is_stopped()
 

@@ -15,7 +15,7 @@ import torch
 
 from core import LLM, SamplingParams
 from core.constrain.fill import MaskFill
-from core.constrain.masks import GrammarRows, TokenMasks, apply_masks
+from core.constrain.masks import GrammarRows, TokenMasks, advance, apply_masks
 from core.constraint import Constraint
 from core.scheduler import grammar_step
 from core.errors import InvalidConstraintError, InvalidParamsError
@@ -100,6 +100,14 @@ def test_eos_is_allowed_only_where_the_grammar_accepts(llm):
     assert allowed() == digits
     matcher.consume_token(min(digits))
     assert allowed() == digits | {eos}
+
+
+def test_advancing_ends_a_request_where_its_grammar_completes_or_a_token_breaks_it(llm):
+    constraint = Constraint.regex("ab")
+    [a], [b], [z] = llm.tokenize("a"), llm.tokenize("b"), llm.tokenize("z")
+    matcher, broken = llm.scheduler.grammars.matcher(constraint), llm.scheduler.grammars.matcher(constraint)
+    assert [advance(matcher, a), advance(matcher, b)] == [False, True] and not matcher.is_error()
+    assert advance(broken, z) and broken.is_error()
 
 
 def test_masks_set_exactly_the_disallowed_logits_to_minus_infinity():
