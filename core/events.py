@@ -19,7 +19,8 @@ class ReqStep:
     constrained: bool = False  # it samples under a grammar (structured output: core/constrain/)
 
 
-WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", "shared_prefix", "preempted"]
+WaitKind = Literal["rows", "kv_pages", "token_budget", "forced_decode", "fcfs", "shared_prefix", "preempted",
+                   "grammar"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,8 @@ class WaitReason:
     evictable (after those promised to running requests); ``token_budget``: this step's prefill tokens are used
     up; ``forced_decode``: the step is a decode forced so running requests are not starved; ``fcfs``: an earlier
     request did not fit, and nobody jumps the queue; ``shared_prefix``: it waits one step for a request in this
-    batch to cache the prefix they share."""
+    batch to cache the prefix they share; ``preempted``: it was preempted and waits to be recomputed;
+    ``grammar``: its constraint's grammar is being compiled (on a worker thread), and others go past it."""
 
     uid: int
     kind: WaitKind

@@ -1,55 +1,98 @@
 """Each request's matcher: the tokenizer's tables built once, when the first constrained request arrives, and each
-distinct constraint compiled once (a matcher in its start state is kept, and each request gets a copy)."""
+distinct constraint compiled once (a matcher in its start state is kept, and each request gets a copy).
+
+Both take long enough to stall every running stream if the loop's thread did them (the tables: every token's
+bytes, a second or two for a real tokenizer; a grammar: a millisecond, more for a large schema), so they run on a
+worker thread of their own, as vLLM and SGLang do: ``request`` answers at once, with a matcher or None, and the
+worker calls ``on_ready`` once the grammar is compiled (the scheduler posts that into its inbox, and the request,
+which waited in the queue meanwhile, gets its matcher from ``matcher`` on the loop's thread). Only the worker builds
+the tables and compiles; only the caller's thread touches what is kept and what is being built."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 from core.constraint import Constraint
 from core.errors import InvalidConstraintError
-from core.request import SamplingParams
 
 COMPILED_KEPT = 256  # distinct constraints kept compiled, least recently used dropped first
+
+_worker: ThreadPoolExecutor | None = None
+
+
+def _thread() -> ThreadPoolExecutor:
+    """The one worker thread every compile runs on (made at first use), apart from the masks' own: a long compile
+    never holds up a step's masks."""
+    global _worker
+    if _worker is None:
+        _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minisgl-grammars")
+    return _worker
 
 
 class Grammars:
     """Matchers for one engine's requests. ``tokenizer`` loads the model's tokenizer (a transformers tokenizer,
     or a ``random:`` model's byte tokenizer); it is called once, at the first constrained request, so an engine
     that never sees one never loads it. ``vocab_size`` is the logits' width, ``eos_token_ids`` the tokens a
-    matcher allows only once its grammar accepts (read with the tokenizer)."""
+    matcher allows only once its grammar accepts (read with the tokenizer). ``on_ready(constraint)`` is called
+    on the worker thread when a compile that ``request`` started has ended, well or not."""
 
-    def __init__(self, tokenizer: Callable[[], Any], vocab_size: int,
-                 eos_token_ids: Callable[[], Iterable[int]]) -> None:
+    def __init__(self, tokenizer: Callable[[], Any], vocab_size: int, eos_token_ids: Callable[[], Iterable[int]],
+                 on_ready: Callable[[Constraint], None] = lambda constraint: None) -> None:
         self._load_tokenizer = tokenizer
         self.vocab_size = vocab_size
         self._eos_token_ids = eos_token_ids
+        self._on_ready = on_ready
         self._info: Any = None
+        # each constraint's matcher in its start state, or the error that says why it cannot be built
         self._compiled: OrderedDict[Constraint, Any] = OrderedDict()
+        self._building: dict[Constraint, Future] = {}  # compiles running on the worker, until ``matcher`` takes them
 
-    def matcher_for(self, params: SamplingParams) -> Any:
-        """The request's matcher, or None when it has no constraint."""
-        return None if params.constraint is None else self.matcher(params.constraint)
+    def request(self, constraint: Constraint) -> Any:
+        """A matcher of its own for a request under ``constraint`` if its grammar is compiled; else None, and the
+        worker compiles it (once, however many requests ask) and then calls ``on_ready(constraint)``, after which
+        ``matcher`` answers at once. Raises InvalidConstraintError where the grammar is known not to build."""
+        if constraint in self._compiled:
+            return self.matcher(constraint)
+        if constraint not in self._building:
+            self._building[constraint] = _thread().submit(self._compile, constraint)
+            self._building[constraint].add_done_callback(lambda _: self._on_ready(constraint))
+        return None
 
     def matcher(self, constraint: Constraint) -> Any:
-        """A matcher of its own for one request, at the start of ``constraint``'s grammar. Raises
-        InvalidConstraintError where the grammar cannot be built for this tokenizer."""
-        from llguidance import LLMatcher
+        """A matcher of its own for one request, at the start of ``constraint``'s grammar (compiled first, on the
+        worker, if need be). Raises InvalidConstraintError where the grammar cannot be built for this tokenizer."""
+        start = self.settle(constraint)
+        if isinstance(start, InvalidConstraintError):
+            raise InvalidConstraintError(str(start))
+        return start.deep_copy()
 
+    def settle(self, constraint: Constraint) -> Any:
+        """Keep what the worker compiled for ``constraint`` (waiting for it if it is still at work; compiling it if
+        nobody asked yet), also when no request waits for it any more; return it: the matcher in its start state,
+        or the InvalidConstraintError saying why there is none."""
         start = self._compiled.get(constraint)
         if start is None:
-            start = LLMatcher(self.tokenizer_info(), constraint.grammar, log_level=0)
-            if start.is_error():
-                raise InvalidConstraintError(f"{constraint.describe()} cannot be used: {start.get_error()}")
-            self._compiled[constraint] = start
+            building = self._building.pop(constraint, None) or _thread().submit(self._compile, constraint)
+            start = self._compiled[constraint] = building.result()
             if len(self._compiled) > COMPILED_KEPT:
                 self._compiled.popitem(last=False)
         else:
             self._compiled.move_to_end(constraint)
-        return start.deep_copy()
+        return start
+
+    def _compile(self, constraint: Constraint) -> Any:
+        """On the worker: the matcher in ``constraint``'s start state, or the error saying why there is none."""
+        from llguidance import LLMatcher
+
+        start = LLMatcher(self.tokenizer_info(), constraint.grammar, log_level=0)
+        if start.is_error():
+            return InvalidConstraintError(f"{constraint.describe()} cannot be used: {start.get_error()}")
+        return start
 
     def tokenizer_info(self) -> Any:
-        """llguidance's view of the vocabulary (every token's bytes), built on first use."""
+        """llguidance's view of the vocabulary (every token's bytes), built on first use (on the worker)."""
         if self._info is None:
             eos = sorted(self._eos_token_ids())
             self._info = _tokenizer_info(self._load_tokenizer(), self.vocab_size, eos)

@@ -1,8 +1,9 @@
 """The inbox: the one way anything reaches a running scheduler from outside its loop.
 
-Any thread may post messages (requests, aborts, cache resets); only the loop takes them, at the top of each
-step. With tensor parallelism rank 0 sends the list it took to every other rank, which applies it at the same
-point of the same step: all ranks keep forming the same batches.
+Any thread may post messages (requests, aborts, cache resets, grammars compiled on a worker); only the loop takes
+them, at the top of each step. With tensor parallelism rank 0 sends the list it took to every other rank, which
+applies it at the same point of the same step: all ranks keep forming the same batches (a rank told a grammar is
+ready waits for its own compile of it, started when the request arrived).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from core.constraint import Constraint
 from core.request import SamplingParams
 
 
@@ -32,7 +34,15 @@ class ResetPrefixCache:
     pass
 
 
-Message = AddRequest | AbortRequest | ResetPrefixCache
+@dataclass(frozen=True)
+class GrammarReady:
+    """A constraint's grammar has been compiled on the grammars' worker thread (core/constrain/grammars.py), or
+    found not to build: the requests queued under it can go on. Posted by the engine itself, never sent to it."""
+
+    constraint: Constraint
+
+
+Message = AddRequest | AbortRequest | ResetPrefixCache | GrammarReady
 
 
 class Inbox:

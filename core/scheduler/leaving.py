@@ -33,10 +33,10 @@ def take_out(uid: int, prefill: PrefillManager, decode: DecodeManager, release: 
 def stuck_head(prefill: PrefillManager, decode: DecodeManager, release: Callable[[Req], None], page_size: int,
                num_pages: int) -> Reply | None:
     """Nothing could be scheduled while requests wait and none decode: the head can never fit. Take it out and
-    return its error reply (None when nobody is stuck)."""
-    if decode.runnable or not prefill.pending:
+    return its error reply (None when nobody is stuck). One waiting for its grammar is not stuck: it is passed."""
+    if decode.runnable or not prefill.runnable:
         return None
-    pending = prefill.pending[0]
+    pending = next(p for p in prefill.pending if not p.awaits_grammar)
     prefill.remove(pending)
     if pending.admitted is not None:
         release(pending.admitted)

@@ -11,6 +11,12 @@ pages are not there (under ``estimate``, running requests may have taken them) w
 A preempted request (core/scheduler/preempt.py) is queued again at the head with the tokens it generated: its
 prefill computes its prompt and those tokens (mostly found in the prefix cache), and it goes on from there.
 
+A request under a constraint whose grammar is still being compiled (core/constrain/grammars.py: on a worker
+thread, a second or two for the first one's tokenizer tables) cannot be admitted until its matcher is ready, and
+does not block the queue meanwhile: those behind it are admitted past it, as in SGLang's grammar queue. Holding
+them would make one client's schema everyone's latency, for a wait that has nothing to do with their pages or
+rows; the waiting request keeps its place, so once ready it goes before everyone who came after it.
+
 With a prefix cache, a request that shares a long uncached prefix with one already in this batch waits one
 step, by which time that prefix is cached, rather than compute it a second time.
 """
@@ -48,6 +54,11 @@ class PendingReq:
     output_ids: list[int] = field(default_factory=list)  # generated before it was preempted: kept, never resent
     preemptions: int = 0
     admitted: Req | None = None  # the running request, once its first chunk was admitted
+
+    @property
+    def awaits_grammar(self) -> bool:
+        """Under a constraint whose matcher is not ready yet: it stays queued, passed by those behind it."""
+        return self.matcher is None and self.params.constraint is not None
 
     @property
     def max_device_len(self) -> int:
@@ -169,7 +180,8 @@ class PrefillManager:
 
     @property
     def runnable(self) -> bool:
-        return bool(self.pending)
+        """Whether a queued request could be admitted now (one waiting for its grammar cannot)."""
+        return any(not p.awaits_grammar for p in self.pending)
 
     def reserved_pages(self) -> int:
         """Pages the decoding requests and the chunked ones part-way through their prompt are expected to take."""
@@ -186,7 +198,8 @@ class PrefillManager:
         # counted, so nobody admitted behind it can take those pages.
         adder = PrefillAdder(token_budget, self.reserved_pages(), self.cache, self.table, self.estimate)
         reqs: list[Req] = []
-        for pending in self.pending:
+        ready = [p for p in self.pending if not p.awaits_grammar]
+        for pending in ready:
             req = adder.try_add(pending)
             if req is None:
                 break
@@ -196,8 +209,10 @@ class PrefillManager:
             return None
         self.prompt_tokens += adder.admitted_prompt_tokens
         self.cached_prompt_tokens += adder.admitted_cached_tokens
-        still_chunked = [p for p in self.pending[: len(reqs)] if p.admitted is not None and p.admitted.is_chunked]
-        self.pending = still_chunked + self.pending[len(reqs):]
+        admitted = ready[: len(reqs)]
+        still_chunked = [p for p in admitted if p.admitted is not None and p.admitted.is_chunked]
+        left = set(admitted)
+        self.pending = still_chunked + [p for p in self.pending if p not in left]
         return Batch(reqs=reqs, phase="prefill"), adder.token_pool_writes
 
     def find(self, uid: int) -> PendingReq | None:

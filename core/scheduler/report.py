@@ -19,11 +19,15 @@ FIRST_TOKENS_SHOWN = 8
 
 def wait_reasons(queued: Iterable[PendingReq], refusal: WaitReason | None, forced_note: str) -> tuple[WaitReason, ...]:
     """Every request still queued after the batch was formed: the one tried last has the reason it was refused;
-    those behind it wait their turn (first come, first served), or all of them wait for a forced decode."""
+    those behind it wait their turn (first come, first served), or all of them wait for a forced decode; one
+    whose grammar is being compiled waits for that alone."""
     reasons: list[WaitReason] = []
     head: int | None = None
     for pending in queued:
-        if pending.preemptions and pending.admitted is None:
+        if pending.awaits_grammar:
+            reasons.append(WaitReason(pending.uid, "grammar", "its grammar is being compiled on a worker thread "
+                                      "(requests behind it go ahead meanwhile)"))
+        elif pending.preemptions and pending.admitted is None:
             reasons.append(preempted_reason(pending, refusal))
             head = pending.uid if refusal is not None and pending.uid == refusal.uid else head
         elif forced_note:

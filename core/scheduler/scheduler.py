@@ -26,7 +26,7 @@ from core.constrain.grammars import Grammars
 from core.constrain.masks import grammar_rows
 from core.engine.engine import Engine, ForwardOutput
 from core.engine.sampler import TokenLogprobs
-from core.errors import InvalidConstraintError, RequestRejected
+from core.errors import RequestRejected
 from core.models.tokenizer import load_tokenizer
 from core.events import StepCallback
 from core.request import Batch, Req, SamplingParams
@@ -36,7 +36,8 @@ from core.scheduler.decode import DecodeManager
 from core.scheduler.estimate import PageEstimate
 from core.scheduler.fence import ReleaseFence
 from core.scheduler.grammar_step import sample_with_masks, start_masks
-from core.scheduler.inbox import AbortRequest, AddRequest, Inbox, Message
+from core.scheduler.grammar_wait import grammar_ready, matcher_or_error
+from core.scheduler.inbox import AbortRequest, AddRequest, GrammarReady, Inbox, Message
 from core.scheduler.leaving import stuck_head, take_out
 from core.scheduler.loops import after_current_stream, overlap_loop, plain_loop
 from core.scheduler.policy import PhasePolicy
@@ -94,12 +95,13 @@ class Scheduler:
                                    self.estimate, self._running)
         self.eos_token_ids = frozenset(self.engine.model_config.eos_token_ids)
         self.vocab_size = self.engine.model_config.vocab_size
-        self.grammars = Grammars(lambda: load_tokenizer(model_dir), self.vocab_size, lambda: self.eos_token_ids)
+        self.inbox = Inbox()
+        self.grammars = Grammars(lambda: load_tokenizer(model_dir), self.vocab_size, lambda: self.eos_token_ids,
+                                 on_ready=lambda constraint: self.inbox.post(GrammarReady(constraint)))
         self.limits = Limits(self.vocab_size, self.max_seq_len, self.page_size, self.cache_manager.num_pages)
         self.policy = PhasePolicy(config.max_prefill_streak)
         self.reporter = StepReporter(self.cache_manager, self.prefill_manager, config.tp, self._running)
         self.before_step_callbacks: list[Callable[[int], None]] = []
-        self.inbox = Inbox()
         self.stop_requested = threading.Event()  # leave the loop once idle (the LLM's stop())
         self._scheduled = 0  # steps scheduled so far: the index of the next one
         self._freed_by_reset = 0  # pages the last prefix-cache reset freed on this rank
@@ -110,10 +112,9 @@ class Scheduler:
 
     # ---- waiting and watching ------------------------------------------------------------------------------
     def wait_for_work(self, stop_when_idle: bool) -> bool:
-        """Called when nothing is queued, running or in flight: True once there is mail to take, False to
-        leave the loop (``stop_when_idle``, or the LLM's stop())."""
+        """Nothing can run or is in flight: True once there is mail, False to leave (stopping, and nothing queued)."""
         while not self.inbox.has_mail:
-            if stop_when_idle or self.stop_requested.is_set():
+            if (stop_when_idle or self.stop_requested.is_set()) and not self.prefill_manager.pending:
                 return False
             self.inbox.wait(0.1)
         return True
@@ -163,16 +164,15 @@ class Scheduler:
                 self._add_request(message.uid, list(message.input_ids), message.params)
             elif isinstance(message, AbortRequest):
                 self.abort(message.uid)
+            elif isinstance(message, GrammarReady):
+                self.send_result(grammar_ready(message.constraint, self.prefill_manager, self.grammars))
             else:
                 self._freed_by_reset = self.cache_manager.reset_prefix_cache()
         return True
 
     def _add_request(self, uid: int, input_ids: list[int], params: SamplingParams) -> None:
         """Queue a request, or answer it with an error at once if it can never run."""
-        try:  # under a constraint, its own matcher at the start of its grammar (compiled once per distinct one)
-            matcher, reason = self.grammars.matcher_for(params), self.rejection(input_ids, params)
-        except InvalidConstraintError as exc:
-            matcher, reason = None, exc
+        matcher, reason = matcher_or_error(params, self.grammars, self.rejection(input_ids, params))
         if reason is not None:
             self.send_result([Reply(uid, None, True, "error", str(reason))])
             return

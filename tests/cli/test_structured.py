@@ -48,8 +48,12 @@ def test_the_trace_marks_constrained_requests_and_keeps_their_mask_time(model_di
     assert result.exit_code == 0, result.stderr
     assert "uid0§:" in result.stdout and "uid1:" in result.stdout and "uid1§" not in result.stdout
     steps = trace_steps(tmp_path / "t.jsonl")
-    assert [r["constrained"] for r in steps[0]["reqs"]] == [True, False, True]
-    assert all(s["mask_fill_s"] > 0 for s in steps)  # uid0 samples under its grammar in every step
+    # the grammars compile on a worker: uid1 may start before the others, which join once theirs are ready
+    marks = {r["uid"]: r["constrained"] for s in steps for r in s["reqs"]}
+    assert marks == {0: True, 1: False, 2: True}
+    under = [s for s in steps if any(r["constrained"] for r in s["reqs"])]
+    assert under and all(s["mask_fill_s"] > 0 for s in under)  # every step with a row under a grammar
+    assert all(s["mask_fill_s"] == 0 for s in steps if s not in under)
     replay = run("trace", "--replay", tmp_path / "t.jsonl")
     assert replay.exit_code == 0, replay.stderr
     assert "uid0§:" in replay.stdout
