@@ -18,10 +18,10 @@ from render.radix_tree import radix_tree
 WAITS_SHOWN = 4
 
 SHORT_REASON = {"rows": "row", "kv_pages": "KV", "token_budget": "budget", "forced_decode": "decode",
-                "fcfs": "FCFS", "shared_prefix": "prefix", "preempted": "preempted"}
+                "fcfs": "FCFS", "shared_prefix": "prefix", "preempted": "preempted", "grammar": "grammar"}
 # the step table's wait column: why the first queued request waits, in two words
 WAIT_WORDS = {"rows": "no row", "kv_pages": "no KV", "token_budget": "budget", "forced_decode": "decode",
-              "fcfs": "FCFS", "shared_prefix": "prefix", "preempted": "preempted"}
+              "fcfs": "FCFS", "shared_prefix": "prefix", "preempted": "preempted", "grammar": "grammar"}
 
 LEGEND = (
     ("step", "the forward pass's number: one batch, one phase"),
@@ -35,7 +35,7 @@ LEGEND = (
     ("KV pages", "KV cache pages in use / pages in the pool"),
     ("KV", "KV cache pages in use / pages in the pool"),
     ("wait", "requests still queued · why the first waits: (no) row, (no) KV pages, budget, decode, FCFS, prefix, "
-             "preempted"),
+             "preempted, grammar (being compiled)"),
     ("done", "requests that finished in this step"),
     ("ms", "how long the step took"),
 )
