@@ -66,14 +66,23 @@ class DataParallelEngines:
 
     def __init__(self, engines: list[RemoteEngine]) -> None:
         self.engines = engines
-        self.tokenizer = engines[0].tokenizer
         self._memories = [PrefixMemory() for _ in engines]
         self.placed = [0] * len(engines)  # requests sent to each engine so far
 
     # ---- start and stop ------------------------------------------------------------------------------------
-    def start(self, log: Callable[[str], None] | None = None) -> None:
+    def start(self, log: Callable[[str], None] | None = None,
+              while_loading: Callable[[], None] | None = None) -> None:
         for i, engine in enumerate(self.engines):
-            engine.start(log=(lambda text, i=i: log(f"engine {i}: {text}")) if log is not None else None)
+            engine.start(log=(lambda text, i=i: log(f"engine {i}: {text}")) if log is not None else None,
+                         while_loading=while_loading if i == 0 else None)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engines[0].tokenizer
+
+    def give_tokenizer(self, tokenizer: Any) -> None:
+        for engine in self.engines:
+            engine.give_tokenizer(tokenizer)
 
     def stop(self) -> None:
         for engine in self.engines:

@@ -41,7 +41,7 @@ STOP_JOIN_S = 30.0  # after Stop, how long the engine gets to answer what it hol
 
 
 class RemoteEngine:
-    def __init__(self, config: EngineConfig, model_dir: Path, tokenizer: Any, *, trace: bool = False,
+    def __init__(self, config: EngineConfig, model_dir: Path, tokenizer: Any = None, *, trace: bool = False,
                  first_uid: int = 0, uid_step: int = 1, threads: int | None = None, gpu: int | None = None) -> None:
         """``first_uid``/``uid_step``: this engine's uids, disjoint from other engines' under data parallelism;
         ``threads``: torch's threads in the engine process (default torch's own)."""
@@ -80,14 +80,19 @@ class RemoteEngine:
         self._process: mp.Process | None = None
 
     # ---- start and stop ------------------------------------------------------------------------------------
-    def start(self, log: Callable[[str], None] | None = None) -> None:
-        """Spawn the engine process and wait until it is built; its load errors are raised here, typed."""
+    def start(self, log: Callable[[str], None] | None = None,
+              while_loading: Callable[[], None] | None = None) -> None:
+        """Spawn the engine process and wait until it is built; its load errors are raised here, typed.
+        ``while_loading`` runs as soon as the process is spawned, so that the caller's own loading (the
+        tokenizer, ``give_tokenizer``) overlaps the engine's imports and model load rather than preceding them."""
         self._process = mp.get_context("spawn").Process(
             target=engine_main, name="minisgl-engine",
             args=(self.config, self.model_dir, self._in_address, [self._out_address], self._trace, os.getpid(),
                   self._threads, self._gpu))
         self._process.start()
         self._push.connect(self._in_address)
+        if while_loading is not None:
+            while_loading()
         poller = zmq.Poller()
         poller.register(self._pull, zmq.POLLIN)
         while self.info is None:
@@ -111,6 +116,10 @@ class RemoteEngine:
         self._receiving = True
         threading.Thread(target=self._receive, name="minisgl-replies", daemon=True).start()
         threading.Thread(target=self._watch, name="minisgl-engine-watch", daemon=True).start()
+
+    def give_tokenizer(self, tokenizer: Any) -> None:
+        """The tokenizer, where it was not given at construction (it loads while the engine does: ``start``)."""
+        self.tokenizer = self.routes.tokenizer = tokenizer
 
     def _ready(self, out: StepOutput) -> None:
         info = out.info

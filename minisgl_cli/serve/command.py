@@ -215,8 +215,8 @@ def bind_listener(host: str, port: int) -> socket.socket:
 
 
 def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int = 1) -> Any:
-    """The tokenizer here, the engine in its own process (or ``dp`` of them); the load is shown as every command
-    shows one."""
+    """The tokenizer here, the engine in its own process (or ``dp`` of them), loading at the same time; the load
+    is shown as every command shows one."""
     name = engine.model or "the embedded SmolLM2-135M-Instruct"
     with interrupted_load(activity), activity.phase(f"loading {name}", closing=ENGINE_READY):
         from core.config import EngineConfig
@@ -226,18 +226,17 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int
 
         quiet_transformers()
         model_dir = resolve_model_dir(engine.model, activity.note)
-        tokenizer = load_tokenizer(model_dir)
         config = EngineConfig.from_options(**engine.values)
         if dp == 1:
-            remote = RemoteEngine(config, model_dir, tokenizer, trace=trace)
+            remote = RemoteEngine(config, model_dir, trace=trace)
         else:
             from serving.data_parallel import DataParallelEngines
 
             threads = max(1, (os.cpu_count() or 1) // dp)  # on a CPU the engines share its cores
-            remote = DataParallelEngines([RemoteEngine(config, model_dir, tokenizer, trace=trace, first_uid=i,
-                                                       uid_step=dp, threads=threads, gpu=i) for i in range(dp)])
-        try:
-            remote.start(log=activity.note)
+            remote = DataParallelEngines([RemoteEngine(config, model_dir, trace=trace, first_uid=i, uid_step=dp,
+                                                       threads=threads, gpu=i) for i in range(dp)])
+        try:  # the tokenizer loads here while the engine process loads the model
+            remote.start(log=activity.note, while_loading=lambda: remote.give_tokenizer(load_tokenizer(model_dir)))
         except BaseException:
             remote.close()
             raise
