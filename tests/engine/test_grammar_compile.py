@@ -112,3 +112,15 @@ def test_a_loop_with_only_a_grammar_to_wait_for_waits_until_the_worker_wakes_it(
     timer.join()
     assert out["finish_reason"] in ("stop", "length") and out["token_ids"], out
     assert gate.compiles == [CODE]
+
+
+def test_tensor_parallel_ranks_agree_on_when_a_grammar_is_ready(llm, model_dirs):
+    """Each rank compiles on its own worker; rank 0's GrammarReady tells every rank when to admit the request, so
+    the ranks form the same batches and the tokens are one rank's."""
+    prompts = ["code:", "free", "yes?"]
+    params = [UNDER, FREE, SamplingParams(max_tokens=8, temperature=1.0, seed=7,
+                                          constraint=Constraint.choice(["yes", "no"]))]
+    alone = [r["token_ids"] for r in llm.generate(prompts, params)]
+    with LLM(model_dirs[MODEL], tp=2, max_running_req=4) as ranks:
+        assert [r["token_ids"] for r in ranks.generate(prompts, params)] == alone
+        assert [r["token_ids"] for r in ranks.generate(prompts, params)] == alone  # compiled already, now
