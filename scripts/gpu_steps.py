@@ -96,8 +96,8 @@ def prefill_rows(llm: LLM, costs: ModelCosts, rate: float) -> list[dict]:
 
 def decode_rows(llm: LLM, costs: ModelCosts, rate: float, bandwidth: float, tokens: int = 48) -> list[dict]:
     """A decode step at each row count with CONTEXT-token prompts, run long enough for every row to decode
-    together: the engine's median wall step at that count, then the graph's replay (the plan its last such step
-    left), beside the floor (weights once and every row's KV at ``bandwidth``, or the FLOPs, the longer)."""
+    together: the engine's median wall step at that count, then the graph's replay where the run's last step had
+    that many rows (the plan it left is then the graph's), beside the floor (weights once and every row's KV at ``bandwidth``, or the FLOPs, the longer)."""
     rows = []
     for batch in DECODE_ROWS:
         steps: list = []
@@ -106,13 +106,20 @@ def decode_rows(llm: LLM, costs: ModelCosts, rate: float, bandwidth: float, toke
                      SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.6 if batch > 1 else 0.0))
         llm.scheduler.step_callbacks.remove(steps.append)
         llm.reset_prefix_cache()
-        wall = statistics.median(e.elapsed_s * 1e3 for e in steps if e.phase == "decode" and e.batch_size == batch)
-        with torch.cuda.stream(llm.engine.stream):
-            replay = time_device(step_graph(llm, batch).replay)
+        decode = [e for e in steps if e.phase == "decode"]
+        wall = statistics.median(e.elapsed_s * 1e3 for e in decode if e.batch_size == batch)
+        # the graphs share their attention plan's page lists, planned for the last step: a replay of this size
+        # reads them safely only when that step had this many rows (a prompt chunked over several steps makes the
+        # first requests finish first, and the last step smaller); else the wall step stands alone
+        replay = None
+        if decode and decode[-1].batch_size == batch:
+            with torch.cuda.stream(llm.engine.stream):
+                replay = time_device(step_graph(llm, batch).replay)
         kv = batch * (CONTEXT + tokens) * costs.kv_bytes_per_token
         floor = max((costs.weight_bytes + kv) / bandwidth, batch * costs.flops_per_token / rate) * 1e3
-        rows.append(dict(rows=batch, replay_ms=round(replay, 3), step_wall_ms=round(wall, 3),
-                         floor_ms=round(floor, 3), of_floor=round(floor / replay, 3)))
+        measured = replay if replay is not None else wall
+        rows.append(dict(rows=batch, replay_ms=None if replay is None else round(replay, 3),
+                         step_wall_ms=round(wall, 3), floor_ms=round(floor, 3), of_floor=round(floor / measured, 3)))
         say(f"decode {rows[-1]}")
     return rows
 
