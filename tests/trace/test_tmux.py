@@ -145,7 +145,7 @@ def test_step_by_key_waits_for_enter_and_q_stops_cleanly(tmux, model_dirs, tmp_p
 
 def test_step_delay_lets_the_table_grow_visibly(tmux, model_dirs, tmp_path):
     prompts = write(tmp_path / "p.jsonl", LESSON)
-    tmux.start(trace_command(prompts, "--model", model_dirs["llama"], "--max-running", "2", "--step-delay", "1.5"))
+    tmux.start(trace_command(prompts, "--model", model_dirs["llama"], "--max-running", "2", "--step-delay", "0.6"))
     tmux.wait_for("running…")
     seen = set()
     deadline = time.monotonic() + HANG_LIMIT_S
@@ -154,7 +154,7 @@ def test_step_delay_lets_the_table_grow_visibly(tmux, model_dirs, tmp_path):
         if "EXIT=" in screen:
             break
         seen.add(len(rows_on_screen(screen)))
-        time.sleep(0.3)
+        time.sleep(0.15)
     assert "EXIT=0" in tmux.screen()
     assert len({n for n in seen if n > 0}) >= 3  # the live table was seen at several sizes, not all at once
 
