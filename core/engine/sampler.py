@@ -138,12 +138,15 @@ class Sampler:
         """Compile the race now rather than inside the first sampled step. Compiled code is shared by every
         batch of two rows or more, but a batch of one gets its own (sizes 0 and 1 are specialised): without
         this, the step where a run's batch first shrinks to one request would stall for the compilation. A wing's
-        kernels may have more variants (the Triton race's for many rows), compiled here too."""
-        for rows in self._warm_rows:
-            logits = torch.zeros(rows, vocab_size, dtype=dtype, device=self.device)
-            ones = torch.ones(rows, dtype=torch.float32, device=self.device)
-            ids = torch.zeros(rows, dtype=torch.int64, device=self.device)
-            self._race(logits, ones, ids, ids.clone())
+        kernels may have more variants (the Triton race's for many rows), compiled here too. Logits under a
+        penalty, a bias or min_tokens reach the race in float32 (penalties.py), a variant of their own: compiled
+        here as well, or the first such request would stall every stream of its step."""
+        for logits_dtype in dict.fromkeys((dtype, torch.float32)):
+            for rows in self._warm_rows:
+                logits = torch.zeros(rows, vocab_size, dtype=logits_dtype, device=self.device)
+                ones = torch.ones(rows, dtype=torch.float32, device=self.device)
+                ids = torch.zeros(rows, dtype=torch.int64, device=self.device)
+                self._race(logits, ones, ids, ids.clone())
 
     def prepare(self, batch: Batch, eos_token_ids: frozenset[int] = frozenset()) -> SampleArgs:
         """``eos_token_ids``: what min_tokens holds back besides a request's stop ids."""

@@ -142,3 +142,22 @@ def test_a_mixed_batch_keeps_greedy_rows_greedy_and_draws_the_others_as_alone():
     assert torch.equal(mixed[greedy_rows], logits.argmax(dim=-1)[greedy_rows])
     assert torch.equal(mixed[~greedy_rows], all_sampled[~greedy_rows])
     assert not torch.equal(all_sampled, logits.argmax(dim=-1))  # the draws are not the argmax anyway
+
+
+def test_warm_up_compiles_the_race_for_the_models_dtype_and_for_controlled_float32_logits():
+    """Penalized logits reach the race in float32: their variant is compiled at start, not in a step."""
+    from core.kernels.sampling import SamplingKernels
+
+    seen = []
+
+    def race(logits, temperatures, seeds, positions):
+        seen.append((logits.dtype, logits.shape[0]))
+        return torch.zeros(logits.shape[0], dtype=torch.int64)
+
+    sampler = Sampler(torch.device("cpu"), kernels=SamplingKernels(race, lambda logits: logits.argmax(-1), (1, 2, 64)))
+    sampler.warm_up(32, torch.bfloat16)
+    assert seen == [(torch.bfloat16, 1), (torch.bfloat16, 2), (torch.bfloat16, 64),
+                    (torch.float32, 1), (torch.float32, 2), (torch.float32, 64)]
+    seen.clear()
+    sampler.warm_up(32, torch.float32)  # a float32 model: one variant
+    assert seen == [(torch.float32, 1), (torch.float32, 2), (torch.float32, 64)]
