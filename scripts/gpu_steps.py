@@ -97,7 +97,8 @@ def prefill_rows(llm: LLM, costs: ModelCosts, rate: float) -> list[dict]:
 def decode_rows(llm: LLM, costs: ModelCosts, rate: float, bandwidth: float, tokens: int = 48) -> list[dict]:
     """A decode step at each row count with CONTEXT-token prompts, run long enough for every row to decode
     together: the engine's median wall step at that count, then the graph's replay where the run's last step had
-    that many rows (the plan it left is then the graph's), beside the floor (weights once and every row's KV at ``bandwidth``, or the FLOPs, the longer)."""
+    that many rows (the plan it left is then the graph's), beside the floor (weights once and every row's KV at
+    ``bandwidth``, or the FLOPs, the longer)."""
     rows = []
     for batch in DECODE_ROWS:
         steps: list = []

@@ -24,24 +24,17 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import torch
 
 from core.constrain.masks import GrammarRows, TokenMasks, fill_bits
+from core.constrain.worker import single_worker
 from core.transfer import upload_list
 
 BACKGROUND_ROWS = 32  # rows under a grammar from which a step's fill runs on the worker
 
-_worker: ThreadPoolExecutor | None = None
-
-
-def _thread() -> ThreadPoolExecutor:
-    """The one worker thread every fill runs on (made at first use): fills never run two at once."""
-    global _worker
-    if _worker is None:
-        _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minisgl-masks")
-    return _worker
+WORKER = "minisgl-masks"  # the one thread every fill runs on: fills never run two at once
 
 
 class MaskFill:
@@ -59,7 +52,7 @@ class MaskFill:
             # lets go), and a thread that only waits for the GIL gets it from a busy Python thread after the
             # interpreter's switch interval (5 ms), longer than the work the fill is meant to run beside
             running = threading.Event()
-            self._done = _thread().submit(self._fill, running)
+            self._done = single_worker(WORKER).submit(self._fill, running)
             running.wait()
         else:
             self._fill(None)

@@ -11,24 +11,17 @@ the tables and compiles; only the caller's thread touches what is kept and what 
 from __future__ import annotations
 
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Callable, Iterable
 
+from core.constrain.worker import single_worker
 from core.constraint import Constraint
 from core.errors import InvalidConstraintError
 
 COMPILED_KEPT = 256  # distinct constraints kept compiled, least recently used dropped first
 
-_worker: ThreadPoolExecutor | None = None
-
-
-def _thread() -> ThreadPoolExecutor:
-    """The one worker thread every compile runs on (made at first use), apart from the masks' own: a long compile
-    never holds up a step's masks."""
-    global _worker
-    if _worker is None:
-        _worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minisgl-grammars")
-    return _worker
+# the one thread every compile runs on, apart from the masks' own: a long compile never holds up a step's masks
+WORKER = "minisgl-grammars"
 
 
 class Grammars:
@@ -56,7 +49,7 @@ class Grammars:
         if constraint in self._compiled:
             return self.matcher(constraint)
         if constraint not in self._building:
-            self._building[constraint] = _thread().submit(self._compile, constraint)
+            self._building[constraint] = single_worker(WORKER).submit(self._compile, constraint)
             self._building[constraint].add_done_callback(lambda _: self._on_ready(constraint))
         return None
 
@@ -74,7 +67,7 @@ class Grammars:
         or the InvalidConstraintError saying why there is none."""
         start = self._compiled.get(constraint)
         if start is None:
-            building = self._building.pop(constraint, None) or _thread().submit(self._compile, constraint)
+            building = self._building.pop(constraint, None) or single_worker(WORKER).submit(self._compile, constraint)
             start = self._compiled[constraint] = building.result()
             if len(self._compiled) > COMPILED_KEPT:
                 self._compiled.popitem(last=False)
