@@ -301,3 +301,30 @@ def test_overlap_on_and_off_give_the_same_tokens_with_graphs(hd128_dir, page_siz
     assert verdict.ok, verdict.details
     for llm in (plain, overlapped):
         assert_pages_accounted(llm)
+
+
+def test_masks_filled_and_copied_on_the_worker_give_the_plain_loops_tokens(hd128_dir, monkeypatch):
+    """Under a grammar on CUDA the overlap loop moves the matchers, fills the masks and copies them to the device
+    on the worker thread (from one row up, here) while the next step is scheduled: the tokens are those of the
+    plain loop, which does it all inline, every reply matches its regex, and one that completes its grammar stops."""
+    import re
+
+    pytest.importorskip("llguidance")
+    from core.constraint import Constraint
+    from core.scheduler import grammar_step
+
+    monkeypatch.setattr(grammar_step, "BACKGROUND_ROWS", 1)
+    pattern = "[a-f]{3,9}(-[0-9]{2})?"
+    params = [SamplingParams(max_tokens=14, temperature=1.0, seed=i, constraint=Constraint.regex(pattern))
+              for i in range(40)] + [SamplingParams(max_tokens=9, ignore_eos=True)]
+    prompts, _ = prompts_and_lengths(41, seed=4)
+    common = dict(device="cuda", dtype="float32", attention="torch", max_running_req=48, **SMALL)  # no near ties
+    outs = {}
+    for overlap in (False, True):
+        llm = LLM(hd128_dir, overlap=overlap, **common)
+        outs[overlap] = llm.generate(prompts, params)
+        del llm
+    assert [r["token_ids"] for r in outs[True]] == [r["token_ids"] for r in outs[False]]
+    for r in outs[True][:40]:
+        assert re.fullmatch(pattern, r["text"]) and r["finish_reason"] == "stop", r
+    assert len(outs[True][40]["token_ids"]) == 9
