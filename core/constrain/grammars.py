@@ -2,18 +2,21 @@
 distinct constraint compiled once (a matcher in its start state is kept, and each request gets a copy).
 
 Both take long enough to stall every running stream if the loop's thread did them (the tables: every token's
-bytes, a second or two for a real tokenizer; a grammar: a millisecond, more for a large schema), so they run on a
-worker thread of their own, as vLLM and SGLang do: ``request`` answers at once, with a matcher or None, and the
-worker calls ``on_ready`` once the grammar is compiled (the scheduler posts that into its inbox, and the request,
-which waited in the queue meanwhile, gets its matcher from ``matcher`` on the loop's thread). Only the worker builds
-the tables and compiles; only the caller's thread touches what is kept and what is being built."""
+bytes, tenths of a second for a real tokenizer, core/constrain/tables.py; a grammar: a millisecond, more for a large
+schema), so they run on a worker thread of their own, as vLLM and SGLang do: ``request`` answers at once, with a
+matcher or None, and the worker calls ``on_ready`` once the grammar is compiled (the scheduler posts that into its
+inbox, and the request, which waited in the queue meanwhile, gets its matcher from ``matcher`` on the loop's
+thread). Only the worker builds the tables and compiles; only the caller's thread touches what is kept and what is
+being built."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from core.constrain.tables import token_tables
 from core.constrain.worker import single_worker
 from core.constraint import Constraint
 from core.errors import InvalidConstraintError
@@ -25,15 +28,18 @@ WORKER = "minisgl-grammars"
 
 
 class Grammars:
-    """Matchers for one engine's requests. ``tokenizer`` loads the model's tokenizer (a transformers tokenizer,
-    or a ``random:`` model's byte tokenizer); it is called once, at the first constrained request, so an engine
-    that never sees one never loads it. ``vocab_size`` is the logits' width, ``eos_token_ids`` the tokens a
-    matcher allows only once its grammar accepts (read with the tokenizer). ``on_ready(constraint)`` is called
-    on the worker thread when a compile that ``request`` started has ended, well or not."""
+    """Matchers for one engine's requests. The tables are built from ``tokenizer_dir``'s tokenizer.json where it
+    holds the whole tokenizer, else from what ``tokenizer`` loads (a transformers tokenizer, or a ``random:``
+    model's byte tokenizer); either is read once, at the first constrained request, so an engine that never sees
+    one never reads it. ``vocab_size`` is the logits' width, ``eos_token_ids`` the tokens a matcher allows only
+    once its grammar accepts (read with the tokenizer). ``on_ready(constraint)`` is called on the worker thread
+    when a compile that ``request`` started has ended, well or not."""
 
     def __init__(self, tokenizer: Callable[[], Any], vocab_size: int, eos_token_ids: Callable[[], Iterable[int]],
-                 on_ready: Callable[[Constraint], None] = lambda constraint: None) -> None:
+                 on_ready: Callable[[Constraint], None] = lambda constraint: None, *,
+                 tokenizer_dir: Path | None = None) -> None:
         self._load_tokenizer = tokenizer
+        self._tokenizer_dir = tokenizer_dir
         self.vocab_size = vocab_size
         self._eos_token_ids = eos_token_ids
         self._on_ready = on_ready
@@ -88,30 +94,5 @@ class Grammars:
         """llguidance's view of the vocabulary (every token's bytes), built on first use (on the worker)."""
         if self._info is None:
             eos = sorted(self._eos_token_ids())
-            self._info = _tokenizer_info(self._load_tokenizer(), self.vocab_size, eos)
+            self._info = token_tables(self._tokenizer_dir, self._load_tokenizer, self.vocab_size, eos)
         return self._info
-
-
-def _tokenizer_info(tokenizer: Any, vocab_size: int, eos_token_ids: list[int]) -> Any:
-    from llguidance import LLTokenizer, TokenizerWrapper
-
-    eos = eos_token_ids or None
-    if hasattr(tokenizer, "backend_tokenizer"):  # a transformers tokenizer over Hugging Face's tokenizers
-        import llguidance.hf
-
-        return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos)
-    return LLTokenizer(TokenizerWrapper(ByteTokens(vocab_size, eos_token_ids)), n_vocab=vocab_size, eos_token=eos)
-
-
-class ByteTokens:
-    """A ``random:`` model's byte tokenizer as llguidance reads one: ids below 256 are those bytes, the rest are
-    special tokens that no grammar's text can contain."""
-
-    def __init__(self, vocab_size: int, eos_token_ids: list[int]) -> None:
-        self.tokens = [bytes([i]) if i < 256 else f"<|{i}|>".encode() for i in range(vocab_size)]
-        self.special_token_ids = list(range(256, vocab_size))
-        self.eos_token_id = eos_token_ids[0] if eos_token_ids else vocab_size - 1
-        self.bos_token_id = None
-
-    def __call__(self, text: bytes | str) -> list[int]:
-        return list(text.encode("utf-8") if isinstance(text, str) else text)

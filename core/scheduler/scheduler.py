@@ -97,7 +97,7 @@ class Scheduler:
         self.vocab_size = self.engine.model_config.vocab_size
         self.inbox = Inbox()
         self.grammars = Grammars(lambda: load_tokenizer(model_dir), self.vocab_size, lambda: self.eos_token_ids,
-                                 on_ready=lambda constraint: self.inbox.post(GrammarReady(constraint)))
+                                 lambda constraint: self.inbox.post(GrammarReady(constraint)), tokenizer_dir=model_dir)
         self.limits = Limits(self.vocab_size, self.max_seq_len, self.page_size, self.cache_manager.num_pages)
         self.policy = PhasePolicy(config.max_prefill_streak)
         self.reporter = StepReporter(self.cache_manager, self.prefill_manager, config.tp, self._running)
