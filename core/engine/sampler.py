@@ -132,6 +132,8 @@ class Sampler:
         # greedy picks on the race's kernels too where they run (the same first maximal column)
         self._greedy = _first_max if device.type == "cpu" else kernels.greedy if kernels else _argmax
         self._warm_rows = kernels.warm_rows if kernels else (1, 2)
+        # a wing's kernels that read a grammar's masks themselves: no masked copy of the logits first
+        self._picks_read_masks = kernels is not None and kernels.reads_masks and self._greedy is kernels.greedy
         self.penalties = Penalties(device)
 
     def warm_up(self, vocab_size: int, dtype: torch.dtype) -> None:
@@ -147,6 +149,10 @@ class Sampler:
                 ones = torch.ones(rows, dtype=torch.float32, device=self.device)
                 ids = torch.zeros(rows, dtype=torch.int64, device=self.device)
                 self._race(logits, ones, ids, ids.clone())
+                if self._picks_read_masks and logits_dtype == dtype:  # their variants under a grammar's masks
+                    bits = torch.full((rows, (vocab_size + 31) // 32), -1, dtype=torch.int32, device=self.device)
+                    self._race(logits, ones, ids, ids.clone(), bits=bits)
+                    self._greedy(logits, bits=bits)
 
     def prepare(self, batch: Batch, eos_token_ids: frozenset[int] = frozenset()) -> SampleArgs:
         """``eos_token_ids``: what min_tokens holds back besides a request's stop ids."""
@@ -177,25 +183,35 @@ class Sampler:
         return self._greedy(logits)
 
     def sample(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
-        if args.masks is not None:  # rows under a grammar: what it does not allow next gets -inf (core/constrain/)
-            logits = apply_masks(logits, args.masks)
+        masks = args.masks
+        if masks is not None and not self._masks_read_by_picks(logits, args):
+            # rows under a grammar: what it does not allow next gets -inf (core/constrain/)
+            logits, masks = apply_masks(logits, masks), None
         if args.penalties is not None:  # some row sets a penalty, a logit bias or min_tokens (penalties.py)
             return args.penalties.sample(logits, lambda controlled: self._pick(controlled, args))
-        return self._pick(logits, args)
+        return self._pick(logits, args, {} if masks is None else {"bits": masks.bits})
 
-    def _pick(self, logits: torch.Tensor, args: SampleArgs) -> torch.Tensor:
+    def _masks_read_by_picks(self, logits: torch.Tensor, args: SampleArgs) -> bool:
+        """Whether the race and the greedy pick apply the masks themselves: a wing's kernels that can, every row
+        under a grammar, and nothing else that reads the logits first (penalties, top-k/top-p/min-p)."""
+        return (self._picks_read_masks and args.penalties is None and not args.filtered
+                and args.masks.bits.shape[0] == logits.shape[0])
+
+    def _pick(self, logits: torch.Tensor, args: SampleArgs, masks: dict | None = None) -> torch.Tensor:
+        """``masks``: ``{"bits": ...}`` where the picks apply a grammar's masks themselves."""
+        masks = masks or {}
         if args.all_greedy:
-            return self._greedy(logits)
+            return self._greedy(logits, **masks)
         if args.filtered:
             probs = torch.softmax(logits.float() / args.temperatures[:, None], dim=-1)
             probs = _top_k_top_p(probs, args.top_k, args.top_p, args.min_p)
             noise = hashed_uniform(args.seeds, args.positions, logits.shape[-1])
             sampled = (probs / -torch.log(noise)).argmax(dim=-1)
         else:
-            sampled = self._race(logits, args.temperatures, args.seeds, args.positions)
+            sampled = self._race(logits, args.temperatures, args.seeds, args.positions, **masks)
         if not args.any_greedy:  # a pass over every logit saved (at 256 rows of a 152K vocabulary, 78 MB in bf16)
             return sampled
-        return torch.where(args.greedy_rows, self._greedy(logits), sampled)
+        return torch.where(args.greedy_rows, self._greedy(logits, **masks), sampled)
 
 
 @dataclass

@@ -34,8 +34,11 @@ def row_keys(seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 class SamplingKernels:
     """A wing's kernels in place of the sampler's torch race and argmax, with the same tokens. ``race`` takes
     (logits, temperatures, seeds, positions); ``greedy`` the logits; ``warm_rows``: the row counts whose compiled
-    code differs, compiled when the engine starts rather than in a step."""
+    code differs, compiled when the engine starts rather than in a step. ``reads_masks``: both also take ``bits``,
+    a grammar's token masks for every row, and draw what they would from the masked logits, without the masked
+    copy of the logits that the sampler otherwise makes."""
 
-    race: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-    greedy: Callable[[torch.Tensor], torch.Tensor]
+    race: Callable[..., torch.Tensor]
+    greedy: Callable[..., torch.Tensor]
     warm_rows: tuple[int, ...] = (1, 2)
+    reads_masks: bool = False

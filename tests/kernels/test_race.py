@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from core.constrain.masks import TokenMasks, apply_masks
 from core.engine.sampler import SampleArgs, Sampler, _race, hashed_uniform
 from core.kernels.cuda.race import BLOCK, TRITON_SAMPLING, greedy_tokens, race_tokens
 from core.kernels.cuda.triton_available import triton_runs_on
@@ -130,3 +131,38 @@ def test_the_greedy_pick_is_argmax_ties_and_minus_infinity_included(rows, vocab,
     for case in (logits, wide[:, 2:vocab + 2]):
         case = case.to(DEVICE)
         assert torch.equal(greedy_tokens(case).cpu(), case.float().argmax(dim=-1).cpu())
+
+
+@pytest.mark.parametrize("rows, vocab", [(1, 37), (3, 2 * BLOCK + 77)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_under_masks_the_kernels_draw_and_pick_what_the_masked_logits_give(rows, vocab, dtype):
+    """A grammar's masks read by the kernels themselves give the tokens of the torch race and argmax over
+    ``apply_masks``'s logits: sparse masks (a few tokens allowed, one row a single one, a chunk with none) and
+    dense ones; a sharp logit that the mask forbids is never drawn; the sampler takes that path, tokens the same."""
+    gen = torch.Generator().manual_seed(rows + vocab)
+    logits = (torch.randn(rows, vocab, generator=gen) * 3).to(dtype)
+    logits[:, 0] = 1e4  # forbidden below: a pick that ignored the masks would take it
+    allowed = torch.rand(rows, vocab, generator=gen) < torch.tensor([0.002, 0.5, 0.9])[:rows, None]
+    allowed[:, 0] = False
+    allowed[0] = False
+    allowed[0, vocab - 2] = True  # the first row allows one token alone, in the last chunk
+    words = -(-vocab // 32)
+    padded = torch.zeros(rows, words * 32, dtype=torch.int64)
+    padded[:, :vocab] = allowed.long()
+    bits = (padded.view(rows, words, 32) << torch.arange(32)).sum(-1).to(torch.int64)
+    bits = torch.where(bits >= 2 ** 31, bits - 2 ** 32, bits).to(torch.int32)
+    masks = TokenMasks(torch.arange(rows), bits)
+    masked = apply_masks(logits, masks)
+    temperatures = (torch.rand(rows, generator=gen) + 0.3).to(DEVICE)
+    seeds = torch.randint(0, 2 ** 62, (rows,), generator=gen).to(DEVICE)
+    positions = torch.randint(0, 4096, (rows,), generator=gen).to(DEVICE)
+    on = lambda t: t.to(DEVICE)
+    drawn = race_tokens(on(logits), temperatures, seeds, positions, bits=on(bits)).cpu()
+    assert torch.equal(drawn, _race(on(masked), temperatures, seeds, positions).cpu())
+    assert drawn[0] == vocab - 2 and all(allowed[r, t] for r, t in enumerate(drawn.tolist()))
+    assert torch.equal(greedy_tokens(on(logits), bits=on(bits)).cpu(), masked.float().argmax(dim=-1))
+    args = SampleArgs(temperatures=temperatures, top_k=on(torch.full((rows,), -1)), top_p=on(torch.ones(rows)),
+                      seeds=seeds, positions=positions, greedy_rows=on(torch.arange(rows) == rows - 1),
+                      masks=TokenMasks(on(torch.arange(rows)), on(bits)))
+    on_kernels = Sampler(torch.device(DEVICE), kernels=TRITON_SAMPLING).sample(on(logits), args)
+    assert torch.equal(on_kernels, Sampler(torch.device(DEVICE), compile=False).sample(on(logits), args))

@@ -42,38 +42,53 @@ def _kernels() -> RaceKernels:
 
 
 def race_tokens(logits: torch.Tensor, temperatures: torch.Tensor, seeds: torch.Tensor,
-                positions: torch.Tensor, block: int = BLOCK, num_warps: int | None = None,
-                screen: bool = True) -> torch.Tensor:
-    """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels. ``block`` (columns a
-    program), ``num_warps`` (a program's warps; by default by the row count) and ``screen`` (each chunk's best
-    found on cheap scores first, then made exact; race_chunks_kernel says why that is the same) change the time,
-    never the tokens."""
+                positions: torch.Tensor, bits: torch.Tensor | None = None, block: int = BLOCK,
+                num_warps: int | None = None, screen: bool = True) -> torch.Tensor:
+    """The sampler's ``_race`` (same arguments, [rows] int64 tokens) on the Triton kernels; with ``bits`` (a
+    grammar's token masks, one row each: core/constrain/masks.py) the race over ``apply_masks``'s logits, read
+    in place. ``block`` (columns a program), ``num_warps`` (a program's warps; by default by the row count) and
+    ``screen`` (each chunk's best found on cheap scores first, then made exact; race_chunks_kernel says why that
+    is the same) change the time, never the tokens."""
     chunks_kernel = _kernels().race_chunks
     if num_warps is None:
         num_warps = 2 if logits.shape[0] >= FEW_WARPS_FROM_ROWS else 4
     # the kernel derives each row's key from these (row_keys in torch was 25 small kernels a step)
     seeds, positions = seeds.to(torch.int64).contiguous(), positions.to(torch.int64).contiguous()
+    masks, masks_stride = _masks(bits, logits)
 
     def chunks(logits, parts, part_max, part_col) -> None:
         chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), temperatures.to(torch.float32).contiguous(),
-                                                seeds, positions, logits.shape[1], part_max, part_col, parts,
-                                                BLOCK=block, MASK=MASK31, MIX=MIX_MULTIPLIER,
+                                                seeds, positions, logits.shape[1], part_max, part_col, parts, masks,
+                                                masks_stride, BLOCK=block, MASK=MASK31, MIX=MIX_MULTIPLIER,
                                                 COLUMN=COLUMN_MULTIPLIER, SCREEN=screen,
-                                                HARDWARE_LOG=logits.is_cuda, num_warps=num_warps)
+                                                HARDWARE_LOG=logits.is_cuda, MASKED=bits is not None,
+                                                num_warps=num_warps)
 
     return _two_stages(logits, chunks, block)
 
 
-def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+def greedy_tokens(logits: torch.Tensor, bits: torch.Tensor | None = None) -> torch.Tensor:
     """``logits.argmax(-1)`` ([rows] int64, the first maximal column) on the same two-stage Triton kernels, without
-    the noise: one row of a 152K vocabulary is 76 programs instead of torch's one reduction."""
+    the noise: one row of a 152K vocabulary is 76 programs instead of torch's one reduction. ``bits``: as for
+    ``race_tokens``."""
     chunks_kernel = _kernels().argmax_chunks
+    masks, masks_stride = _masks(bits, logits)
 
     def chunks(logits, parts, part_max, part_col) -> None:
         chunks_kernel[(logits.shape[0], parts)](logits, logits.stride(0), logits.shape[1], part_max, part_col, parts,
-                                                BLOCK=BLOCK, num_warps=4)
+                                                masks, masks_stride, BLOCK=BLOCK, MASKED=bits is not None,
+                                                num_warps=4)
 
     return _two_stages(logits, chunks)
+
+
+def _masks(bits: torch.Tensor | None, logits: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The masks and their row stride as the kernels take them; without masks, the logits in their place (never
+    read: the kernels compiled unmasked skip them)."""
+    if bits is None:
+        return logits, 0
+    bits = bits.contiguous()
+    return bits, bits.stride(0)
 
 
 def _two_stages(logits: torch.Tensor, chunks, block: int = BLOCK) -> torch.Tensor:
@@ -92,6 +107,6 @@ def _two_stages(logits: torch.Tensor, chunks, block: int = BLOCK) -> torch.Tenso
     return tokens
 
 
-# the wing's race and greedy pick for the sampler; a batch of one, of two or more, and of many rows (fewer warps)
-# each compile their own code
-TRITON_SAMPLING = SamplingKernels(race_tokens, greedy_tokens, (1, 2, FEW_WARPS_FROM_ROWS))
+# the wing's race and greedy pick for the sampler, which read a grammar's masks themselves; a batch of one, of two
+# or more, and of many rows (fewer warps) each compile their own code
+TRITON_SAMPLING = SamplingKernels(race_tokens, greedy_tokens, (1, 2, FEW_WARPS_FROM_ROWS), reads_masks=True)

@@ -56,9 +56,20 @@ def _approx_noise(uniform, HARDWARE_LOG: tl.constexpr):
 
 
 @triton.jit
+def _allowed_logits(logit, bits_ptr, bits_stride, row, cols, valid, MASKED: tl.constexpr):
+    """Under a grammar's token masks (``MASKED``; bit j of word w allows token 32w + j), a disallowed token's logit
+    is -inf, as core/constrain/masks.py's ``apply_masks`` makes it; else the logits as they are."""
+    if MASKED:
+        words = tl.load(bits_ptr + row.to(tl.int64) * bits_stride + cols // 32, mask=valid, other=0)
+        logit = tl.where(((words >> (cols % 32)) & 1) != 0, logit, float("-inf"))
+    return logit
+
+
+@triton.jit
 def race_chunks_kernel(logits_ptr, row_stride, temperatures_ptr, seeds_ptr, positions_ptr, vocab, part_max_ptr,
-                       part_col_ptr, chunks, BLOCK: tl.constexpr, MASK: tl.constexpr, MIX: tl.constexpr,
-                       COLUMN: tl.constexpr, SCREEN: tl.constexpr, HARDWARE_LOG: tl.constexpr):
+                       part_col_ptr, chunks, bits_ptr, bits_stride, BLOCK: tl.constexpr, MASK: tl.constexpr,
+                       MIX: tl.constexpr, COLUMN: tl.constexpr, SCREEN: tl.constexpr, HARDWARE_LOG: tl.constexpr,
+                       MASKED: tl.constexpr):
     """One program per (row, chunk of BLOCK columns): the chunk's largest score and its first column. Each
     program derives its row's key itself (a few scalar operations), so no kernel before it computes the keys.
 
@@ -67,7 +78,9 @@ def race_chunks_kernel(logits_ptr, row_stride, temperatures_ptr, seeds_ptr, posi
     plus 3e-5. Where the cheap best leads the cheap runner-up by far more than twice that, it is the exact best too,
     and alone; only its exact score is computed. Otherwise (a near tie, about one chunk in a few thousand on flat
     logits; an infinite or NaN score) the whole chunk is scored exactly. Either way the chunk reports what the
-    exact scores give, with most of the arithmetic (the race's bound) skipped (docs/BENCHMARKS.md)."""
+    exact scores give, with most of the arithmetic (the race's bound) skipped (docs/BENCHMARKS.md).
+
+    ``MASKED``: a grammar's masks (``bits_ptr``) read here, the logits never rewritten (_allowed_logits)."""
     row = tl.program_id(0)
     chunk = tl.program_id(1)
     offsets = tl.arange(0, BLOCK)
@@ -75,6 +88,7 @@ def race_chunks_kernel(logits_ptr, row_stride, temperatures_ptr, seeds_ptr, posi
     valid = cols < vocab
     row_logits = logits_ptr + row.to(tl.int64) * row_stride
     logit = tl.load(row_logits + cols, mask=valid, other=0.0).to(tl.float32)
+    logit = _allowed_logits(logit, bits_ptr, bits_stride, row, cols, valid, MASKED)
     temperature = tl.load(temperatures_ptr + row)
     key = _row_key(seeds_ptr, positions_ptr, row, MASK, MIX)
     uniform = _uniform(key, cols, MASK, MIX, COLUMN)
@@ -88,7 +102,7 @@ def race_chunks_kernel(logits_ptr, row_stride, temperatures_ptr, seeds_ptr, posi
         runner_up = tl.max(tl.where(offsets == best, float("-inf"), cheap), 0)
         margin = 4e-4 + 1e-5 * (tl.abs(top) + tl.abs(runner_up))
         if (top - runner_up > margin) & (top < float("inf")):
-            col = chunk * BLOCK + best
+            col = chunk * BLOCK + best  # finite: an allowed token, whose logit is the stored one
             one = tl.load(row_logits + col).to(tl.float32)
             score = tl.math.div_rn(one, temperature) - tl.log(-tl.log(_uniform(key, col, MASK, MIX, COLUMN)))
             tl.store(part_max_ptr + out, score)
@@ -111,7 +125,8 @@ def _store_exact_best(logit, temperature, uniform, valid, chunk, max_ptr, col_pt
 
 
 @triton.jit
-def argmax_chunks_kernel(logits_ptr, row_stride, vocab, part_max_ptr, part_col_ptr, chunks, BLOCK: tl.constexpr):
+def argmax_chunks_kernel(logits_ptr, row_stride, vocab, part_max_ptr, part_col_ptr, chunks, bits_ptr, bits_stride,
+                         BLOCK: tl.constexpr, MASKED: tl.constexpr):
     """The greedy pick's first stage, race_chunks_kernel without the noise: a chunk's largest logit and its
     first column."""
     row = tl.program_id(0)
@@ -119,7 +134,7 @@ def argmax_chunks_kernel(logits_ptr, row_stride, vocab, part_max_ptr, part_col_p
     cols = chunk * BLOCK + tl.arange(0, BLOCK)
     valid = cols < vocab
     logit = tl.load(logits_ptr + row.to(tl.int64) * row_stride + cols, mask=valid, other=float("-inf"))
-    logit = logit.to(tl.float32)
+    logit = _allowed_logits(logit.to(tl.float32), bits_ptr, bits_stride, row, cols, valid, MASKED)
     best = tl.argmax(logit, 0, tie_break_left=True)
     out = row * chunks + chunk
     tl.store(part_max_ptr + out, tl.max(logit, 0))
