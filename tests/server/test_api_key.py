@@ -21,7 +21,6 @@ from tests.support.serve import WAIT_S, Server, assert_openai_error, request
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "llama"  # the served name: the test checkpoint's directory
-KEY = "sk-minisgl-test-0123"
 WRONG = "sk-wrong-key-4567"
 
 
@@ -31,30 +30,27 @@ def model_dir(model_dirs):
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    # the model's defaults overridden: greedy and 5 tokens for requests that leave them out (a request that gives
-    # them, as the others here do, is not touched)
-    srv = Server(model_dir, "--api-key", KEY, "--max-running", "4", "--override-generation-config",
-                 '{"temperature": 0, "max_new_tokens": 5}', log=tmp_path_factory.mktemp("serve-key") / "server.log")
-    yield srv
-    srv.stop()
+def server(keyed_server):
+    """tests/server/conftest.py's, shared with test_cors.py: the model's defaults overridden, greedy and 5 tokens
+    for requests that leave them out (a request that gives them, as the others here do, is not touched)."""
+    return keyed_server
 
 
 def client(server: Server, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base + "/v1", api_key=key, timeout=WAIT_S, max_retries=0)
 
 
-def test_the_key_opens_the_api_and_the_answers_are_the_engines(server, model_dir):
-    reply = client(server, KEY).completions.create(model=MODEL, prompt="hello there", max_tokens=6, temperature=0,
-                                                   extra_body={"ignore_eos": True})
+def test_the_key_opens_the_api_and_the_answers_are_the_engines(server, api_key, model_dir):
+    reply = client(server, api_key).completions.create(model=MODEL, prompt="hello there", max_tokens=6,
+                                                       temperature=0, extra_body={"ignore_eos": True})
     expected = LLM(str(model_dir)).generate(["hello there"], SamplingParams(max_tokens=6, ignore_eos=True))[0]
     assert reply.choices[0].text == expected["text"]
-    assert [m.id for m in client(server, KEY).models.list().data] == [MODEL]
+    assert [m.id for m in client(server, api_key).models.list().data] == [MODEL]
 
 
-def test_the_overridden_defaults_apply_where_a_request_leaves_a_field_out(server, model_dir):
+def test_the_overridden_defaults_apply_where_a_request_leaves_a_field_out(server, api_key, model_dir):
     assert "sampling defaults: temperature 0, max_tokens 5 (from the override)" in server.log()
-    api, llm = client(server, KEY), LLM(str(model_dir))
+    api, llm = client(server, api_key), LLM(str(model_dir))
     left_out = api.completions.create(model=MODEL, prompt="hello there", extra_body={"ignore_eos": True})
     greedy = llm.generate(["hello there"], SamplingParams(max_tokens=5, ignore_eos=True))[0]
     assert left_out.choices[0].text == greedy["text"] and left_out.usage.completion_tokens == 5
@@ -65,7 +61,7 @@ def test_the_overridden_defaults_apply_where_a_request_leaves_a_field_out(server
     assert sampled[0]["token_ids"][:5] != greedy["token_ids"]  # the draw is no greedy one: the default stayed out
 
 
-def test_another_key_or_none_is_a_401_in_openai_shape_that_never_echoes_it(server):
+def test_another_key_or_none_is_a_401_in_openai_shape_that_never_echoes_it(server, api_key):
     before = server.metrics().get('http_errors_total{status="401"}', 0.0)
     with pytest.raises(openai.AuthenticationError, match="incorrect API key") as caught:
         client(server, WRONG).completions.create(model=MODEL, prompt="hi", max_tokens=2)
@@ -75,7 +71,7 @@ def test_another_key_or_none_is_a_401_in_openai_shape_that_never_echoes_it(serve
                                    json.dumps({"model": MODEL, "prompt": "hi"}).encode())
     assert code == 401 and headers["WWW-Authenticate"] == "Bearer"
     assert_openai_error(reply, "Authorization: Bearer")
-    code, reply, _ = request(server, "GET", "/v1/nowhere", headers={"Authorization": f"Basic {KEY}"})
+    code, reply, _ = request(server, "GET", "/v1/nowhere", headers={"Authorization": f"Basic {api_key}"})
     assert code == 401  # guarded before routing: a refusal says nothing about which paths exist
     assert_openai_error(reply, "no API key")
     code, _, _ = request(server, "POST", "/tokenize", json.dumps({"model": MODEL, "prompt": "hi"}).encode())
@@ -96,8 +92,8 @@ def bench(server: Server, model_dir: str, *extra: str) -> subprocess.CompletedPr
                           cwd=ROOT, capture_output=True, text=True, timeout=180)
 
 
-def test_bench_serve_sends_the_key_and_says_when_the_server_wants_one(server, model_dir):
-    done = bench(server, model_dir, "--api-key", KEY)
+def test_bench_serve_sends_the_key_and_says_when_the_server_wants_one(server, api_key, model_dir):
+    done = bench(server, model_dir, "--api-key", api_key)
     assert done.returncode == 0, done.stderr
     rates = json.loads(done.stdout)["rates"]
     assert [(r["completed"], r["failed"]) for r in rates] == [(3, 0)]

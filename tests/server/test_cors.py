@@ -7,21 +7,17 @@ server was not given cannot read anything; an origin no browser would send is a 
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
-import threading
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from core import LLM, SamplingParams
-from tests.support.serve import WAIT_S, Server, free_port
+from tests.support.serve import WAIT_S, Server
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "llama"  # the served name: the test checkpoint's directory
-KEY = "sk-cors-test"
 PAGE = """<!doctype html><meta charset="utf-8"><title>a client page</title>
 <script>
 window.complete = async (base, key) => {
@@ -42,29 +38,16 @@ window.complete = async (base, key) => {
 
 
 @pytest.fixture(scope="module")
-def page_port(tmp_path_factory):
-    """A static server for the page, on an origin of its own (another port than the API's)."""
-    root = tmp_path_factory.mktemp("page")
+def page_port(page_site):
+    """The page on the static site of tests/server/conftest.py, whose origin the keyed server allows."""
+    root, port = page_site
     (root / "client.html").write_text(PAGE)
-    handler = functools.partial(QuietFiles, directory=str(root))
-    httpd = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield httpd.server_address[1]
-    httpd.shutdown()
-
-
-class QuietFiles(SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
+    return port
 
 
 @pytest.fixture(scope="module")
-def server(model_dirs, page_port, tmp_path_factory):
-    srv = Server(model_dirs["llama"], "--api-key", KEY, "--allow-origin", f"http://127.0.0.1:{page_port}",
-                 "--max-running", "4", log=tmp_path_factory.mktemp("serve-cors") / "server.log")
-    yield srv
-    srv.stop()
+def server(keyed_server):  # tests/server/conftest.py's, shared with test_api_key.py
+    return keyed_server
 
 
 def call_from_page(browser, page: str, server: Server, key: str) -> dict:
@@ -74,10 +57,11 @@ def call_from_page(browser, page: str, server: Server, key: str) -> dict:
         server.base, key)
 
 
-def test_a_page_from_an_allowed_origin_reads_the_answer_its_id_and_a_401(browser, server, page_port, model_dirs):
+def test_a_page_from_an_allowed_origin_reads_the_answer_its_id_and_a_401(browser, server, api_key, page_port,
+                                                                         model_dirs):
     browser.set_script_timeout(WAIT_S)
     page = f"http://127.0.0.1:{page_port}/client.html"
-    got = call_from_page(browser, page, server, KEY)
+    got = call_from_page(browser, page, server, api_key)
     want = LLM(str(model_dirs["llama"])).generate(["hello there"], SamplingParams(max_tokens=6, ignore_eos=True))[0]
     assert got["status"] == 200, got
     assert got["body"]["choices"][0]["text"] == want["text"]
@@ -87,9 +71,9 @@ def test_a_page_from_an_allowed_origin_reads_the_answer_its_id_and_a_401(browser
     assert refused["status"] == 401 and refused["body"]["error"]["code"] == "invalid_api_key"
 
 
-def test_the_same_page_from_an_origin_not_given_cannot_read_the_api(browser, server, page_port):
+def test_the_same_page_from_an_origin_not_given_cannot_read_the_api(browser, server, api_key, page_port):
     browser.set_script_timeout(WAIT_S)
-    got = call_from_page(browser, f"http://localhost:{page_port}/client.html", server, KEY)  # another origin
+    got = call_from_page(browser, f"http://localhost:{page_port}/client.html", server, api_key)  # another origin
     assert "failed" in got and "status" not in got, got
 
 
