@@ -531,7 +531,7 @@ def test_full_queue_is_503_and_sigterm_answers_every_request(model_dir, tmp_path
         server.stop()
 
 
-def test_trace_out_keeps_the_step_events(model_dir, tmp_path):
+def test_trace_out_keeps_the_step_events_and_stopping_counts_the_requests_answered(model_dir, tmp_path):
     trace = tmp_path / "steps.jsonl"
     server = Server(model_dir, "--trace", "--trace-out", str(trace), log=tmp_path / "server.log")
     try:
@@ -547,6 +547,7 @@ def test_trace_out_keeps_the_step_events(model_dir, tmp_path):
     assert [e["phase"] for e in events] == ["prefill", "decode", "decode", "decode"]
     assert events[0]["arrived"] == [0] and events[-1]["finished"] == [0]
     assert "1/1 request finished" in server.log()
+    assert "minisgl stopped: 1 request answered" in server.log()  # the last line, in words
     replayed = read_trace(trace)  # the server's trace replays like a command's, each client request by uid
     assert replayed.header.prompts == ("request uid0",) and len(replayed.events) == 4
 
@@ -601,17 +602,6 @@ def test_a_token_count_given_as_a_string_is_refused(server, path, body):
     assert code == 400, reply
     assert_openai_error(reply, f"'{field}'")
     assert reply["error"]["param"] == field
-
-
-def test_stopping_counts_the_requests_answered_in_words(model_dir, tmp_path):
-    server = Server(model_dir, log=tmp_path / "server.log")
-    try:
-        code, reply, _ = post(server, "/v1/completions", json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2}))
-        assert code == 200, reply
-        assert server.terminate() == 0
-    finally:
-        server.stop()
-    assert "minisgl stopped: 1 request answered" in server.log()
 
 
 class Pet(pydantic.BaseModel):
