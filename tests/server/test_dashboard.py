@@ -14,6 +14,7 @@ import threading
 import time
 
 import openai
+import pytest
 
 from render.trace_format import read_trace
 from tests.support.browser import requested_urls
@@ -63,6 +64,16 @@ def shown_step(browser) -> dict:
                         li.querySelector('.reason').textContent]; }),
               kv: ['requests', 'cached', 'free', 'total'].map(function (k) { return Number(kv.getAttribute('data-' + k)); })};
     """)
+
+
+@pytest.fixture(scope="module")
+def text_server(model_dirs, tmp_path_factory):
+    """A dashboard that shows the text, for the two tests at the end of this file (a start costs a model load):
+    the one of a viewer that stops reading, and the one of the text, which stops it with the page still open."""
+    server = Server(model_dirs[MODEL], "--dashboard", "--dashboard-show-text", "--max-running", "16",
+                    log=tmp_path_factory.mktemp("dashboard-text") / "server.log")
+    yield server
+    server.stop()
 
 
 def test_the_page_follows_the_engine_and_agrees_with_the_trace_file(model_dirs, browser, tmp_path):
@@ -126,26 +137,6 @@ def test_the_page_follows_the_engine_and_agrees_with_the_trace_file(model_dirs, 
         server.stop()
 
 
-def test_prompts_and_completions_show_only_with_show_text(model_dirs, browser, tmp_path):
-    browser.get("about:blank")
-    browser.get_log("browser")  # a previous test's page, whose server is gone
-    server = Server(model_dirs[MODEL], "--dashboard", "--dashboard-show-text", log=tmp_path / "server.log")
-    try:
-        browser.get(server.base + "/dashboard")
-        send_all(server, 2, 8)
-        deadline = time.monotonic() + 10
-        while SECRET not in browser.find_element("id", "gantt-labels").text and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert SECRET in browser.find_element("id", "gantt-labels").text
-        assert browser.get_log("browser") == []
-        # the page is still open, its stream endless: SIGTERM must still stop the server at once, and cleanly
-        asked = time.monotonic()
-        server.stop()
-        assert server.proc.returncode == 0 and time.monotonic() - asked < 10, server.proc.returncode
-    finally:
-        server.stop()
-
-
 def rss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
@@ -162,8 +153,8 @@ def unsent_bytes(server_port: int, client_port: int) -> int:
     return 0
 
 
-def test_a_viewer_that_stops_reading_does_not_slow_the_engine(model_dirs, tmp_path):
-    server = Server(model_dirs[MODEL], "--dashboard", "--max-running", "16", log=tmp_path / "server.log")
+def test_a_viewer_that_stops_reading_does_not_slow_the_engine(text_server):
+    server = text_server
     stalled = None
     try:
         def tokens_per_s() -> tuple[float, list[int]]:
@@ -193,4 +184,21 @@ def test_a_viewer_that_stops_reading_does_not_slow_the_engine(model_dirs, tmp_pa
     finally:
         if stalled is not None:
             stalled.close()
-        server.stop()
+
+
+def test_prompts_and_completions_show_only_with_show_text(text_server, browser):
+    """Last of the text server's tests: it stops the server."""
+    browser.get("about:blank")
+    browser.get_log("browser")  # a previous test's page, whose server is gone
+    server = text_server
+    browser.get(server.base + "/dashboard")
+    send_all(server, 2, 8)
+    deadline = time.monotonic() + 10
+    while SECRET not in browser.find_element("id", "gantt-labels").text and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert SECRET in browser.find_element("id", "gantt-labels").text
+    assert browser.get_log("browser") == []
+    # the page is still open, its stream endless: SIGTERM must still stop the server at once, and cleanly
+    asked = time.monotonic()
+    server.stop()
+    assert server.proc.returncode == 0 and time.monotonic() - asked < 10, server.proc.returncode
