@@ -140,17 +140,6 @@ def test_a_second_ctrl_c_stops_at_once_with_130(model_dir, tmp_path):
         server.stop()
 
 
-def test_no_engine_process_outlives_a_killed_server(model_dir, tmp_path):
-    server = Server(model_dir, log=tmp_path / "server.log")
-    try:
-        pid = engine_pid(server)
-        server.proc.kill()
-        server.proc.wait(WAIT_S)
-        assert gone(pid), "the engine process outlived its server"
-    finally:
-        server.stop()
-
-
 def test_a_port_in_use_is_a_usage_error_before_the_model_loads(model_dir):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -166,31 +155,45 @@ def test_a_port_in_use_is_a_usage_error_before_the_model_loads(model_dir):
     assert time.monotonic() - started < WAIT_S
 
 
-def test_two_engines_answer_token_exact_and_shared_prefixes_land_together(model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def two_engines(model_dir, tmp_path_factory):
+    """A server of two engine processes (--dp 2), for the two tests below (a start costs a model load each): the
+    second kills it."""
+    server = Server(model_dir, "--dp", "2", log=tmp_path_factory.mktemp("serve-dp") / "server.log")
+    yield server
+    server.stop()
+
+
+def test_two_engines_answer_token_exact_and_shared_prefixes_land_together(model_dir, two_engines):
+    import openai
+
     from core import LLM, SamplingParams
 
     groups = [[list(range(1, 40)) + [50 + i] for i in range(3)],  # three prompts sharing 39 tokens
               [list(range(100, 140)) + [60 + i] for i in range(3)]]  # three sharing another 40
     expected = LLM(str(model_dir)).generate([p for g in groups for p in g],
                                             SamplingParams(max_tokens=6, ignore_eos=True))
-    server = Server(model_dir, "--dp", "2", log=tmp_path / "server.log")
-    try:
-        import openai
+    server = two_engines
+    client = openai.OpenAI(base_url=server.base + "/v1", api_key="none")
+    placed_in = []
+    for n, prompt in enumerate(p for g in groups for p in g):
+        before = [e["requests"] for e in _engines(server)]
+        reply = client.completions.create(model="llama", prompt=prompt, max_tokens=6, temperature=0,
+                                          extra_body={"ignore_eos": True})
+        after = [e["requests"] for e in _engines(server)]
+        placed_in.append([b != a for b, a in zip(before, after)].index(True))
+        assert reply.choices[0].text == expected[n]["text"]
+    assert len({e["pid"] for e in _engines(server)}) == 2
+    assert len(set(placed_in[:3])) == 1 and len(set(placed_in[3:])) == 1  # each group on one engine
+    assert placed_in[0] != placed_in[3]  # the second group, matching nothing, went to the idle one
 
-        client = openai.OpenAI(base_url=server.base + "/v1", api_key="none")
-        placed_in = []
-        for n, prompt in enumerate(p for g in groups for p in g):
-            before = [e["requests"] for e in _engines(server)]
-            reply = client.completions.create(model="llama", prompt=prompt, max_tokens=6, temperature=0,
-                                              extra_body={"ignore_eos": True})
-            after = [e["requests"] for e in _engines(server)]
-            placed_in.append([b != a for b, a in zip(before, after)].index(True))
-            assert reply.choices[0].text == expected[n]["text"]
-        assert len({e["pid"] for e in _engines(server)}) == 2
-        assert len(set(placed_in[:3])) == 1 and len(set(placed_in[3:])) == 1  # each group on one engine
-        assert placed_in[0] != placed_in[3]  # the second group, matching nothing, went to the idle one
-    finally:
-        server.stop()
+
+def test_no_engine_process_outlives_a_killed_server(two_engines):
+    pids = [e["pid"] for e in _engines(two_engines)]
+    assert len(set(pids)) == 2
+    two_engines.proc.kill()
+    two_engines.proc.wait(WAIT_S)
+    assert all(gone(pid) for pid in pids), "an engine process outlived its server"
 
 
 def _engines(server: Server) -> list[dict]:
