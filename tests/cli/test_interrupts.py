@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tests.support.cli import interrupt_after
@@ -32,14 +33,15 @@ def test_ctrl_c_while_the_model_loads_says_so(model_dirs, tmp_path):
 
 def test_ctrl_c_in_bench_prints_what_was_measured(model_dirs):
     args = ("bench", "--model", model_dirs["llama"], "--requests", "4", "--threads", "1")
-    process = start(*args)
-    out, err = interrupt_after(process, "bench: hf-")  # the engine has been measured; a baseline is under way
-    assert process.returncode == 130, err
+    table, as_json = start(*args), start(*args, "--json")  # side by side: each runs on one thread
+    with ThreadPoolExecutor(2) as pool:  # each Ctrl-C as soon as its own process says a baseline is under way
+        table_run, json_run = pool.map(lambda process: interrupt_after(process, "bench: hf-"), (table, as_json))
+    out, err = table_run  # the engine has been measured; a baseline is under way
+    assert table.returncode == 130, err
     assert "interrupted: the 1 run measured before Ctrl-C" in out or "runs measured before Ctrl-C" in out, out
     assert "minisgl" in out
-    process = start(*args, "--json")
-    out, err = interrupt_after(process, "bench: hf-")
-    assert process.returncode == 130, err
+    out, err = json_run
+    assert as_json.returncode == 130, err
     report = json.loads(out)
     assert report["interrupted"] is True
     assert report["results"][0]["name"] == "minisgl" and report["results"][0]["output_tokens"] > 0
