@@ -1,9 +1,12 @@
-"""``minisgl bench``: the command completes on a tiny model and reports every figure; no timing is asserted."""
+"""``minisgl bench``: the command completes on a tiny model and reports every figure, and with its output piped
+says on stderr what it is doing; no timing is asserted."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,11 +25,29 @@ from minisgl_cli.app import app
 runner = CliRunner()
 
 
-def test_bench_json_reports_engine_and_every_baseline(model_dirs):
-    result = runner.invoke(app, ["bench", "--model", model_dirs["llama"], "--requests", "4", "--json",
-                                 "--threads", "1"])
-    assert result.exit_code == 0, result.output
-    report = json.loads(result.stdout)
+@pytest.fixture(scope="module")
+def piped_bench(model_dirs) -> subprocess.CompletedProcess:
+    """One whole ``minisgl bench --json`` as a process whose output is piped, every baseline and the ceilings
+    measured: its report and what it says on stderr are read by the two tests below."""
+    done = subprocess.run([sys.executable, "-m", "minisgl_cli", "bench", "--model", model_dirs["llama"],
+                           "--requests", "4", "--json", "--threads", "1"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture
+def given_ceilings(monkeypatch) -> None:
+    """For a run whose assertions are not about the floor: the device's bandwidth and matmul rate as given figures
+    instead of measured for seconds (piped_bench measures them)."""
+    from core.bench import runner
+    from core.bench.floor import Ceilings
+
+    monkeypatch.setattr(runner, "measure_ceilings", lambda device, dtype: Ceilings(20.0, 100.0, 30.0))
+
+
+def test_bench_json_reports_engine_and_every_baseline(piped_bench, model_dirs):
+    report = json.loads(piped_bench.stdout)  # stdout holds only the report
     assert {"workload", "model", "device", "requests", "results", "matmul_gflops",
             "model_flops_fraction"} <= set(report)
     assert report["workload"] == "cpu" and report["requests"] == 4 and report["model"] == model_dirs["llama"]
@@ -55,7 +76,16 @@ def test_bench_json_reports_engine_and_every_baseline(model_dirs):
     assert 0 < report["floor_fraction"] < 1 and 0 < report["batch1_floor_fraction"] < 1
 
 
-def test_random_spec_baselines_run_on_the_first_hf_requests():
+def test_piped_bench_says_what_it_is_doing(piped_bench, model_dirs):
+    """stderr is no terminal: each phase says when it starts and ends, each counter in its units."""
+    for phase in ("loading torch and the engine…", f"loading {model_dirs['llama']} into the engine",
+                  "warming up the engine", "engine ready on cpu", "minisgl: ", " tokens in ",
+                  "timing batch-1 decode", "loading the model into transformers", "hf-static: ", " steps in ",
+                  "hf-continuous: ", " requests in ", "measuring the device's memory bandwidth and matmul rate"):
+        assert phase in piped_bench.stderr, (phase, piped_bench.stderr)
+
+
+def test_random_spec_baselines_run_on_the_first_hf_requests(given_ceilings):
     result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "4", "--hf-requests", "2",
                                  "--json", "--threads", "1"])
     assert result.exit_code == 0, result.output
@@ -88,7 +118,7 @@ def test_random_spec_hf_twin_decodes_the_engines_greedy_tokens():
         assert out[0, len(prompt):].tolist() == tokens
 
 
-def test_baselines_option_runs_only_the_named_ones():
+def test_baselines_option_runs_only_the_named_ones(given_ceilings):
     result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json",
                                  "--threads", "1", "--baselines", "hf-static"])
     assert result.exit_code == 0, result.output
@@ -374,7 +404,7 @@ def test_continuous_baseline_stops_at_its_time_limit_instead_of_finishing_the_re
     assert time.perf_counter() - start < 10  # finishing 18,000 tokens here takes far longer
 
 
-def test_kv_dtype_fp8_runs_the_bench_and_halves_the_kv_bytes():
+def test_kv_dtype_fp8_runs_the_bench_and_halves_the_kv_bytes(given_ceilings):
     result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json",
                                  "--threads", "1", "--skip-baselines", "--kv-dtype", "fp8"])
     assert result.exit_code == 0, result.output
@@ -387,7 +417,7 @@ def test_kv_dtype_fp8_runs_the_bench_and_halves_the_kv_bytes():
     assert 0.25 < ratio < 0.5  # float32 on a CPU: 4 bytes a value against 1 plus a scale per head
 
 
-def test_page_size_reaches_the_engine_and_the_report():
+def test_page_size_reaches_the_engine_and_the_report(given_ceilings):
     result = runner.invoke(app, ["bench", "--model", "random:tiny-qwen3", "--requests", "2", "--json",
                                  "--threads", "1", "--skip-baselines", "--page-size", "4"])
     assert result.exit_code == 0, result.output
