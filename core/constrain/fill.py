@@ -115,7 +115,8 @@ class DeviceCopy:
         """On the worker, once ``host`` is filled."""
         stream = _copy_stream(self.device)
         stream.wait_event(self.ready)
-        with torch.cuda.stream(stream):
+        # the destination was made under the loop's inference mode: written here under it too, on this thread
+        with torch.inference_mode(), torch.cuda.stream(stream):
             self.on_device.copy_(self.host, non_blocking=True)
             self.copied.record(stream)
 
