@@ -1,6 +1,7 @@
 """The servers the tests here talk to, each started once for the session (a start costs the suite a model load):
 the plain one that test_serve.py's API tests and test_hostile.py's hostile clients share, and the one behind an
-API key that also lets one web origin call it, which test_api_key.py and test_cors.py share."""
+API key that also lets one web origin call it and logs each request, which test_api_key.py, test_cors.py and
+test_server_logs.py share."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ API_KEY = "sk-minisgl-test-0123"  # the keyed server's
 # the keyed server's sampling defaults, overridden: greedy and 5 tokens for requests that leave them out (a
 # request that gives them is not touched)
 OVERRIDE = '{"temperature": 0, "max_new_tokens": 5}'
+STATS_EVERY_S = 0.25  # the keyed server's --log-stats
 
 
 @pytest.fixture(scope="session")
@@ -61,9 +63,12 @@ def api_key() -> str:
 
 @pytest.fixture(scope="session")
 def keyed_server(model_dirs, page_site, tmp_path_factory):
-    """``--api-key`` with ``--allow-origin`` for the page site's origin (and overridden sampling defaults)."""
+    """``--api-key`` with ``--allow-origin`` for the page site's origin, overridden sampling defaults,
+    ``--log-requests`` and a stats line every STATS_EVERY_S. Paced: a request is still running when
+    test_server_logs.py's client that leaves mid-stream goes."""
     srv = Server(model_dirs["llama"], "--api-key", API_KEY, "--allow-origin", f"http://127.0.0.1:{page_site[1]}",
-                 "--max-running", "4", "--override-generation-config", OVERRIDE,
-                 log=tmp_path_factory.mktemp("serve-key") / "server.log")
+                 "--max-running", "4", "--override-generation-config", OVERRIDE, "--log-requests",
+                 "--log-stats", str(STATS_EVERY_S), log=tmp_path_factory.mktemp("serve-key") / "server.log",
+                 paced=True)
     yield srv
     srv.stop()

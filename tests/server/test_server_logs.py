@@ -1,5 +1,6 @@
 """The server's log: request ids, ``--log-requests`` and ``--log-stats``; a real server process, the official
-openai client and raw HTTP.
+openai client and raw HTTP. The server is the keyed one of tests/server/conftest.py, so every request here carries
+its key.
 
 Every response carries ``X-Request-Id`` (the client's own when it sent a usable one, else a new one), errors
 included, and the openai client reads it; each /v1/ request's log line names that id with the token counts and
@@ -18,12 +19,12 @@ import openai
 import pytest
 
 from core import LLM, SamplingParams
+from tests.server.conftest import STATS_EVERY_S
 from tests.support.serve import WAIT_S, Server, request
 
 MODEL = "llama"  # the served name: the test checkpoint's directory
 PROMPT = "The quick brown fox jumps"
 MADE_ID = re.compile(r"req-[0-9a-f]{32}")
-STATS_EVERY_S = 0.25
 STATS = re.compile(r"minisgl: prompt ([\d,]+) tok/s, generation ([\d,]+) tok/s, [\d.]+ requests/s answered; "
                    r"running \d+, waiting \d+, preempted \d+ so far; KV cache \d+% used \(\d+% prefix cache\), prefix hits \d+%")
 
@@ -34,17 +35,24 @@ def model_dir(model_dirs):
 
 
 @pytest.fixture(scope="module")
-def server(model_dir, tmp_path_factory):
-    # paced: a request is still running when the test that leaves mid-stream goes
-    srv = Server(model_dir, "--log-requests", "--log-stats", str(STATS_EVERY_S), "--max-running", "4",
-                 log=tmp_path_factory.mktemp("serve-ids") / "server.log", paced=True)
-    yield srv
-    srv.stop()
+def server(keyed_server):
+    """tests/server/conftest.py's, with --log-requests and --log-stats STATS_EVERY_S."""
+    return keyed_server
 
 
 @pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.base + "/v1", api_key="none", timeout=WAIT_S, max_retries=0)
+def client(server, api_key):
+    return openai.OpenAI(base_url=server.base + "/v1", api_key=api_key, timeout=WAIT_S, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def auth(api_key) -> dict[str, str]:
+    """The header that carries the key, for the requests sent without the openai client."""
+    return {"Authorization": f"Bearer {api_key}"}
+
+
+def header_lines(headers: dict[str, str]) -> bytes:
+    return b"".join(f"{name}: {value}\r\n".encode() for name, value in headers.items())
 
 
 def log_line(server: Server, request_id: str) -> dict[str, str]:
@@ -108,7 +116,7 @@ def test_a_request_of_several_choices_is_one_line_naming_each(client, server):
     assert int(line["completion_tokens"]) == reply.usage.completion_tokens == 6
 
 
-def test_errors_carry_the_id_and_their_log_line_says_why(client, server):
+def test_errors_carry_the_id_and_their_log_line_says_why(client, server, auth):
     with pytest.raises(openai.BadRequestError) as caught:
         client.completions.create(model=MODEL, prompt="hi", max_tokens=2, extra_body={"best_of": 2},
                                   extra_headers={"X-Request-Id": "bad-1"})
@@ -117,17 +125,17 @@ def test_errors_carry_the_id_and_their_log_line_says_why(client, server):
     assert line["status"] == "400" and "best_of" in json.loads(line["error"])
     assert "prompt_tokens" not in line and "uid" not in line  # refused before the engine saw it
 
-    code, _, headers = request(server, "GET", "/v1/nowhere", headers={"X-Request-Id": "lost-1"})
+    code, _, headers = request(server, "GET", "/v1/nowhere", headers={"X-Request-Id": "lost-1", **auth})
     assert code == 404 and headers["X-Request-Id"] == "lost-1"
     assert log_line(server, "lost-1")["status"] == "404"
 
 
 @pytest.mark.parametrize("sent", ["x" * 129, "two words", "caf\u00e9", ""])
-def test_an_id_that_is_not_a_short_run_of_visible_ascii_is_replaced(server, sent):
+def test_an_id_that_is_not_a_short_run_of_visible_ascii_is_replaced(server, auth, sent):
     raw = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S)
     with raw:
-        raw.sendall(b"GET /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\nX-Request-Id: " + sent.encode()
-                    + b"\r\n\r\n")
+        raw.sendall(b"GET /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" + header_lines(auth)
+                    + b"X-Request-Id: " + sent.encode() + b"\r\n\r\n")
         answer = b""
         while chunk := raw.recv(65536):
             answer += chunk
@@ -137,14 +145,14 @@ def test_an_id_that_is_not_a_short_run_of_visible_ascii_is_replaced(server, sent
     assert MADE_ID.fullmatch(given), head
 
 
-def test_a_client_that_leaves_mid_stream_is_logged_as_aborted(server):
+def test_a_client_that_leaves_mid_stream_is_logged_as_aborted(server, auth):
     rid = "gone-1"
     body = json.dumps({"model": MODEL, "prompt": "long", "max_tokens": 400, "stream": True,
                        "ignore_eos": True}).encode()
     raw = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S)
     with raw:
         raw.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-                    b"X-Request-Id: " + rid.encode() + b"\r\nContent-Length: " + str(len(body)).encode()
+                    + header_lines(auth) + b"X-Request-Id: " + rid.encode() + b"\r\nContent-Length: " + str(len(body)).encode()
                     + b"\r\n\r\n" + body)
         seen = b""
         while seen.count(b"data: ") < 3:
@@ -154,11 +162,11 @@ def test_a_client_that_leaves_mid_stream_is_logged_as_aborted(server):
     assert 0 < int(line["completion_tokens"]) < 400
 
 
-def test_health_and_metrics_are_not_logged(server):
+def test_health_and_metrics_are_not_logged(server, auth):
     request(server, "GET", "/health", headers={"X-Request-Id": "probe-1"})
     code, _, headers = request(server, "GET", "/health", headers={"X-Request-Id": "probe-2"})
     assert code == 200 and headers["X-Request-Id"] == "probe-2"
-    request(server, "GET", "/v1/models", headers={"X-Request-Id": "after-probes"})
+    request(server, "GET", "/v1/models", headers={"X-Request-Id": "after-probes", **auth})
     log_line(server, "after-probes")  # written: any line for the probes would be there by now
     assert "probe-1" not in server.log() and "probe-2" not in server.log()
 
