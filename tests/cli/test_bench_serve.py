@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,34 @@ def port_of(report: dict) -> int:
     return int(report["url"].rsplit(":", 1)[1])
 
 
-def test_every_rate_is_measured_and_the_server_is_stopped():
-    done = subprocess.run(command("--rate", "inf,8"), cwd=ROOT, capture_output=True, text=True, timeout=180)
+def finished(process: subprocess.Popen, timeout_s: float) -> subprocess.CompletedProcess:
+    try:
+        out, err = process.communicate(timeout=timeout_s)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def interrupted(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    """Ctrl-C at the slow rate's first answer: the inf rate is done, 0.2 under way."""
+    out, err = interrupt_after(process, "rate 0.2:", timeout_s=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, subprocess.CompletedProcess]:
+    """The command's two runs, side by side (each mostly waits: on its imports, its server's start, the slow
+    rate's arrivals): one measured whole, and one interrupted."""
+    whole, cut = (subprocess.Popen(command(*args), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True) for args in (("--rate", "inf,8"), ("--rate", "inf,0.2", "--skip-offline")))
+    with ThreadPoolExecutor(2) as pool:
+        whole_run, cut_run = pool.submit(finished, whole, 180), pool.submit(interrupted, cut)
+        return {"whole": whole_run.result(), "interrupted": cut_run.result()}
+
+
+def test_every_rate_is_measured_and_the_server_is_stopped(runs):
+    done = runs["whole"]
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert [r["rate"] for r in report["rates"]] == ["inf", "8"]
@@ -66,13 +93,10 @@ def test_every_rate_is_measured_and_the_server_is_stopped():
     assert servers_on(port_of(report)) == []
 
 
-def test_ctrl_c_prints_the_rates_measured_and_stops_the_server():
-    process = subprocess.Popen(command("--rate", "inf,0.2", "--skip-offline"), cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    # the slow rate's first answer: the inf rate is done, 0.2 under way
-    out, err = interrupt_after(process, "rate 0.2:", timeout_s=60)
-    assert process.returncode == 130, err
-    report = json.loads(out)
+def test_ctrl_c_prints_the_rates_measured_and_stops_the_server(runs):
+    done = runs["interrupted"]
+    assert done.returncode == 130, done.stderr
+    report = json.loads(done.stdout)
     assert report["interrupted"] is True and report["offline"] is None
     assert [r["rate"] for r in report["rates"]] == ["inf"] and report["rates"][0]["completed"] == REQUESTS
     assert servers_on(port_of(report)) == []
