@@ -206,11 +206,9 @@ class Req:
     done: bool = False
     # what the sampler reads of it every step, fixed for its life: made at its first sampled step (sampler.py)
     sample_row: tuple | None = None
-    # its grammar's matcher (llguidance's), under a constraint: with ``unconsumed``, the tokens sampled since it last
-    # moved on (consumed as the request's next masks are filled), it stays right when the request is recomputed
-    # from its prompt and output (core/constrain/)
+    # its grammar's matcher (llguidance's), under a constraint: it has consumed every generated token, so it stays
+    # right when the request is recomputed from its prompt and output (core/constrain/)
     matcher: Any = None
-    unconsumed: list[int] = field(default_factory=list)
 
     @property
     def extend_len(self) -> int:

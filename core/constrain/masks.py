@@ -1,13 +1,7 @@
 """A step's token masks: filled on the CPU from each constrained request's matcher (llguidance's bitmask, one bit
 per token), uploaded in one copy, and applied to the logits before sampling: a token the grammar does not allow
 next gets a logit of -inf, so neither the greedy pick nor a draw at any temperature can choose it. A request's
-EOS is allowed only where its grammar accepts.
-
-A sampled token moves its request's matcher on just before the request's next masks are filled (``consume``), not
-when the token reaches the host: under overlap scheduling that is on the masks' worker thread, beside the loop's
-other work (core/constrain/fill.py). Until then it waits in ``Req.unconsumed``; a request whose grammar the token
-completed ends when that is seen (core/scheduler/grammar_step.py), a step later than a token that ends it by
-itself, with the same output."""
+EOS is allowed only where its grammar accepts."""
 
 from __future__ import annotations
 
@@ -21,16 +15,16 @@ from core.request import Req
 
 @dataclass
 class GrammarRows:
-    """The rows of a batch that sample under a grammar this step (not a prompt chunk), and their requests."""
+    """The rows of a batch that sample under a grammar this step (not a prompt chunk), and their matchers."""
 
     rows: list[int]
-    reqs: list[Req]
+    matchers: list[Any]
 
 
 def grammar_rows(reqs: Sequence[Req], samples: Sequence[bool]) -> GrammarRows | None:
     """None when no row samples under a grammar: the step runs as if structured output did not exist."""
     rows = [i for i, (req, sampled) in enumerate(zip(reqs, samples)) if sampled and req.matcher is not None]
-    return GrammarRows(rows, [reqs[i] for i in rows]) if rows else None
+    return GrammarRows(rows, [reqs[i].matcher for i in rows]) if rows else None
 
 
 @dataclass
@@ -93,20 +87,4 @@ def advance(matcher: Any, token: int) -> bool:
     """Move a request's matcher past its sampled token; True when its grammar is complete (nothing but EOS may
     follow) and the request ends there, or when the token put the matcher in error (consume_token says False)."""
     return not matcher.consume_token(token) or matcher.is_stopped()
-
-
-def consume(matchers: Sequence[Any], tokens: Sequence[list[int]], parallel: bool) -> list[int]:
-    """Move each matcher past its tokens (``tokens[i]`` for ``matchers[i]``, usually one or none); the indices of
-    those that moved and are now stopped: complete, or broken by a token. ``parallel``: through llguidance's
-    threads, the GIL released (what the masks' worker thread does beside the loop's thread); else one by one,
-    quicker for a few rows."""
-    depth = max(map(len, tokens), default=0)
-    for k in range(depth):
-        pairs = [(m, t[k]) for m, t in zip(matchers, tokens) if len(t) > k]
-        if parallel:
-            executor().consume_token_par(pairs)
-        else:
-            for matcher, token in pairs:
-                matcher.consume_token(token)
-    return [i for i, (m, t) in enumerate(zip(matchers, tokens)) if t and m.is_stopped()]
 

@@ -3,11 +3,7 @@ tokens of the step before, which under overlap scheduling the host has only once
 The overlap loop (core/scheduler/loops.py) starts filling the masks on a worker thread then (``start_masks``),
 schedules the next step while they fill, and samples (``sample_with_masks``) just before it launches that next
 step, which reads this one's tokens; the plain loop fills them inline and samples at once. Either way the masks
-are filled while the device runs this step's forward pass, and the rest of the step is as for any batch.
-
-A fill first moves each matcher past its request's last token (core/constrain/masks.py ``consume``): a request
-whose grammar that token completed (or broke) ends here, its reply says "stop", and this step's token for it is
-dropped, as for a request that stopped on EOS while a step for it was already launched."""
+are filled while the device runs this step's forward pass, and the rest of the step is as for any batch."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ from typing import Callable
 import torch
 
 from core.constrain.fill import BACKGROUND_ROWS, MaskFill
-from core.constrain.masks import GrammarRows
 from core.engine.engine import Engine, ForwardOutput
 from core.engine.sampler import TokenLogprobs
 from core.scheduler.loops import after_current_stream
@@ -25,23 +20,13 @@ from core.scheduler.step import InFlight, Prepared
 Send = Callable[[Prepared, torch.Tensor, TokenLogprobs | None], ForwardOutput]
 
 
-def mask_fill(grammar: GrammarRows, vocab_size: int, device: torch.device, background: bool) -> MaskFill:
-    """Start filling the masks of the rows under a grammar, handing over the tokens their matchers have yet to
-    consume (the loop's thread empties ``Req.unconsumed`` here; the fill consumes them)."""
-    tokens = []
-    for req in grammar.reqs:
-        tokens.append(req.unconsumed)
-        req.unconsumed = []
-    return MaskFill(grammar.rows, [req.matcher for req in grammar.reqs], tokens, vocab_size, device, background)
-
-
 def start_masks(flight: InFlight, vocab_size: int, device: torch.device) -> None:
-    """Start filling the batch's masks on the worker thread (core/constrain/fill.py): its requests' tokens so
-    far have reached the host, and none of their matchers is touched again before ``sample_with_masks``. A batch
-    with few rows under a grammar is filled then, inline."""
+    """Start filling the batch's masks on the worker thread (core/constrain/fill.py): its requests' matchers have
+    taken every token so far, and none of them is touched again before ``sample_with_masks``. A batch with few
+    rows under a grammar is filled then, inline."""
     grammar = flight.prepared.grammar
     if flight.logits is not None and flight.masks is None and len(grammar.rows) >= BACKGROUND_ROWS:
-        flight.masks = mask_fill(grammar, vocab_size, device, background=True)
+        flight.masks = MaskFill(grammar, vocab_size, device)
 
 
 def sample_with_masks(flight: InFlight, engine: Engine, send: Send, vocab_size: int) -> None:
@@ -50,13 +35,9 @@ def sample_with_masks(flight: InFlight, engine: Engine, send: Send, vocab_size: 
     if flight.logits is None:
         return
     prepared = flight.prepared
-    fill = flight.masks or mask_fill(prepared.grammar, vocab_size, engine.device, background=False)
+    fill = flight.masks or MaskFill(prepared.grammar, vocab_size, engine.device, background=False)
     prepared.sample_args.masks = fill.take()
     prepared.mask_fill_s, prepared.mask_wait_s = fill.fill_s, fill.wait_s
-    for req in (prepared.grammar.reqs[i] for i in fill.stopped):
-        if not req.done:  # answered, aborted or preempted meanwhile: nothing to end here
-            req.done = True
-            flight.grammar_complete.append(req)
     with after_current_stream(engine.stream, engine.device):
         flight.output = send(prepared, *engine.sample(flight.logits, None, prepared.sample_args))
     flight.logits, flight.masks = None, None

@@ -89,8 +89,7 @@ class Preempter:
             chunked.preemptions += 1
             return
         self.prefill.add_first(PendingReq(req.uid, list(req.input_ids), req.params, req.sample_seed, req.matcher,
-                                          unconsumed=list(req.unconsumed), arrival=req.arrival,
-                                          output_ids=list(req.output_ids),
+                                          arrival=req.arrival, output_ids=list(req.output_ids),
                                           preemptions=req.preemptions + 1))
 
     def take_report(self) -> tuple[tuple[int, ...], int]:

@@ -50,7 +50,6 @@ class PendingReq:
     params: SamplingParams
     sample_seed: int
     matcher: Any = None  # under a constraint, its grammar's matcher (core/constrain/), handed to the running request
-    unconsumed: list[int] = field(default_factory=list)  # ... and the tokens it has yet to consume (preempted)
     arrival: int = 0  # the order requests arrived in: the newest running request is the one preempted
     output_ids: list[int] = field(default_factory=list)  # generated before it was preempted: kept, never resent
     preemptions: int = 0
@@ -125,8 +124,8 @@ class PrefillAdder:
         req = Req(uid=pending.uid, input_ids=list(pending.input_ids), prompt_len=len(pending.input_ids),
                   table_idx=self.table.allocate(), cached_len=match.cached_len, device_len=match.cached_len,
                   max_device_len=pending.max_device_len, params=pending.params, sample_seed=pending.sample_seed,
-                  matcher=pending.matcher, unconsumed=list(pending.unconsumed), output_ids=list(pending.output_ids),
-                  arrival=pending.arrival, preemptions=pending.preemptions)
+                  matcher=pending.matcher, output_ids=list(pending.output_ids), arrival=pending.arrival,
+                  preemptions=pending.preemptions)
         self.cache.adopt(req, match)
         self.reserved_pages += lifetime_pages
         if not pending.preemptions:  # the hit rate counts prompts, not recomputed requests

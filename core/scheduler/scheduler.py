@@ -271,7 +271,7 @@ class Scheduler:
         """Wait for a launched batch, hand back what waited for it, and handle its tokens."""
         tokens = flight.output.wait().tolist()
         self.fence.complete(flight.ticket)
-        replies, finished = take_tokens(flight, tokens, self.eos_token_ids)
+        replies, finished = take_tokens(flight.prepared, tokens, flight.output.logprobs, self.eos_token_ids)
         for req in finished:
             self.decode_manager.remove(req)
             self.cache_manager.cache_req(req, finished=True)

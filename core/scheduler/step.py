@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -11,7 +11,7 @@ from core.constrain.masks import GrammarRows
 from core.engine.engine import ForwardOutput
 from core.engine.sampler import SampleArgs
 from core.events import KVUsage, ReqStep, WaitReason
-from core.request import Batch, Req
+from core.request import Batch
 
 
 @dataclass
@@ -57,5 +57,3 @@ class InFlight:
     ticket: int  # the release fence's number for this launch
     logits: torch.Tensor | None = None  # a batch under a grammar: its logits, waiting for their masks
     masks: MaskFill | None = None  # ... and those masks, once their fill has started
-    # requests that their last token brought to the end of their grammar, seen as this step's masks were filled
-    grammar_complete: list[Req] = field(default_factory=list)

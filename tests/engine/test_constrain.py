@@ -15,7 +15,7 @@ import torch
 
 from core import LLM, SamplingParams
 from core.constrain.fill import MaskFill
-from core.constrain.masks import TokenMasks, advance, apply_masks
+from core.constrain.masks import GrammarRows, TokenMasks, advance, apply_masks
 from core.constraint import Constraint
 from core.scheduler import grammar_step
 from core.errors import InvalidConstraintError, InvalidParamsError
@@ -94,7 +94,7 @@ def test_eos_is_allowed_only_where_the_grammar_accepts(llm):
     digits = {t for d in "0123456789" for t in llm.tokenize(d)}
 
     def allowed() -> set[int]:
-        bits = MaskFill([0], [matcher], [[]], llm.vocab_size, torch.device("cpu")).take().bits[0]
+        bits = MaskFill(GrammarRows([0], [matcher]), llm.vocab_size, torch.device("cpu")).take().bits[0]
         return {t for t in range(llm.vocab_size) if bits[t // 32] >> (t % 32) & 1}
 
     assert allowed() == digits
