@@ -2,6 +2,10 @@
 upload instead of a copy apiece. The host packs a ``PrefillIndices`` or ``DecodeIndices``; the device side
 unpacks the upload into the same class. Both follow the class's field order and the lengths ``pack`` recorded,
 so the producer and the consumer cannot disagree about where a segment starts.
+
+The host builds them with numpy, not torch: a torch CPU op on a few thousand elements may wake torch's pool of
+threads, which costs far more than the op (milliseconds where a thread of the pool is not running), and a
+prefill step's host work is on every stream's path (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -11,12 +15,13 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import TypeVar
 
+import numpy as np
 import torch
 
 from core.request import Req
 from core.transfer import host_tensor
 
-Ints = torch.Tensor | list[int]  # a host vector: a tensor, or a list when built per request in Python
+Ints = np.ndarray | list[int]  # a host vector: an int64 array, or a list when built per request in Python
 P = TypeVar("P", bound="PackedIndices")
 
 
@@ -30,7 +35,7 @@ class PackedIndices:
         lengths = tuple(len(p) for p in parts)
         if all(isinstance(p, list) for p in parts):  # one tensor from one list: cheaper than a cat of small ones
             return host_tensor(list(chain.from_iterable(parts)), torch.int64), lengths
-        return torch.cat([torch.as_tensor(p, dtype=torch.int64) for p in parts]), lengths
+        return torch.from_numpy(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])), lengths
 
     @classmethod
     def unpack(cls: type[P], flat: torch.Tensor, lengths: tuple[int, ...]) -> P:
@@ -59,18 +64,18 @@ class DecodeIndices(PackedIndices):
 
 def prefill_indices(writes: list[tuple[int, int, list[int]]], write_index: list[int],
                     pool_width: int) -> PrefillIndices:
-    """``writes`` holds (row, first position, tokens) per request; built with a few host tensor ops rather than
-    a Python loop over every token."""
-    lengths = host_tensor([len(tokens) for _, _, tokens in writes], torch.int64)
+    """``writes`` holds (row, first position, tokens) per request; built with a few array ops rather than a
+    Python loop over every token."""
+    lengths = np.array([len(tokens) for _, _, tokens in writes], dtype=np.int64)
     total = int(lengths.sum())
-    ends = lengths.cumsum(0)
-    rows = host_tensor([row for row, _, _ in writes], torch.int64)
-    starts = host_tensor([start for _, start, _ in writes], torch.int64)
-    token_rows = torch.repeat_interleave(rows, lengths, output_size=total)
-    positions = torch.arange(total) + torch.repeat_interleave(starts - (ends - lengths), lengths, output_size=total)
-    values = host_tensor(list(chain.from_iterable(tokens for _, _, tokens in writes)), torch.int64)
+    ends = np.cumsum(lengths)
+    rows = np.array([row for row, _, _ in writes], dtype=np.int64)
+    starts = np.array([start for _, start, _ in writes], dtype=np.int64)
+    token_rows = np.repeat(rows, lengths)
+    positions = np.arange(total, dtype=np.int64) + np.repeat(starts - (ends - lengths), lengths)
+    values = np.fromiter(chain.from_iterable(tokens for _, _, tokens in writes), dtype=np.int64, count=total)
     return PrefillIndices(token_rows, positions, values, token_rows * pool_width + positions,
-                          host_tensor(write_index, torch.int64), ends - 1)
+                          np.array(write_index, dtype=np.int64), ends - 1)
 
 
 def decode_indices(reqs: list[Req], write_index: list[int], pad: int, page_size: int, pool_width: int,
