@@ -54,7 +54,7 @@ class Tmux:
             found = re.search(pattern, screen)
             if found:
                 return found, screen
-            time.sleep(0.5)
+            time.sleep(0.2)
         raise AssertionError(f"{pattern!r} never appeared; the screen was:\n{self.screen()}")
 
     def cursor_visible(self) -> bool:
@@ -176,7 +176,7 @@ def test_ctrl_c_in_generate_keeps_the_finished_results(tmux, model_dirs, tmp_pat
     """The bar counts tokens while the requests run one at a time; Ctrl-C once some have finished prints those
     whole, marks the others interrupted and exits 130. The JSON lines are written to a file, the bar stays on
     the terminal. (Eight prompts, so that the stretch between the first finish and the last is seconds long,
-    not one request's half second that a screen polled twice a second can miss.)"""
+    not one request's half second that a screen polled every 0.2 s can miss.)"""
     count, tokens = 8, 480
     prompts = write(tmp_path / "p.txt", "".join(f"prompt {i}\n" for i in range(count)))
     out = tmp_path / "out.jsonl"
