@@ -3,18 +3,40 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from core.env import home_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# the suite's many throwaway checkpoints would each leave what is derived from them in MINISGL_HOME; the start-up
-# cache has tests of its own (tests/cli/test_derived_cache.py), which turn it back on in a home of their own
-os.environ.setdefault("MINISGL_DISABLE_DERIVED_CACHE", "1")
+
+
+def session_home() -> Path:
+    """A MINISGL_HOME of the run's own, so that what the kernels derive from the suite's many throwaway checkpoints
+    is cached as a user's start has it (every later load of a model reads it back) and gone after the run; the
+    converted models and the built C kernels are the real home's, linked in (converted and built once, as for a
+    user). The derived cache has tests of its own (tests/cli/test_derived_cache.py), in homes of their own."""
+    real, home = home_dir(), Path(tempfile.mkdtemp(prefix="minisgl-test-home-"))
+    for shared in ("models", "kernels"):
+        (real / shared).mkdir(parents=True, exist_ok=True)
+        (home / shared).symlink_to(real / shared, target_is_directory=True)
+    return home
+
+
+SESSION_HOME = session_home()
+os.environ["MINISGL_HOME"] = str(SESSION_HOME)  # the command's processes that the tests start inherit it
 
 import pytest  # noqa: E402
 
 from tests.support.models import FAMILIES, save_random_model  # noqa: E402
 from tests.support.skips import skip_line  # noqa: E402
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(SESSION_HOME, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
