@@ -189,7 +189,7 @@ class Sampler:
             logits, masks = apply_masks(logits, masks), None
         if args.penalties is not None:  # some row sets a penalty, a logit bias or min_tokens (penalties.py)
             return args.penalties.sample(logits, lambda controlled: self._pick(controlled, args))
-        return self._pick(logits, args, {} if masks is None else {"bits": masks.bits})
+        return self._pick(logits, args, None if masks is None else masks.bits)
 
     def _masks_read_by_picks(self, logits: torch.Tensor, args: SampleArgs) -> bool:
         """Whether the race and the greedy pick apply the masks themselves: a wing's kernels that can, every row
@@ -197,9 +197,9 @@ class Sampler:
         return (self._picks_read_masks and args.penalties is None and not args.filtered
                 and args.masks.bits.shape[0] == logits.shape[0])
 
-    def _pick(self, logits: torch.Tensor, args: SampleArgs, masks: dict | None = None) -> torch.Tensor:
-        """``masks``: ``{"bits": ...}`` where the picks apply a grammar's masks themselves."""
-        masks = masks or {}
+    def _pick(self, logits: torch.Tensor, args: SampleArgs, bits: torch.Tensor | None = None) -> torch.Tensor:
+        """``bits``: a grammar's masks, where the wing's picks apply them themselves (the torch ones never see any)."""
+        masks = {} if bits is None else {"bits": bits}
         if args.all_greedy:
             return self._greedy(logits, **masks)
         if args.filtered:
