@@ -25,6 +25,7 @@ from typing import Iterator, Protocol
 
 import torch
 
+from core.scheduler.results import Results
 from core.scheduler.step import InFlight, Prepared
 
 
@@ -47,6 +48,10 @@ class Steps(Protocol):
     def sample_under_grammar(self, flight: InFlight) -> None: ...
 
     def finish(self, flight: InFlight) -> None: ...
+
+    def take_results(self, flight: InFlight) -> Results: ...
+
+    def hand_out(self, flight: InFlight, results: Results) -> None: ...
 
     def fail_stuck_requests(self) -> None: ...
 
@@ -84,12 +89,13 @@ def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
         if last is not None:
             steps.sample_under_grammar(last)  # under a grammar: its masks filled while this step was scheduled
         current = steps.launch(prepared) if prepared is not None else None
+        results = steps.take_results(last) if last is not None else None
+        if current is not None:
+            steps.start_masks(current)  # they follow step N-1's tokens, just taken; filled on a worker thread
         if last is not None:
-            steps.finish(last)  # frees made here wait for ``current``
+            steps.hand_out(last, results)  # replies and frees (which wait for ``current``) beside that fill
         elif current is None:
             steps.fail_stuck_requests()  # nothing in flight, nothing held: the head can never fit
-        if current is not None:
-            steps.start_masks(current)  # they follow step N-1's tokens, just handled; filled on a worker thread
         last = current
 
 

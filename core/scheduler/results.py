@@ -10,8 +10,11 @@ from core.scheduler.reply import Reply
 from core.scheduler.step import Prepared
 
 
+Results = tuple[list[Reply], list[Req]]  # the replies to send, and the requests that just finished
+
+
 def take_tokens(prepared: Prepared, tokens: list[int], logprobs: TokenLogprobs | None,
-                eos_token_ids: frozenset[int]) -> tuple[list[Reply], list[Req]]:
+                eos_token_ids: frozenset[int]) -> Results:
     """Append each sampled token to its request; the replies to send, and the requests that just finished
     (marked done: a step already launched for them has its token dropped)."""
     replies: list[Reply] = []

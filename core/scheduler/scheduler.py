@@ -46,7 +46,7 @@ from core.scheduler.preempt import Preempter
 from core.scheduler.prepare import prepare_batch
 from core.scheduler.reply import Reply
 from core.scheduler.report import StepReporter
-from core.scheduler.results import take_tokens
+from core.scheduler.results import Results, take_tokens
 from core.scheduler.stats import scheduler_stats
 from core.scheduler.step import InFlight, Prepared
 from core.scheduler.table import TableManager
@@ -269,9 +269,17 @@ class Scheduler:
 
     def finish(self, flight: InFlight) -> None:
         """Wait for a launched batch, hand back what waited for it, and handle its tokens."""
+        self.hand_out(flight, self.take_results(flight))
+
+    def take_results(self, flight: InFlight) -> Results:
+        """Wait for a launched batch and append its tokens to their requests (their matchers moved on)."""
         tokens = flight.output.wait().tolist()
         self.fence.complete(flight.ticket)
-        replies, finished = take_tokens(flight.prepared, tokens, flight.output.logprobs, self.eos_token_ids)
+        return take_tokens(flight.prepared, tokens, flight.output.logprobs, self.eos_token_ids)
+
+    def hand_out(self, flight: InFlight, results: Results) -> None:
+        """The replies of a batch whose tokens were taken; its finished requests give back their rows and pages."""
+        replies, finished = results
         for req in finished:
             self.decode_manager.remove(req)
             self.cache_manager.cache_req(req, finished=True)
