@@ -13,7 +13,11 @@ steps, where the device waits for it. Why that is safe:
   step N+1's starts, and one worker thread runs the fills, one at a time;
 * each fill writes a buffer of its own, taken when it starts (pinned on CUDA, from torch's pinned-memory cache,
   which hands a block out again only once the copy that read it has run), so no step's masks overwrite
-  another's before the device has read them.
+  another's before the device has read them;
+* on CUDA the worker also queues the masks' copy to the device as soon as they are filled, on a stream of its
+  own: a step's masks are a few MB, which cross PCIe beside the forward pass instead of between ``take`` and the
+  sampling, which the next step waits for. The device buffer is made on the loop's stream, the copy waits for
+  that, and the sampling waits for the copy.
 
 The plain loop fills inline (``background=False``): it has nothing to do meanwhile; so does the overlap loop for
 a batch of fewer than ``BACKGROUND_ROWS`` rows under a grammar, whose fill takes less than handing it to the worker
@@ -22,6 +26,7 @@ and back (docs/BENCHMARKS.md).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from concurrent.futures import Future
@@ -30,7 +35,6 @@ import torch
 
 from core.constrain.masks import GrammarRows, TokenMasks, fill_bits
 from core.constrain.worker import single_worker
-from core.transfer import upload_list
 
 BACKGROUND_ROWS = 32  # rows under a grammar from which a step's fill runs on the worker
 
@@ -47,7 +51,10 @@ class MaskFill:
         self.fill_s = 0.0  # how long the fill took (on the worker: until it had the GIL back after the fill)
         self.wait_s = 0.0  # how long ``take`` waited for it: the part of the fill that nothing hid
         self._done: Future | None = None
+        self._copy: DeviceCopy | None = None
         if background:
+            if device.type == "cuda":
+                self._copy = DeviceCopy(self.bits, device)
             # wait until the worker runs: it needs the GIL to begin (llguidance reads its arguments under it, then
             # lets go), and a thread that only waits for the GIL gets it from a busy Python thread after the
             # interpreter's switch interval (5 ms), longer than the work the fill is meant to run beside
@@ -63,6 +70,8 @@ class MaskFill:
         if running is not None:
             running.set()
         fill_bits(self.grammar.matchers, self.bits)
+        if self._copy is not None:
+            self._copy.start()
         self.fill_s = time.perf_counter() - started
 
     def take(self) -> TokenMasks:
@@ -71,5 +80,40 @@ class MaskFill:
             started = time.perf_counter()
             self._done.result()
             self.wait_s = time.perf_counter() - started
-        bits = self.bits.to(self.device, non_blocking=True) if self.device.type == "cuda" else self.bits
-        return TokenMasks(upload_list(self.grammar.rows, torch.int64, self.device), bits)
+        if self._copy is not None:
+            bits = self._copy.take()
+        else:
+            bits = self.bits.to(self.device, non_blocking=True) if self.device.type == "cuda" else self.bits
+        return TokenMasks(self.grammar.rows, bits)
+
+
+@functools.cache
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device)
+
+
+class DeviceCopy:
+    """A host tensor's copy to the device, queued by the worker on a stream of its own once the tensor is filled:
+    the destination is made on the loop's current stream (``ready`` says when its earlier users are done), and
+    ``take`` makes that stream wait for the copy."""
+
+    def __init__(self, host: torch.Tensor, device: torch.device) -> None:
+        self.host, self.device = host, device
+        self.on_device = torch.empty(host.shape, dtype=host.dtype, device=device)
+        self.ready = torch.cuda.Event()
+        self.ready.record(torch.cuda.current_stream(device))
+        self.copied = torch.cuda.Event()
+
+    def start(self) -> None:
+        """On the worker, once ``host`` is filled."""
+        stream = _copy_stream(self.device)
+        stream.wait_event(self.ready)
+        # the destination was made under the loop's inference mode: written here under it too, on this thread
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            self.on_device.copy_(self.host, non_blocking=True)
+            self.copied.record(stream)
+
+    def take(self) -> torch.Tensor:
+        """On the loop's thread, after ``start`` ran."""
+        torch.cuda.current_stream(self.device).wait_event(self.copied)
+        return self.on_device

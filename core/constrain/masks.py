@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import torch
 
 from core.request import Req
+from core.transfer import upload_list
 
 
 @dataclass
@@ -29,11 +30,12 @@ def grammar_rows(reqs: Sequence[Req], samples: Sequence[bool]) -> GrammarRows | 
 
 @dataclass
 class TokenMasks:
-    """The masks of one step on the device: which logits rows, and each row's bitmask (bit j of word w allows
-    token 32w + j)."""
+    """The masks of one step: which logits rows (on the host: the usual batch under a grammar masks every row,
+    which needs no indices on the device), and each row's bitmask on the device (bit j of word w allows token
+    32w + j)."""
 
-    rows: torch.Tensor  # [k] int64
-    bits: torch.Tensor  # [k, ceil(vocab / 32)] int32
+    rows: list[int]
+    bits: torch.Tensor  # [len(rows), ceil(vocab / 32)] int32
 
 
 _executor: Any = None
@@ -80,7 +82,8 @@ def apply_masks(logits: torch.Tensor, masks: TokenMasks) -> torch.Tensor:
     bias = table.index_select(0, masks.bits.view(torch.uint8).view(-1).int()).view(rows, -1)[:, :vocab]
     if rows == logits.shape[0]:  # the rows are distinct and in order: every row, each at its own place
         return logits + bias
-    return logits.index_copy(0, masks.rows, logits.index_select(0, masks.rows) + bias)  # index_add: far slower on a CPU
+    rows = upload_list(masks.rows, torch.int64, logits.device)
+    return logits.index_copy(0, rows, logits.index_select(0, rows) + bias)  # index_add: far slower on a CPU
 
 
 def advance(matcher: Any, token: int) -> bool:

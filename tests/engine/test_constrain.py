@@ -117,9 +117,9 @@ def test_masks_set_exactly_the_disallowed_logits_to_minus_infinity():
     logits, bits = torch.randn(4, 70), torch.randint(-2**31, 2**31 - 1, (4, 3), dtype=torch.int32)
     allowed = torch.tensor([[bool(int(bits[r, t // 32]) >> (t % 32) & 1) for t in range(70)] for r in range(4)])
     before = logits.clone()
-    every = apply_masks(logits, TokenMasks(torch.arange(4), bits))
+    every = apply_masks(logits, TokenMasks(list(range(4)), bits))
     assert torch.equal(every, torch.where(allowed, logits, float("-inf")))
-    some = apply_masks(logits, TokenMasks(torch.tensor([1, 3]), bits[[1, 3]]))
+    some = apply_masks(logits, TokenMasks([1, 3], bits[[1, 3]]))
     assert torch.equal(some[[0, 2]], logits[[0, 2]]) and torch.equal(some[[1, 3]], every[[1, 3]])
     assert torch.equal(logits, before)
 

@@ -151,7 +151,7 @@ def test_under_masks_the_kernels_draw_and_pick_what_the_masked_logits_give(rows,
     padded[:, :vocab] = allowed.long()
     bits = (padded.view(rows, words, 32) << torch.arange(32)).sum(-1).to(torch.int64)
     bits = torch.where(bits >= 2 ** 31, bits - 2 ** 32, bits).to(torch.int32)
-    masks = TokenMasks(torch.arange(rows), bits)
+    masks = TokenMasks(list(range(rows)), bits)
     masked = apply_masks(logits, masks)
     temperatures = (torch.rand(rows, generator=gen) + 0.3).to(DEVICE)
     seeds = torch.randint(0, 2 ** 62, (rows,), generator=gen).to(DEVICE)
@@ -163,6 +163,6 @@ def test_under_masks_the_kernels_draw_and_pick_what_the_masked_logits_give(rows,
     assert torch.equal(greedy_tokens(on(logits), bits=on(bits)).cpu(), masked.float().argmax(dim=-1))
     args = SampleArgs(temperatures=temperatures, top_k=on(torch.full((rows,), -1)), top_p=on(torch.ones(rows)),
                       seeds=seeds, positions=positions, greedy_rows=on(torch.arange(rows) == rows - 1),
-                      masks=TokenMasks(on(torch.arange(rows)), on(bits)))
+                      masks=TokenMasks(list(range(rows)), on(bits)))
     on_kernels = Sampler(torch.device(DEVICE), kernels=TRITON_SAMPLING).sample(on(logits), args)
     assert torch.equal(on_kernels, Sampler(torch.device(DEVICE), compile=False).sample(on(logits), args))
