@@ -62,6 +62,9 @@ class PagedMetadata:
     layout: PagedLayout
     qo_indptr: torch.Tensor | None  # host int32, prefill only
     wrapper: Any = None  # the planned flashinfer wrapper whose run() the layers call
+    # a prefill's longest query, which flashinfer's plan would otherwise find with Python's max() over a host
+    # tensor of every (padded) request, element by element: host time on every prefill step
+    max_q_len: int | None = None
 
 
 class FlashInferPagedBackend(FlashInferBase):
@@ -105,8 +108,11 @@ class FlashInferPagedBackend(FlashInferBase):
             if lists is not None:  # the graph's plan copies them in one piece
                 batch.attn_metadata = lists
                 return
-        batch.attn_metadata = PagedMetadata(self._layout(batch, batch.padded_size),
-                                            self._qo_indptr(batch) if batch.is_prefill else None)
+        if not batch.is_prefill:
+            batch.attn_metadata = PagedMetadata(self._layout(batch, batch.padded_size), None)
+            return
+        batch.attn_metadata = PagedMetadata(self._layout(batch, batch.padded_size), self._qo_indptr(batch),
+                                            max_q_len=max((r.extend_len for r in batch.reqs), default=None))
 
     def begin_forward(self, batch: Batch, graph: bool = False) -> None:
         if graph:
@@ -143,7 +149,7 @@ class FlashInferPagedBackend(FlashInferBase):
         self._wait_last_plan()
         wrapper.plan(meta.qo_indptr, lay.indptr, lay.indices, lay.last_page_len, self.num_heads, self.num_kv_heads,
                      self.head_dim, self.page_size, causal=True, sm_scale=self.scale, q_data_type=self.dtype,
-                     kv_data_type=self.dtype)
+                     kv_data_type=self.dtype, max_token_per_sequence=meta.max_q_len)
         self._mark_plan()
         meta.wrapper = wrapper
 
@@ -237,4 +243,4 @@ class FlashInferPagedBackend(FlashInferBase):
                              torch.full((pages,), self._dummy_page, dtype=torch.int32, device=self.device),
                              torch.tensor([tokens - (pages - 1) * self.page_size], dtype=torch.int32))
         return PagedMetadata(self._pinned(layout.padded(pad, self._dummy_page)),
-                             self._offsets([tokens] + [0] * pad))
+                             self._offsets([tokens] + [0] * pad), max_q_len=tokens)
