@@ -12,10 +12,12 @@ line after 200 s (start) and 120 s (steps, the second process); give each 300 s.
 1. Start: the engine with default options (the memory plan's figures: free after the weights, counted for the CUDA
    wing, the reserve, the pool; what the card has free once it is ready), and a short run.
 2. Steps, on an engine of 256 rows: a prefill pass of each captured chunk size (its graph's replay, device time,
-   after a real chunk of that size planned it, and the engine's wall step) and a decode step at 1/32/128/256 rows
-   (likewise), each beside its floor: a prefill's linears' FLOPs at the measured bf16 matmul
-   rate (attention's FLOPs beside them), a decode step's weights and KV bytes at the measured bandwidth.
-3. Where a prefill step's time goes: the kernels of the largest prefill graph's replays by family.
+   after a real chunk of that size planned it, and the engine's wall step), the chunk made of 512-token prompts
+   as the workload's are and then of one prompt, and a decode step at 1/32/128/256 rows (likewise), each beside
+   its floor: a prefill's linears' FLOPs and its attention's FLOPs at the measured bf16 matmul rate, a decode
+   step's weights and KV bytes at the measured bandwidth.
+3. Where a prefill step's time goes: the kernels of the 2,048-token and the largest prefill graphs' replays (chunks
+   of 512-token prompts) by family.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ GIB = 1 << 30
 STARTED = time.perf_counter()
 DECODE_ROWS = (1, 32, 128, 256)
 CONTEXT = 512  # each decode row's prompt
-FAMILIES = (("GEMM", r"gemm|cutlass|nvjet|sm90|xmma|splitk|matmul"), ("attention", r"prefill|decode|attention"),
+WORKLOAD_PROMPT = 512  # a prefill chunk's prompts, as the nano-vllm workload's (100 to 1,024 tokens) hold
+FAMILIES = (("attention", r"prefill|decode|attention"), ("GEMM", r"gemm|cutlass|nvjet|sm90|xmma|splitk|matmul"),
             ("norm", r"norm"), ("activation", r"silu|act_and_mul|gelu"), ("QKV, RoPE, KV write", r"qkv|rope"),
             ("copies", r"copy|memcpy|memset|fill|index|gather|cat"))
 
@@ -70,26 +73,41 @@ def start_run(model: str) -> None:
     llm.close()
 
 
-def prefill_rows(llm: LLM, costs: ModelCosts, rate: float) -> list[dict]:
-    """Each captured prefill size: one chunk of that many tokens run for real (it plans the graph's attention),
-    then the graph's replays timed; the floor is the linears' FLOPs at ``rate`` (FLOP/s)."""
+def prompt_sizes(tokens: int, prompt: int | None) -> list[int]:
+    return [tokens] if prompt is None else [min(prompt, tokens - i) for i in range(0, tokens, prompt)]
+
+
+def run_chunk(llm: LLM, tokens: int, prompt: int | None) -> list:
+    """One prefill step of ``tokens`` tokens, run for real (it plans the graph's attention): one prompt, or prompts
+    of ``prompt`` tokens as the workload's chunks hold; its step events."""
+    sizes = prompt_sizes(tokens, prompt)
+    steps: list = []
+    llm.add_step_callback(steps.append)
+    llm.generate([[random.randrange(10000) for _ in range(n)] for n in sizes], SamplingParams(max_tokens=1))
+    llm.scheduler.step_callbacks.remove(steps.append)
+    llm.reset_prefix_cache()
+    return steps
+
+
+def prefill_rows(llm: LLM, costs: ModelCosts, rate: float, prompt: int | None) -> list[dict]:
+    """Each captured prefill size: one chunk of that many tokens (``run_chunk``), then the graph's replays timed;
+    the floors are the linears' FLOPs and attention's FLOPs at ``rate`` (FLOP/s)."""
     runner = llm.engine.graphs.prefill
     rows = []
     for n in runner.sizes:
         if n < 512:
             continue
-        steps: list = []
-        llm.add_step_callback(steps.append)
-        llm.generate([[random.randrange(10000) for _ in range(n)]], SamplingParams(max_tokens=1))
-        llm.scheduler.step_callbacks.remove(steps.append)
-        llm.reset_prefix_cache()
+        steps = run_chunk(llm, n, prompt)
         with torch.cuda.stream(llm.engine.stream):
             device_ms = time_device(runner.graphs[n].replay, repeats=10)
         gemm_ms = n * (costs.flops_per_token - costs.head_flops) / rate * 1e3
-        attn_ms = n * (n + 1) / 2 * costs.attn_flops_per_pair / rate * 1e3
-        rows.append(dict(tokens=n, step_wall_ms=round(sum(e.elapsed_s for e in steps if e.phase == "prefill") * 1e3, 2),
+        pairs = sum(k * (k + 1) / 2 for k in prompt_sizes(n, prompt))
+        attn_ms = pairs * costs.attn_flops_per_pair / rate * 1e3
+        rows.append(dict(tokens=n, prompt=prompt or n,
+                         step_wall_ms=round(sum(e.elapsed_s for e in steps if e.phase == "prefill") * 1e3, 2),
                          replay_ms=round(device_ms, 2), gemm_floor_ms=round(gemm_ms, 2),
-                         attention_floor_ms=round(attn_ms, 3), of_gemm_floor=round(gemm_ms / device_ms, 3)))
+                         attention_floor_ms=round(attn_ms, 3), of_gemm_floor=round(gemm_ms / device_ms, 3),
+                         of_floor=round((gemm_ms + attn_ms) / device_ms, 3)))
         say(f"prefill {rows[-1]}")
     return rows
 
@@ -125,14 +143,13 @@ def decode_rows(llm: LLM, costs: ModelCosts, rate: float, bandwidth: float, toke
     return rows
 
 
-def prefill_kernel_lines(llm: LLM, replays: int = 3) -> list[str]:
-    """The largest prefill graph's replays under torch.profiler, its kernels' device time a replay by family."""
+def prefill_kernel_lines(llm: LLM, n: int, prompt: int | None, replays: int = 3) -> list[str]:
+    """The prefill graph of ``n`` tokens' replays under torch.profiler (planned by ``run_chunk``), its kernels'
+    device time a replay by family."""
     from torch.profiler import ProfilerActivity, profile
 
     runner = llm.engine.graphs.prefill
-    n = runner.sizes[-1]
-    llm.generate([[random.randrange(10000) for _ in range(n)]], SamplingParams(max_tokens=1))
-    llm.reset_prefix_cache()
+    run_chunk(llm, n, prompt)
     with torch.cuda.stream(llm.engine.stream), profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             runner.graphs[n].replay()
@@ -143,7 +160,8 @@ def prefill_kernel_lines(llm: LLM, replays: int = 3) -> list[str]:
         family = next((f for f, pattern in FAMILIES if re.search(pattern, name, re.I)), "other")
         families[family] += ms
     total = sum(families.values())
-    lines = [f"prefill graph of {n:,} tokens, device ms a replay by kernel family (sum {total:.2f} ms):"]
+    lines = [f"prefill graph of {n:,} tokens ({f'prompts of {prompt}' if prompt else 'one prompt'}), device ms a "
+             f"replay by kernel family (sum {total:.2f} ms):"]
     lines += [f"  {family:<22} {ms:8.2f}  {ms / total:5.1%}" for family, ms in sorted(families.items(),
                                                                                     key=lambda kv: -kv[1])]
     lines += ["  the largest kernels:"] + [f"  {ms:8.2f}  {name[:110]}" for name, ms in
@@ -164,21 +182,25 @@ def main() -> int:
     if args.part == "start":
         start_run(args.model)
         return 0
-    llm = LLM(args.model, max_running_req=256, max_seq_len=4096, log=say)
+    llm = LLM(args.model, max_running_req=256, max_seq_len=8192 + 64, log=say)  # an 8,192-token prompt fits
     cfg, engine = llm.engine.model_config, llm.engine
     ceilings = measure_ceilings(engine.device, engine.dtype)
     costs = ModelCosts.of(cfg, engine.dtype.itemsize, engine.kv_bytes_per_token)
     rate, bandwidth = ceilings.matmul_gflops * 1e9, ceilings.stream_gbps * 1e9
     say(f"ceilings: {rate / 1e12:.0f} TFLOP/s bf16 matmul, {bandwidth / 1e9:.0f} GB/s")
     result = dict(model=args.model, card=torch.cuda.get_device_name(), matmul_tflops=round(rate / 1e12, 1),
-                  copy_gbps=round(bandwidth / 1e9), prefill=prefill_rows(llm, costs, rate),
+                  copy_gbps=round(bandwidth / 1e9),
+                  prefill=prefill_rows(llm, costs, rate, WORKLOAD_PROMPT) + prefill_rows(llm, costs, rate, None),
                   decode=decode_rows(llm, costs, rate, bandwidth))
     (out / "steps.json").write_text(json.dumps(result, indent=1))
-    kernel_lines = prefill_kernel_lines(llm)
+    kernel_lines = prefill_kernel_lines(llm, 2048, WORKLOAD_PROMPT) + prefill_kernel_lines(
+        llm, llm.engine.graphs.prefill.sizes[-1], WORKLOAD_PROMPT)
     llm.close()
-    lines = ["prefill tokens | step wall ms | graph replay ms | GEMM floor ms | attention floor ms | of GEMM floor"]
-    lines += [" | ".join(str(r[k]) for k in ("tokens", "step_wall_ms", "replay_ms", "gemm_floor_ms",
-                                              "attention_floor_ms", "of_gemm_floor")) for r in result["prefill"]]
+    lines = ["prefill tokens | prompt | step wall ms | graph replay ms | GEMM floor ms | attention floor ms | "
+             "of GEMM floor | of GEMM + attention floor"]
+    lines += [" | ".join(str(r[k]) for k in ("tokens", "prompt", "step_wall_ms", "replay_ms", "gemm_floor_ms",
+                                              "attention_floor_ms", "of_gemm_floor", "of_floor"))
+              for r in result["prefill"]]
     lines += ["decode rows | graph replay ms | step wall ms | floor ms | of floor"]
     lines += [" | ".join(str(r[k]) for k in ("rows", "replay_ms", "step_wall_ms", "floor_ms", "of_floor"))
               for r in result["decode"]]
