@@ -18,7 +18,8 @@ from core.distributed.info import tp_scope
 from core.errors import EngineBusyError
 from core.llm.tp_group import LocalGroup, TPGroup
 from core.scheduler.inbox import Message, ResetPrefixCache
-from core.scheduler.scheduler import ReplySink, Scheduler
+from core.scheduler.reply import ReplySink
+from core.scheduler.scheduler import Scheduler
 
 
 class EngineCore:

@@ -47,8 +47,6 @@ class Steps(Protocol):
 
     def sample_under_grammar(self, flight: InFlight) -> None: ...
 
-    def finish(self, flight: InFlight) -> None: ...
-
     def take_results(self, flight: InFlight) -> Results: ...
 
     def hand_out(self, flight: InFlight, results: Results) -> None: ...
@@ -71,7 +69,7 @@ def plain_loop(steps: Steps, stop_when_idle: bool) -> None:
             continue
         flight = steps.launch(prepared)
         steps.sample_under_grammar(flight)
-        steps.finish(flight)
+        steps.hand_out(flight, steps.take_results(flight))
 
 
 def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
@@ -83,7 +81,7 @@ def overlap_loop(steps: Steps, stop_when_idle: bool) -> None:
         if not steps.receive():
             if last is not None:
                 steps.sample_under_grammar(last)
-                steps.finish(last)
+                steps.hand_out(last, steps.take_results(last))
             return
         prepared = steps.schedule_next_batch() if steps.busy else None
         if last is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 
 @dataclass(slots=True)
@@ -28,3 +29,6 @@ class Reply:
         """The engine ended the request on this token (EOS, or one of its stop_token_ids): the token is not part of
         the output, as no stop string is."""
         return self.finish_reason == "stop" and self.stop_string is None and self.token is not None
+
+
+ReplySink = Callable[[list[Reply]], None]  # where a scheduler's replies go (the LLM, or the engine process's outbox)

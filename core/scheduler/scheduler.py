@@ -4,10 +4,9 @@ Only the loop's thread touches the scheduler's state: requests, aborts and cache
 wait in its inbox (core/scheduler/inbox.py) until the top of the next step, so one posted while the engine runs
 joins the very next batch it fits in. Every request that enters gets exactly one final reply, an error included.
 
-Admission counts the KV pages each request is expected to take (core/scheduler/estimate.py): its whole life under
-``admission="reserve"``, its prompt and a decaying share of its ``max_tokens`` under ``"estimate"``. Pages are
-given as requests grow; a decode step that cannot get one for each request preempts the newest running request
-(core/scheduler/preempt.py), which is queued again and recomputed to the same tokens.
+Admission counts the KV pages a request is expected to take (core/scheduler/estimate.py): its whole life under
+``admission="reserve"``, its prompt and a decaying share of its ``max_tokens`` under ``"estimate"``. A decode step
+short of pages preempts the newest running request (preempt.py), queued again and recomputed to the same tokens.
 """
 
 from __future__ import annotations
@@ -44,15 +43,12 @@ from core.scheduler.policy import PhasePolicy
 from core.scheduler.prefill import PendingReq, PrefillManager
 from core.scheduler.preempt import Preempter
 from core.scheduler.prepare import prepare_batch
-from core.scheduler.reply import Reply
+from core.scheduler.reply import Reply, ReplySink
 from core.scheduler.report import StepReporter
 from core.scheduler.results import Results, take_tokens
 from core.scheduler.stats import scheduler_stats
 from core.scheduler.step import InFlight, Prepared
 from core.scheduler.table import TableManager
-
-
-ReplySink = Callable[[list[Reply]], None]
 
 
 class Scheduler:
@@ -67,8 +63,8 @@ class Scheduler:
       exchange says stop), ``abort(uid)`` on the loop's thread when no loop runs; ``inbox`` takes messages from
       any thread; ``steps_scheduled`` and ``pages_freed_by_last_reset`` say what the loop has done;
     * watching it: ``add_step_callback``, ``add_before_step_callback``, ``report_radix``, ``stats()``;
-    * the steps the loops (core/scheduler/loops.py) call in order: ``wait_for_work``, ``receive``,
-      ``schedule_next_batch``, ``launch``, ``start_masks``, ``sample_under_grammar``, ``finish`` and
+    * the steps the loops (core/scheduler/loops.py) call: ``wait_for_work``, ``receive``, ``schedule_next_batch``,
+      ``launch``, ``take_results``, ``start_masks``, ``hand_out``, ``sample_under_grammar`` and
       ``fail_stuck_requests``, with ``busy``; ``grammars`` holds the requests' compiled constraints (core/constrain/).
     """
 
@@ -266,10 +262,6 @@ class Scheduler:
     def sample_under_grammar(self, flight: InFlight) -> None:
         """A batch under a grammar, launched unsampled: its masks, then its tokens (core/scheduler/grammar_step.py)."""
         sample_with_masks(flight, self.engine, self._send_tokens, self.vocab_size)
-
-    def finish(self, flight: InFlight) -> None:
-        """Wait for a launched batch, hand back what waited for it, and handle its tokens."""
-        self.hand_out(flight, self.take_results(flight))
 
     def take_results(self, flight: InFlight) -> Results:
         """Wait for a launched batch and append its tokens to their requests (their matchers moved on)."""
