@@ -306,8 +306,8 @@ def test_overlap_on_and_off_give_the_same_tokens_with_graphs(hd128_dir, page_siz
 def test_masks_filled_on_the_worker_give_the_plain_loops_tokens(hd128_dir, monkeypatch):
     """Under a grammar on CUDA the overlap loop fills the masks on the worker thread (from one row up, here) while
     the next step is scheduled, the worker queues their copy to the device on a stream of its own, and the wing's
-    race and greedy pick read them in place: the tokens are those of the
-    plain loop, which fills them inline, every reply matches its regex, and one that completes its grammar stops."""
+    race and greedy pick read them in place: the tokens are those of the plain loop, which fills them inline,
+    every reply matches its regex, and one that completes its grammar stops."""
     import re
 
     pytest.importorskip("llguidance")
