@@ -99,7 +99,8 @@ class EngineConfig:
                     "the pool runs out; reserve: on pages for its whole life, never preempting.", str,
         choices=ADMISSION_RULES, noun="admission rule")
     max_prefill_streak: int = option(
-        1, "Prefill steps in a row before decoding requests get a step.", int, minimum=1)
+        1, "Prefill steps in a row before decoding requests get a step (a burst of new prompts, a full chunk or "
+           "more, is prefilled back to back).", int, minimum=1)
     tp: int = option(1, "Tensor-parallel ranks (processes; GPUs on CUDA).", int, minimum=1)
     threads: int | None = option(
         None, "CPU threads (default: the CPUs this process may use).", int, optional=True, minimum=1)

@@ -27,7 +27,7 @@ _CHROME_ROWS = 7  # title, header, borders and caption around the rows
 WIDE_COLUMNS = 100
 REQUESTS_CHARS, UIDS_CHARS = 12, 6  # a compact cell's most characters; the requests beyond are counted, "+3"
 # the compact table's words for a note (the step's note from the scheduler), by how it starts
-SHORT_NOTES = {"decode forced": "forced"}
+SHORT_NOTES = {"decode forced": "forced", "prefill kept on": "burst"}
 GRAMMAR_MARK = "§"  # after the uid of a request that samples under a grammar (structured output)
 
 

@@ -24,7 +24,7 @@ step, by which time that prefix is cached, rather than compute it a second time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from core.arith import pages_for
 from core.events import WaitReason
@@ -33,6 +33,8 @@ from core.scheduler.cache import CacheManager
 from core.scheduler.decode import DecodeManager
 from core.scheduler.estimate import PageEstimate
 from core.scheduler.table import TableManager
+
+Queued = Literal["nothing", "some", "burst"]
 
 # shared tokens (beyond what is cached) worth waiting a step for, rather than computing them twice in one batch
 IN_BATCH_SHARED_TOKENS = 32
@@ -182,6 +184,18 @@ class PrefillManager:
     def runnable(self) -> bool:
         """Whether a queued request could be admitted now (one waiting for its grammar cannot)."""
         return any(not p.awaits_grammar for p in self.pending)
+
+    def queued(self, burst_tokens: int) -> Queued:
+        """What waits to prefill: a burst (requests not yet started holding at least ``burst_tokens`` prompt tokens,
+        core/scheduler/policy.py, counting what the prefix cache may hold: a hit is only known once a request is
+        matched; the rest of a prompt part-way through its chunks is not a burst), some, or nothing admissible."""
+        waiting = 0
+        for p in self.pending:
+            if p.admitted is None and not p.awaits_grammar:
+                waiting += len(p.input_ids)
+                if waiting >= burst_tokens:
+                    return "burst"
+        return "some" if self.runnable else "nothing"
 
     def reserved_pages(self) -> int:
         """Pages the decoding requests and the chunked ones part-way through their prompt are expected to take."""

@@ -113,7 +113,7 @@ class StepReporter:
         report.req_steps = tuple(ReqStep(r.uid, r.extend_len, r.cached_len, r.matcher is not None) for r in batch.reqs)
         in_batch = {r.uid for r in batch.reqs}
         queued = [p for p in self.prefill.pending if p.uid not in in_batch]
-        report.waits = wait_reasons(queued, self.prefill.refusal, note)
+        report.waits = wait_reasons(queued, self.prefill.refusal, note if batch.is_decode else "")
         report.kv = kv_usage({*self.running(), *batch.reqs}, self.cache.prefix_cache, self.cache.num_pages)
         evicted = self.cache.evicted_pages
         report.evicted_pages, self._evicted_reported = evicted - self._evicted_reported, evicted

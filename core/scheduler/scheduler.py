@@ -209,10 +209,10 @@ class Scheduler:
     def schedule_next_batch(self) -> Prepared | None:
         started = time.perf_counter()
         decoding = self.decode_manager.runnable
-        note = self.policy.forced_decode(decoding)
+        note = self.policy.forced_decode(decoding, self.prefill_manager.queued(self.config.max_extend_tokens))
         scheduled = None if note else self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)
         batch, writes = scheduled if scheduled is not None else (self.decode_manager.schedule_next_batch(), [])
-        self.policy.record(prefilled=scheduled is not None, decoding=decoding)
+        note = self.policy.record(prefilled=scheduled is not None, decoding=decoding) or note
         if batch is not None and batch.is_decode:  # the pool may lack pages for it: preempt (preempt.py)
             batch = self.preempter.make_room(batch, self.fence.in_flight)
         if batch is None:

@@ -196,10 +196,10 @@ def test_requests_that_can_never_fit_get_an_error_at_once(model_dirs):
     assert_pages_accounted(llm)
 
 
-def test_a_stream_of_prefills_cannot_starve_decoding(model_dirs):
+def test_a_burst_is_prefilled_back_to_back_then_a_long_prompt_takes_turns_with_decoding(model_dirs):
     path = model_dirs[MODEL]
-    streak = 2
-    llm = LLM(path, max_extend_tokens=8, max_prefill_streak=streak, max_running_req=8)
+    streak, chunk = 2, 8
+    llm = LLM(path, max_extend_tokens=chunk, max_prefill_streak=streak, max_running_req=8)
     events = record_steps(llm)
     rng = random.Random(1)
     long_prompts = [[rng.randrange(256) for _ in range(30)] for _ in range(4)]  # 4 chunks each
@@ -207,16 +207,33 @@ def test_a_stream_of_prefills_cannot_starve_decoding(model_dirs):
     out = llm.generate(prompts, [params(12)] + [params(2)] * 4)
     assert [r["token_ids"] for r in out] == [greedy(path, p, n) for p, n in zip(prompts, [12, 2, 2, 2, 2])]
 
+    # uid0 decodes from step 1; while requests not yet started hold a full chunk (a burst), prefill goes on past
+    # the streak, saying so, until uid4, the last, is admitted (step 11)
     phases = "".join(e.phase[0] for e in events)
-    first_decode = phases.index("d")
-    # while uid 0 decodes, at most `streak` prefills run between two decode steps
-    while_decoding = phases[first_decode:phases.rindex("d") + 1]
-    assert "p" * (streak + 1) not in while_decoding
-    forced = [e for e in events if e.note]
-    assert forced and all(e.phase == "decode" and e.note == f"decode forced after {plural(streak, 'prefill step')}"
-                          for e in forced)
-    assert all(events[e.step - 1].phase == "prefill" for e in forced)
-    assert all(e.waiting > 0 for e in forced)  # prefill work was waiting: the decode step was really forced
+    kept = [e for e in events if e.note.startswith("prefill kept on")]
+    assert [e.step for e in kept] == list(range(streak + 1, 12)) and phases.startswith("p" * 12 + "d")
+    assert kept[0].note == f"prefill kept on after {plural(streak, 'prefill step')}: a burst of new prompts waits"
+    assert all(e.num_tokens == chunk for e in kept)
+    assert 4 in {r.uid for r in events[11].reqs} and all(4 not in {r.uid for r in e.reqs} for e in events[:11])
+    # the rest of uid4's prompt is not a burst: its chunks take turns with decoding, at most `streak` in a row
+    after = phases[12:phases.rindex("p") + 1]
+    assert "p" in after and "p" * (streak + 1) not in after
+    forced = [e for e in events if e.note.startswith("decode forced")]
+    assert [e.step for e in forced] == [12, 15]
+    assert forced[1].note == f"decode forced after {plural(streak, 'prefill step')}"
+    assert all(e.phase == "decode" and e.waiting > 0 for e in forced)  # prefill waited: the decode was forced
+
+
+def test_a_burst_is_bounded_by_the_free_rows(model_dirs):
+    path = model_dirs[MODEL]
+    llm = LLM(path, max_extend_tokens=8, max_prefill_streak=1, max_running_req=2)
+    events = record_steps(llm)
+    prompts = [[5, 6, 7]] + [[1 + i] * 20 for i in range(4)]
+    llm.generate(prompts, [params(12)] + [params(2)] * 4)
+    # with both rows taken (uid0 decoding, uid1 mid-prompt or decoding) nothing more can be admitted, so the
+    # burst behind them cannot hold decoding off: it runs whenever no prefill fits
+    phases = "".join(e.phase[0] for e in events)
+    assert phases.startswith("pppd")  # uid0 + 5 of uid1, then uid1's last 15 in two chunks, then uid0 decodes
 
 
 def test_reset_prefix_cache_empties_it_between_and_during_runs(model_dirs):

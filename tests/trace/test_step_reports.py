@@ -47,9 +47,10 @@ def test_prefill_token_budget_chunks_and_holds_back(model_dirs):
 
 
 def test_forced_decode_after_a_prefill_streak(model_dirs):
-    llm = LLM(model_dirs["llama"], max_extend_tokens=3, max_running_req=4, max_prefill_streak=1)
+    llm = LLM(model_dirs["llama"], max_extend_tokens=4, max_running_req=4, max_prefill_streak=1)
     events = run(llm, P3)
-    # the streak counts prefill steps taken while others decode: step 1 is one, so step 2 must decode
+    # the streak counts prefill steps taken while others decode: step 1 is one, and what waits then (uid2's last
+    # token) is less than a full chunk, so step 2 must decode
     assert [e.phase for e in events[:4]] == ["prefill", "prefill", "decode", "prefill"]
     assert events[2].note and waits_at(events[2]) == {2: "forced_decode"}
     assert "not starved" in events[2].waits[0].text
