@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.support.cli import run, trace_steps, write
+from minisgl_cli.app import app
 from minisgl_cli.trace_file import TraceFile
+from tests.support.cli import run, trace_steps, write
 
 
 @pytest.fixture
@@ -121,3 +123,21 @@ def test_trace_with_two_ranks_shows_rank_zeros_batches(model_dirs, prompts, tmp_
     events = trace_steps(out)
     assert {e["tp_size"] for e in events} == {2}
     assert [e["batch_size"] for e in events] == [3, 2, 1]
+
+
+def test_a_burst_prefilled_past_the_streak_says_so(model_dirs, tmp_path):
+    # "ab" decodes from step 1 while three 8-token prompts (a burst: more than a chunk of 4 not yet started) wait
+    lines = ['{"prompt": "ab", "max_tokens": 8}'] + ['{"prompt": "cdefghij", "max_tokens": 1}'] * 3
+    prompts = write(tmp_path / "p.jsonl", "\n".join(lines) + "\n")
+    out = tmp_path / "trace.jsonl"
+    result = run("trace", prompts, "--model", model_dirs["llama"], "--max-extend-tokens", "4",
+                 "--max-prefill-streak", "1", "--trace-out", out)
+    assert result.exit_code == 0, result.stderr
+    notes = [(e["step"], e["phase"], e.get("note", "")) for e in trace_steps(out)]
+    kept = [n for n in notes if n[2].startswith("prefill kept on")]
+    assert kept and all(phase == "prefill" for _, phase, _ in kept)
+    assert kept[0] == (2, "prefill", "prefill kept on after 1 prefill step: a burst of new prompts waits")
+    assert "a burst of new prompts waits" in result.stdout  # the table's note column, in words
+    narrow = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["trace", str(prompts), "--model", model_dirs["llama"],
+                                                          "--max-extend-tokens", "4", "--max-prefill-streak", "1"])
+    assert narrow.exit_code == 0 and [r[-1] for r in step_rows(narrow.stdout) if r[0] == "2"] == ["burst"]
