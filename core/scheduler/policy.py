@@ -31,7 +31,7 @@ class PhasePolicy:
 
     def record(self, prefilled: bool, decoding: bool) -> str:
         """Count the step just scheduled (or tried: a decode step with nothing to decode also ends a streak).
-        Returns the note of a prefill step that went past the streak because a full chunk waited, or ''."""
+        Returns the note of a prefill step that went past the streak because a burst waited, or ''."""
         kept = prefilled and decoding and self.streak >= self.max_streak
         self.streak = self.streak + 1 if prefilled and decoding else 0
         if not kept:
