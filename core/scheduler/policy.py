@@ -14,6 +14,8 @@ cannot go on and decoding runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
+
 from core.scheduler.prefill import Queued
 from core.words import plural
 
@@ -23,17 +25,18 @@ class PhasePolicy:
     max_streak: int
     streak: int = 0  # prefill steps in a row while requests were decoding
 
-    def forced_decode(self, decoding: bool, queued: Queued) -> str:
-        """Why this step must decode whatever waits (the step event's note), or '' if prefill may go first."""
-        if decoding and self.streak >= self.max_streak and queued == "some":
+    def forced_decode(self, decoding: bool, queued: Callable[[], Queued]) -> str:
+        """Why this step must decode whatever waits (the step event's note), or '' if prefill may go first.
+        ``queued`` looks at the queue, only once the streak is long enough for it to matter."""
+        if decoding and self.streak >= self.max_streak and queued() == "some":
             return f"decode forced after {plural(self.streak, 'prefill step')}"
         return ""
 
     def record(self, prefilled: bool, decoding: bool) -> str:
         """Count the step just scheduled (or tried: a decode step with nothing to decode also ends a streak).
         Returns the note of a prefill step that went past the streak because a burst waited, or ''."""
-        kept = prefilled and decoding and self.streak >= self.max_streak
-        self.streak = self.streak + 1 if prefilled and decoding else 0
-        if not kept:
+        before = self.streak
+        self.streak = before + 1 if prefilled and decoding else 0
+        if not (prefilled and decoding and before >= self.max_streak):
             return ""
-        return f"prefill kept on after {plural(self.streak - 1, 'prefill step')}: a burst of new prompts waits"
+        return f"prefill kept on after {plural(before, 'prefill step')}: a burst of new prompts waits"

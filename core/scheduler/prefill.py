@@ -189,13 +189,14 @@ class PrefillManager:
         """What waits to prefill: a burst (requests not yet started holding at least ``burst_tokens`` prompt tokens,
         core/scheduler/policy.py, counting what the prefix cache may hold: a hit is only known once a request is
         matched; the rest of a prompt part-way through its chunks is not a burst), some, or nothing admissible."""
-        waiting = 0
+        waiting, ready = 0, False
         for p in self.pending:
-            if p.admitted is None and not p.awaits_grammar:
-                waiting += len(p.input_ids)
+            if not p.awaits_grammar:
+                ready = True
+                waiting += len(p.input_ids) if p.admitted is None else 0
                 if waiting >= burst_tokens:
                     return "burst"
-        return "some" if self.runnable else "nothing"
+        return "some" if ready else "nothing"
 
     def reserved_pages(self) -> int:
         """Pages the decoding requests and the chunked ones part-way through their prompt are expected to take."""

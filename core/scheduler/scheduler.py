@@ -209,7 +209,7 @@ class Scheduler:
     def schedule_next_batch(self) -> Prepared | None:
         started = time.perf_counter()
         decoding = self.decode_manager.runnable
-        note = self.policy.forced_decode(decoding, self.prefill_manager.queued(self.config.max_extend_tokens))
+        note = self.policy.forced_decode(decoding, lambda: self.prefill_manager.queued(self.config.max_extend_tokens))
         scheduled = None if note else self.prefill_manager.schedule_next_batch(self.config.max_extend_tokens)
         batch, writes = scheduled if scheduled is not None else (self.decode_manager.schedule_next_batch(), [])
         note = self.policy.record(prefilled=scheduled is not None, decoding=decoding) or note
