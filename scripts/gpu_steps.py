@@ -77,16 +77,20 @@ def prompt_sizes(tokens: int, prompt: int | None) -> list[int]:
     return [tokens] if prompt is None else [min(prompt, tokens - i) for i in range(0, tokens, prompt)]
 
 
-def run_chunk(llm: LLM, tokens: int, prompt: int | None) -> list:
-    """One prefill step of ``tokens`` tokens, run for real (it plans the graph's attention): one prompt, or prompts
-    of ``prompt`` tokens as the workload's chunks hold; its step events."""
-    sizes = prompt_sizes(tokens, prompt)
+def run_prompts(llm: LLM, sizes: list[int], params: SamplingParams) -> list:
+    """Random prompts of these sizes run to the end, the prefix cache emptied after; the run's step events."""
     steps: list = []
     llm.add_step_callback(steps.append)
-    llm.generate([[random.randrange(10000) for _ in range(n)] for n in sizes], SamplingParams(max_tokens=1))
+    llm.generate([[random.randrange(10000) for _ in range(n)] for n in sizes], params)
     llm.scheduler.step_callbacks.remove(steps.append)
     llm.reset_prefix_cache()
     return steps
+
+
+def run_chunk(llm: LLM, tokens: int, prompt: int | None) -> list:
+    """One prefill step of ``tokens`` tokens, run for real (it plans the graph's attention): one prompt, or prompts
+    of ``prompt`` tokens as the workload's chunks hold; its step events."""
+    return run_prompts(llm, prompt_sizes(tokens, prompt), SamplingParams(max_tokens=1))
 
 
 def prefill_rows(llm: LLM, costs: ModelCosts, rate: float, prompt: int | None) -> list[dict]:
@@ -119,12 +123,8 @@ def decode_rows(llm: LLM, costs: ModelCosts, rate: float, bandwidth: float, toke
     ``bandwidth``, or the FLOPs, the longer)."""
     rows = []
     for batch in DECODE_ROWS:
-        steps: list = []
-        llm.add_step_callback(steps.append)
-        llm.generate([[random.randrange(10000) for _ in range(CONTEXT)] for _ in range(batch)],
-                     SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.6 if batch > 1 else 0.0))
-        llm.scheduler.step_callbacks.remove(steps.append)
-        llm.reset_prefix_cache()
+        steps = run_prompts(llm, [CONTEXT] * batch, SamplingParams(max_tokens=tokens, ignore_eos=True,
+                                                                    temperature=0.6 if batch > 1 else 0.0))
         decode = [e for e in steps if e.phase == "decode"]
         wall = statistics.median(e.elapsed_s * 1e3 for e in decode if e.batch_size == batch)
         # the graphs share their attention plan's page lists, planned for the last step: a replay of this size
