@@ -122,7 +122,7 @@ class Routes:
                                            stop_string=piece.stop)
         if reply.finished:
             pieces.append(stream.finish().text)
-        return dataclasses.replace(reply, text="".join(pieces))
+        return reply.with_text("".join(pieces))
 
 
 def tokenize(tokenizer: Any, prompt: Any) -> list[int]:

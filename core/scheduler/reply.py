@@ -8,8 +8,8 @@ from typing import Callable
 
 @dataclass(slots=True)
 class Reply:
-    """Treated as a value (changed only through ``dataclasses.replace``) but not declared frozen: a step builds one
-    per request, and a frozen dataclass costs several times as much to build."""
+    """Treated as a value (changed only by copying: ``dataclasses.replace``, ``with_text``) but not declared
+    frozen: a step builds one per request, and a frozen dataclass costs several times as much to build."""
 
     uid: int
     token: int | None
@@ -23,6 +23,12 @@ class Reply:
     # back while it could be the start of a stop string; and the stop string that ended it
     text: str | None = None
     stop_string: str | None = None
+
+    def with_text(self, text: str) -> Reply:
+        """This reply with the text it adds: built directly, as ``dataclasses.replace`` costs several times as
+        much and a server does this once per token of every request."""
+        return Reply(self.uid, self.token, self.finished, self.finish_reason, self.error, self.logprob,
+                     self.top_logprobs, text, self.stop_string)
 
     @property
     def ended_on_token(self) -> bool:

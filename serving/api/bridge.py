@@ -144,11 +144,7 @@ class EngineBridge:
     def _on_reply(self, tracked: Tracked, reply: Reply) -> None:
         now = time.perf_counter()
         metrics = self.metrics
-        with self._lock:
-            if tracked.last_token_at is None and (reply.token is not None or reply.finished):
-                self._waiting -= 1
-            if reply.finished:
-                self._in_flight -= 1
+        answered_first = tracked.last_token_at is None and (reply.token is not None or reply.finished)
         with metrics.lock:
             if reply.token is not None:
                 metrics.generated_tokens += 1
@@ -173,6 +169,8 @@ class EngineBridge:
             tracked.finished = True
             tracked.finish_reason = reply.finish_reason
         with self._lock:
+            self._waiting -= answered_first
+            self._in_flight -= reply.finished
             self._pending.append((tracked, reply))
 
     # ---- state for /metrics -------------------------------------------------------------------------------

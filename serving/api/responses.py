@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
@@ -98,10 +98,12 @@ def add_reply(got: Gathered, reply: Reply) -> None:
 
 
 def stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    async def lines() -> AsyncIterator[str]:
+    """Each event as one ``data:`` line of UTF-8 JSON. orjson writes the bytes directly, in a fraction of the time
+    ``json.dumps`` and an encode take: the API process does this once per token of every streamed request."""
+    async def lines() -> AsyncIterator[bytes]:
         async for event in events:
-            yield f"data: {json.dumps(event, ensure_ascii=False)}\n\n"
-        yield "data: [DONE]\n\n"
+            yield b"data: " + orjson.dumps(event) + b"\n\n"
+        yield b"data: [DONE]\n\n"
 
     return StreamingResponse(lines(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
