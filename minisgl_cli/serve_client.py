@@ -15,6 +15,7 @@ import json
 import math
 import random
 import time
+from collections.abc import AsyncIterator
 from typing import Callable
 
 import httpx
@@ -120,7 +121,7 @@ async def _send(client: httpx.AsyncClient, model: str, request: BenchRequest) ->
         async with client.stream("POST", "/v1/completions", json=body) as response:
             if response.status_code != 200:
                 return failed(f"HTTP {response.status_code}: {_message((await response.aread()).decode())}")
-            async for line in response.aiter_lines():
+            async for line in sse_lines(response):
                 if not line.startswith("data:"):
                     continue
                 now = time.perf_counter()
@@ -146,6 +147,18 @@ async def _send(client: httpx.AsyncClient, model: str, request: BenchRequest) ->
     if not first:
         return failed("the stream carried no token")
     return RequestTiming(True, tokens, first - sent, end - sent, tuple(gaps))
+
+
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """The stream's lines as server-sent events end them: at CR or LF only. httpx's ``aiter_lines`` also ends a
+    line at the Unicode line breaks (U+2028, U+0085, ...), which a server may leave raw inside its JSON."""
+    pending = ""
+    async for text in response.aiter_text():
+        *lines, pending = (pending + text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        for line in lines:
+            yield line
+    if pending:
+        yield pending
 
 
 def _message(body: str) -> str:

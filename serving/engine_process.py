@@ -29,7 +29,7 @@ from serving.wire import EngineInfo, ReportRadix, Stop, StepOutput, pack_output,
 
 
 class Outbox:
-    """One PUSH socket per client; replies go to the client whose uid space they are in."""
+    """One PUSH socket per client (API process); replies go to the client whose uid space they are in."""
 
     def __init__(self, context: zmq.Context, addresses: list[str]) -> None:
         self.sockets = []
@@ -47,10 +47,8 @@ class Outbox:
         if n == 1:
             self._send(0, StepOutput(replies, stats))
             return
-        for client in range(n):
-            mine = [r for r in replies if r.uid % n == client]
-            if mine:
-                self._send(client, StepOutput(mine, stats))
+        for client in range(n):  # each client, replies or not: the engine's numbers are every client's to report
+            self._send(client, StepOutput([r for r in replies if r.uid % n == client], stats))
 
     def to_all(self, out: StepOutput) -> None:
         for client in range(len(self.sockets)):

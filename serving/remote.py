@@ -19,6 +19,8 @@ import os
 import shutil
 import tempfile
 import threading
+import time
+from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_sentinels
 from pathlib import Path
 from typing import Any, Callable
@@ -38,13 +40,32 @@ from core.scheduler.admission import Limits, rejection
 from core.scheduler.inbox import Message
 
 STOP_JOIN_S = 30.0  # after Stop, how long the engine gets to answer what it holds and exit
+ATTACHED_WATCH_S = 0.25  # how often an attached client looks whether the engine is still there
+
+
+@dataclass(frozen=True)
+class EngineLink:
+    """How one more API process reaches an engine that another started: the engine's inbox, the socket it
+    sends this client's replies to, this client's place among the clients (its uids are ``client``,
+    ``client + clients``, ...: the engine routes a reply by its uid) and the engine's ready message."""
+
+    in_address: str
+    out_address: str
+    client: int
+    clients: int
+    ready: StepOutput
 
 
 class RemoteEngine:
     def __init__(self, config: EngineConfig, model_dir: Path, tokenizer: Any = None, *, trace: bool = False,
-                 first_uid: int = 0, uid_step: int = 1, threads: int | None = None, gpu: int | None = None) -> None:
+                 first_uid: int = 0, uid_step: int = 1, threads: int | None = None, gpu: int | None = None,
+                 clients: int = 1, link: EngineLink | None = None) -> None:
         """``first_uid``/``uid_step``: this engine's uids, disjoint from other engines' under data parallelism;
-        ``threads``: torch's threads in the engine process (default torch's own)."""
+        ``threads``: torch's threads in the engine process (default torch's own); ``clients``: the API processes
+        that will talk to the engine, this one first (each of the others attaches with ``link(i)``); ``link``:
+        attach to an engine another process started (see ``link``) instead of starting one."""
+        if link is not None:
+            first_uid, uid_step = link.client, link.clients
         self.config = config
         self._threads = threads
         self._gpu = gpu
@@ -54,9 +75,12 @@ class RemoteEngine:
         self.sampling_defaults = sampling_defaults(model_dir if isinstance(model_dir, Path) else None,
                                                    config.generation_config, config.override_generation_config)
         self._trace = trace
-        self._dir = tempfile.mkdtemp(prefix="minisgl-")
-        self._in_address = f"ipc://{self._dir}/in"
-        self._out_address = f"ipc://{self._dir}/out0"
+        self._link = link
+        self._dir = tempfile.mkdtemp(prefix="minisgl-") if link is None else None  # the owner's, removed by it
+        self._in_address = link.in_address if link is not None else f"ipc://{self._dir}/in"
+        self._out_addresses = [link.out_address] if link is not None else \
+            [f"ipc://{self._dir}/out{i}" for i in range(clients)]
+        self._out_address = self._out_addresses[0]
         self._context = zmq.Context()
         self._pull = self._context.socket(zmq.PULL)
         self._pull.bind(self._out_address)
@@ -84,10 +108,16 @@ class RemoteEngine:
               while_loading: Callable[[], None] | None = None) -> None:
         """Spawn the engine process and wait until it is built; its load errors are raised here, typed.
         ``while_loading`` runs as soon as the process is spawned, so that the caller's own loading (the
-        tokenizer, ``give_tokenizer``) overlaps the engine's imports and model load rather than preceding them."""
+        tokenizer, ``give_tokenizer``) overlaps the engine's imports and model load rather than preceding them.
+        Attached (``link``): the engine is built already; this client starts receiving."""
+        if self._link is not None:
+            self._push.connect(self._in_address)
+            self._ready(self._link.ready)
+            self._start_threads()
+            return
         self._process = mp.get_context("spawn").Process(
             target=engine_main, name="minisgl-engine",
-            args=(self.config, self.model_dir, self._in_address, [self._out_address], self._trace, os.getpid(),
+            args=(self.config, self.model_dir, self._in_address, self._out_addresses, self._trace, os.getpid(),
                   self._threads, self._gpu))
         self._process.start()
         self._push.connect(self._in_address)
@@ -113,9 +143,17 @@ class RemoteEngine:
                 log(out.log)
             if out.info is not None:
                 self._ready(out)
+        self._start_threads()
+
+    def _start_threads(self) -> None:
         self._receiving = True
         threading.Thread(target=self._receive, name="minisgl-replies", daemon=True).start()
         threading.Thread(target=self._watch, name="minisgl-engine-watch", daemon=True).start()
+
+    def link(self, client: int) -> EngineLink:
+        """What API process ``client`` (1 ..; this one is 0) needs to attach to this engine once it is built."""
+        return EngineLink(self._in_address, self._out_addresses[client], client, len(self._out_addresses),
+                          StepOutput([], self._stats, info=self.info))
 
     def give_tokenizer(self, tokenizer: Any) -> None:
         """The tokenizer, where it was not given at construction (it loads while the engine does: ``start``)."""
@@ -129,8 +167,11 @@ class RemoteEngine:
         self._stats = out.stats or {}
 
     def stop(self, timeout_s: float = STOP_JOIN_S) -> None:
-        """Have the engine answer every request it holds, then exit; wait for it (then make sure it is gone)."""
+        """Have the engine answer every request it holds, then exit; wait for it (then make sure it is gone).
+        Attached, only this client closes: the engine is its owner's to stop."""
         if self._process is None:
+            if self._link is not None:
+                self.close()
             return
         self._stopping = True
         if self.dead is None:
@@ -152,12 +193,15 @@ class RemoteEngine:
         if not self._receiving:  # else the receiver closes its socket when term() interrupts its recv
             self._pull.close(linger=0)
         self._context.term()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
 
     # ---- what the server asks --------------------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        if self._process is not None:
+            return self._process.pid
+        return self.info.pid if self._link is not None and self.info is not None else None
 
     @property
     def pids(self) -> list[int | None]:
@@ -250,7 +294,14 @@ class RemoteEngine:
 
     def _watch(self) -> None:
         process = self._process
+        if process is None:  # attached: the engine is another process's child, so its pid is all there is
+            while not self._stopping and _alive(self.info.pid):
+                time.sleep(ATTACHED_WATCH_S)
+            if not self._stopping:
+                self._die(f"the engine process (pid {self.info.pid}) died")
+            return
         wait_for_sentinels([process.sentinel])
+        process.join()  # the sentinel can wake before the exit is reapable: reaped here, its code known
         if not self._stopping:
             self._die(f"the engine process (pid {process.pid}) died with exit code {process.exitcode}")
 
@@ -264,3 +315,18 @@ class RemoteEngine:
             self.on_batch()
         if self.on_death is not None:
             self.on_death(why)
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` runs: it exists and has not exited (a zombie, exited but not yet reaped by its parent, has)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # there, under another user
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:  # no /proc (not Linux): its parent reaps it at once
+        return True

@@ -15,11 +15,10 @@ new requests get a 503, /health fails, and the server exits 1 with one line nami
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import threading
+import tempfile
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -29,11 +28,8 @@ from minisgl_cli.engine_options import EngineOptions, with_engine_options
 from core.errors import InvalidParamsError
 from core.llm.heap import freeze_startup_heap
 from core.words import ENGINE_READY, plural
-from minisgl_cli.exits import INTERRUPTED
 from minisgl_cli.jobs import interrupted_load, quiet_transformers
 from render.activity import Activity
-
-ENGINE_DEATH_GRACE_S = 2.0  # how long a server whose engine died answers 503 before it exits
 
 NETWORK = "Network"  # where it listens and whom it answers
 WATCHING = "Watching it work"  # what it shows and writes of its work
@@ -89,6 +85,11 @@ MaxConnections = Annotated[int, typer.Option(
     "--max-connections", rich_help_panel=LIMITS, min=1,
     help="Most connections open at once (streams, idle keep-alive ones, the dashboard's); a request on one "
          "beyond it, 503 at once.")]
+ApiWorkers = Annotated[int, typer.Option(
+    "--api-workers", min=1, metavar="N",
+    help="HTTP processes over the one engine, each streaming the requests it takes: more than one when the engine "
+         "makes tokens faster than one process sends them (chunks of several tokens, a growing ITL); each counts "
+         "its own --max-connections.")]
 DashboardShowText = Annotated[bool, typer.Option(
     "--dashboard-show-text", rich_help_panel=WATCHING,
     help="Show prompts and completions on the dashboard (else uids and token counts).")]
@@ -101,17 +102,14 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
           dp: DataParallel = 1, api_key: ApiKey = None, allow_origin: AllowOrigin = None,
           log_requests: LogRequests = False, log_stats: LogStats = 10.0, ssl_certfile: SslCertFile = None,
           ssl_keyfile: SslKeyFile = None, max_body_bytes: MaxBodyBytes = 8 * 1024 * 1024,
-          read_timeout: ReadTimeout = 30.0, max_connections: MaxConnections = 1024,
+          read_timeout: ReadTimeout = 30.0, max_connections: MaxConnections = 1024, api_workers: ApiWorkers = 1,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
-    import uvicorn  # the server's libraries load only for this command
-
-    from serving.api.app import create_app
     from serving.api.bridge import EngineBridge
-    from serving.api.connection import limited_protocol
     from serving.api.limits import Limits
     from minisgl_cli.serve.checks import check_api_key, check_origins, check_tls
+    from minisgl_cli.serve.http import Site, http_server, plain_lines
     from serving.api.stats_log import StatsLog
     from minisgl_cli.trace_exports import serve_header
     from minisgl_cli.trace_file import TraceFile
@@ -122,37 +120,39 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     check_api_key(api_key)
     check_origins(allow_origin or [])
     check_tls(ssl_certfile, ssl_keyfile)
-    listener = bind_listener(host, port)  # a port in use fails now, before the model loads
+    check_api_workers(api_workers, dp, dashboard)
+    listener = bind_listener(host, port, shared=api_workers > 1)  # a port in use fails now, before the load
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
     if dashboard_show_text and not dashboard:
         raise typer.BadParameter("--dashboard-show-text needs --dashboard", param_hint="'--dashboard-show-text'")
     if dp > 1 and engine.values["tp"] > 1:
         raise InvalidParamsError("--dp with --tp is not supported: give one of them")
-    remote = start_engine(engine, activity, trace=trace or trace_out is not None or dashboard, dp=dp)
+    remote = start_engine(engine, activity, trace=trace or trace_out is not None or dashboard, dp=dp,
+                          clients=api_workers)
     if trace_file is not None:
         trace_file.decode = remote.tokenizer.decode
     name = served_model_name or default_model_name(engine.model)
-    bridge = EngineBridge(remote, name, max_queue, keep_text=dashboard_show_text)
+    site = Site(api_key, tuple(origin.lower() for origin in allow_origin or ()), log_requests,
+                Limits(max_body_bytes, read_timeout, max_connections), ssl_certfile, ssl_keyfile, shutdown_timeout)
+    share, workers = start_api_workers(remote, api_workers, name, max_queue, site, activity, listener)
+    bridge = EngineBridge(remote, name, max_queue, keep_text=dashboard_show_text, share=share)
     live = start_trace(remote, engine.cache, err) if trace else None
     if trace_file is not None:
         remote.add_step_callback(trace_file.write)
-    limits = Limits(max_body_bytes, read_timeout, max_connections)
-    app = create_app(bridge, api_key, log_request=plain_lines(err) if log_requests else None,
-                     allow_origins=[origin.lower() for origin in allow_origin or ()], limits=limits)
-    ring = add_dashboard(app, bridge, serve_header(engine).options, dashboard_show_text) if dashboard else None
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=None, access_log=False,
-                            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
-                            http=limited_protocol(limits, bridge.metrics.rejected_with))
-    server = DrainingServer(config, bridge, shutdown_timeout, err)
-    if ring is not None:
+    server = http_server(bridge, site, err)
+    if dashboard:
+        ring = add_dashboard(server.app, bridge, serve_header(engine).options, dashboard_show_text)
         server.on_exit.append(ring.close)  # an open page's endless stream must not hold the drain up
-    remote.on_death = server.engine_died
+    if workers is not None:
+        server.on_signal.append(workers.signal)
+        share.start(bridge.counts)
     stats = StatsLog(bridge, plain_lines(err), log_stats) if log_stats > 0 else None
     freeze_startup_heap()  # built: the collector walks only what serving allocates from here on
     server.take_signals()
     scheme = "https" if ssl_certfile is not None else "http"
-    err.print(f"minisgl serving [bold]{name}[/] on {scheme}://{host}:{port}/v1 (Ctrl-C to stop); "
+    processes = f" in {api_workers} API processes" if api_workers > 1 else ""
+    err.print(f"minisgl serving [bold]{name}[/] on {scheme}://{host}:{port}/v1{processes} (Ctrl-C to stop); "
               f"{escape(remote.sampling_defaults.describe())}", highlight=False)
     if dashboard:
         err.print(f"dashboard: {scheme}://{host}:{port}/dashboard", highlight=False)
@@ -161,6 +161,9 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     try:
         server.run(sockets=[listener])
     finally:
+        if workers is not None:  # their streams end before the engine stops
+            workers.join(shutdown_timeout)
+            share.stop(remove=True)
         if stats is not None:
             stats.stop()
         remote.stop()  # every request still in the engine is answered before it exits
@@ -172,19 +175,46 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     say_how_it_stopped(server, bridge, err)
 
 
-def say_how_it_stopped(server: DrainingServer, bridge: Any, err: Console) -> None:
+def check_api_workers(api_workers: int, dp: int, dashboard: bool) -> None:
+    if api_workers > 1 and dp > 1:
+        raise InvalidParamsError("--api-workers with --dp is not supported: give one of them")
+    if api_workers > 1 and dashboard:
+        raise InvalidParamsError("--dashboard needs one API process (it shows the requests of the process that "
+                                 "took them): leave out --api-workers")
+
+
+def start_api_workers(remote: Any, api_workers: int, name: str, max_queue: int | None, site: Any,
+                      activity: Activity, listener: socket.socket) -> tuple[Any, Any]:
+    """With ``--api-workers N``, the N - 1 other API processes, started once the engine is built; and this
+    process's place among them (its counts shared with theirs)."""
+    if api_workers == 1:
+        return None, None
+    from minisgl_cli.serve.workers import ApiWorkers, WorkerPlan
+    from serving.api.share import SharedCounts
+
+    share_dir = Path(tempfile.mkdtemp(prefix="minisgl-api-"))
+    address = listener.getsockname()[:2]  # the port the first process bound (also for --port 0)
+    plans = [WorkerPlan(remote.link(i), remote.config, remote.model_dir, name, max_queue, site, share_dir, os.getpid(),
+                        address) for i in range(1, api_workers)]
+    workers = ApiWorkers()
+    with interrupted_load(activity), activity.phase(f"starting {plural(api_workers - 1, 'more API process')}"):
+        try:
+            workers.start(plans)
+        except BaseException:
+            remote.close()
+            raise
+    return SharedCounts(share_dir, 0, api_workers), workers
+
+
+def say_how_it_stopped(server: Any, bridge: Any, err: Console) -> None:
     """The last line: how many requests were answered, or why the server stopped (exit 1)."""
     if server.engine_death is not None:
         err.print(f"minisgl: {server.engine_death}", highlight=False, markup=False)
         raise typer.Exit(1)
     if not server.started:
         raise typer.Exit(1)
-    err.print(f"minisgl stopped: {plural(sum(bridge.metrics.requests.values()), 'request')} answered", highlight=False)
-
-
-def plain_lines(err: Console) -> Callable[[str], None]:
-    """Lines written as they are (no markup or highlighting), above a live --trace table."""
-    return lambda line: err.print(line, highlight=False, markup=False)
+    answered = sum(bridge.totals().requests.values())
+    err.print(f"minisgl stopped: {plural(answered, 'request')} answered", highlight=False)
 
 
 def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: bool) -> Any:
@@ -200,12 +230,17 @@ def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: boo
     return ring
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before anything slow: a port in use or a bad host is a usage error."""
+def bind_listener(host: str, port: int, shared: bool = False) -> socket.socket:
+    """The listening socket, bound before anything slow: a port in use or a bad host is a usage error.
+    ``shared``: every API process binds one to the same port (SO_REUSEPORT), and the kernel spreads new
+    connections over them by their addresses; one socket accepted by all would let whichever process wakes
+    first take a whole burst of connections."""
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if shared:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(2048)  # connections made before the server runs wait in the backlog, not refused
     except OSError as exc:
@@ -214,9 +249,9 @@ def bind_listener(host: str, port: int) -> socket.socket:
     return sock
 
 
-def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int = 1) -> Any:
+def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int = 1, clients: int = 1) -> Any:
     """The tokenizer here, the engine in its own process (or ``dp`` of them), loading at the same time; the load
-    is shown as every command shows one."""
+    is shown as every command shows one. ``clients``: the API processes that will talk to the engine."""
     name = engine.model or "the embedded SmolLM2-135M-Instruct"
     with interrupted_load(activity), activity.phase(f"loading {name}", closing=ENGINE_READY):
         from core.config import EngineConfig
@@ -228,7 +263,7 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int
         model_dir = resolve_model_dir(engine.model, activity.note)
         config = EngineConfig.from_options(**engine.values)
         if dp == 1:
-            remote = RemoteEngine(config, model_dir, trace=trace)
+            remote = RemoteEngine(config, model_dir, trace=trace, uid_step=clients, clients=clients)
         else:
             from serving.data_parallel import DataParallelEngines
 
@@ -241,73 +276,6 @@ def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int
             remote.close()
             raise
     return remote
-
-
-class DrainingServer:
-    """uvicorn's server with the shutdown a streaming API needs: finish what is open, for a while, then abort
-    it so that every stream still ends properly; a second signal leaves at once."""
-
-    def __init__(self, config: Any, bridge: Any, timeout_s: float, err: Console) -> None:
-        import uvicorn
-
-        outer = self
-
-        class _Server(uvicorn.Server):
-            def handle_exit(self, sig: int, frame: Any) -> None:
-                outer._on_signal(sig)
-
-        self._server = _Server(config)
-        self._bridge = bridge
-        self._timeout_s = timeout_s
-        self._err = err
-        self._signals = 0
-        self._old: dict[int, Any] = {}
-        self.engine_death: str | None = None
-        self.on_exit: list[Callable[[], None]] = []  # run as the server starts to leave: streams that never end
-
-    @property
-    def started(self) -> bool:
-        return self._server.started
-
-    def run(self, sockets: list[socket.socket]) -> None:
-        self._server.run(sockets=sockets)
-
-    def take_signals(self) -> None:
-        """From now until ``release_signals``, also before and after uvicorn runs (it hands the signals to the
-        same place while it does): SIGINT or SIGTERM starts the drain, a second one stops at once."""
-        self._old = {sig: signal.signal(sig, lambda sig, _frame: self._on_signal(sig))
-                     for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def release_signals(self) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
-
-    def _on_signal(self, sig: int) -> None:
-        self._signals += 1
-        if self._signals > 1:  # the second Ctrl-C: no more waiting
-            self._err.print("minisgl: stopped at once", highlight=False)
-            self._bridge.llm.close()
-            os._exit(INTERRUPTED)
-        open_responses = self._bridge.in_flight
-        self._err.print(f"minisgl: shutting down; finishing {plural(open_responses, 'response')} (up to "
-                        f"{self._timeout_s:g} s; Ctrl-C again to stop at once)", highlight=False)
-        self._leave()
-        timer = threading.Timer(self._timeout_s, self._bridge.abort_all)
-        timer.daemon = True
-        timer.start()
-
-    def _leave(self) -> None:
-        self._server.should_exit = True
-        for close in self.on_exit:
-            close()
-
-    def engine_died(self, why: str) -> None:
-        """On the receiver's thread: open streams have their error event. For a moment the server goes on
-        answering 503 (and /health fails), so clients and load balancers learn why; then it leaves."""
-        self.engine_death = why
-        timer = threading.Timer(ENGINE_DEATH_GRACE_S, self._leave)
-        timer.daemon = True
-        timer.start()
 
 
 def default_model_name(model: str | None) -> str:

@@ -23,6 +23,7 @@ from serving.remote import RemoteEngine
 from core.scheduler.reply import Reply
 from serving.api.metrics import Metrics
 from serving.api.protocol import ApiError
+from serving.api.share import SharedCounts
 
 RETRY_AFTER_S = 1
 RECENT = 4096  # requests whose facts a dashboard can still ask for
@@ -47,8 +48,10 @@ class Tracked:
 
 class EngineBridge:
     def __init__(self, llm: RemoteEngine, model_name: str, max_queue: int | None = None,
-                 keep_text: bool = False) -> None:
+                 keep_text: bool = False, share: SharedCounts | None = None) -> None:
+        """``share``: where this process's counts meet those of the server's other API processes, if any."""
         self.llm = llm
+        self.share = share
         self.keep_text = keep_text
         self.recent: OrderedDict[int, Tracked] = OrderedDict()  # by uid, the newest RECENT requests
         self.model_name = model_name
@@ -79,9 +82,11 @@ class EngineBridge:
                          None)
         if too_large is not None:  # it could not be sent to the engine
             raise ApiError(400, f"'{too_large}' is out of range (a 64-bit integer)", param=too_large)
+        elsewhere = self.share.waiting_elsewhere() if self.share is not None else 0
         with self._lock:
-            if self.max_queue is not None and self._waiting >= self.max_queue:
-                raise ApiError(503, f"the server's queue is full ({self._waiting} requests waiting); retry later",
+            if self.max_queue is not None and self._waiting + elsewhere >= self.max_queue:
+                raise ApiError(503, f"the server's queue is full ({self._waiting + elsewhere} requests waiting); "
+                                    "retry later",
                                kind="server_overloaded", code="queue_full",
                                headers={"Retry-After": str(RETRY_AFTER_S)})
             self._waiting += 1
@@ -174,11 +179,27 @@ class EngineBridge:
             self._pending.append((tracked, reply))
 
     # ---- state for /metrics -------------------------------------------------------------------------------
+    def totals(self) -> Metrics:
+        """The server's counts: this process's, and with other API processes theirs added."""
+        if self.share is None:
+            return self.metrics
+        self.share.read()
+        return self.metrics.plus([other["metrics"] for other in self.share.others])
+
+    def counts(self) -> dict[str, Any]:
+        """What this process tells the others (share.py)."""
+        with self._lock:
+            waiting, in_flight = self._waiting, self._in_flight
+        return {"metrics": self.metrics.snapshot(), "waiting": waiting, "in_flight": in_flight}
+
     def gauges(self) -> dict[str, tuple[float, str]]:
         stats = self.llm.stats()
         running = stats["total_rows"] - stats["free_rows"]
         with self._lock:
             waiting, in_flight = self._waiting, self._in_flight
+        if self.share is not None:
+            waiting += self.share.waiting_elsewhere()
+            in_flight += self.share.in_flight_elsewhere()
         used = stats["total_pages"] - stats["free_pages"]
         return {
             "requests_running": (running, "Requests holding a table row (prefilling or decoding)."),
@@ -197,6 +218,13 @@ class EngineBridge:
     def in_flight(self) -> int:
         with self._lock:
             return self._in_flight
+
+    def open_responses(self) -> int:
+        """Requests taken in and not yet answered, by this API process and the others."""
+        if self.share is None:
+            return self.in_flight
+        self.share.read()
+        return self.in_flight + self.share.in_flight_elsewhere()
 
     def info(self) -> dict[str, Any]:
         return {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "minisgl",

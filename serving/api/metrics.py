@@ -36,6 +36,15 @@ class Histogram:
         self.total += value
         self.count += 1
 
+    def add(self, other: dict) -> None:
+        """Another process's histogram (``snapshot()``'s form) counted into this one."""
+        self.counts = [a + b for a, b in zip(self.counts, other["counts"])]
+        self.total += other["total"]
+        self.count += other["count"]
+
+    def snapshot(self) -> dict:
+        return {"counts": list(self.counts), "total": self.total, "count": self.count}
+
     def lines(self, name: str) -> list[str]:
         out, running = [], 0
         for bound, n in zip(self.buckets, self.counts):
@@ -57,6 +66,29 @@ class Metrics:
         self.request_latency = Histogram(REQUEST_BUCKETS_S)
         self.recent_ttft: deque[float] = deque(maxlen=RECENT_SAMPLES)  # seconds, newest requests
         self.recent_tpot: deque[float] = deque(maxlen=RECENT_SAMPLES)  # seconds per token after the first
+
+    def snapshot(self) -> dict:
+        """The counts and histograms as plain data, for another API process to add to its own (share.py)."""
+        with self.lock:
+            return {"requests": dict(self.requests), "rejected": {str(k): v for k, v in self.rejected.items()},
+                    "prompt_tokens": self.prompt_tokens, "generated_tokens": self.generated_tokens,
+                    "ttft": self.ttft.snapshot(), "inter_token": self.inter_token.snapshot(),
+                    "request_latency": self.request_latency.snapshot()}
+
+    def plus(self, snapshots: list[dict]) -> Metrics:
+        """A new Metrics: these counts with the snapshots' added (the recent samples stay this process's)."""
+        total = Metrics()
+        for part in [self.snapshot(), *snapshots]:
+            for reason, n in part["requests"].items():
+                total.requests[reason] = total.requests.get(reason, 0) + n
+            for status, n in part["rejected"].items():
+                total.rejected[int(status)] = total.rejected.get(int(status), 0) + n
+            total.prompt_tokens += part["prompt_tokens"]
+            total.generated_tokens += part["generated_tokens"]
+            for name in ("ttft", "inter_token", "request_latency"):
+                getattr(total, name).add(part[name])
+        total.recent_ttft, total.recent_tpot = self.recent_ttft, self.recent_tpot
+        return total
 
     def rejected_with(self, status: int) -> None:
         with self.lock:

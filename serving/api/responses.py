@@ -97,12 +97,26 @@ def add_reply(got: Gathered, reply: Reply) -> None:
         got.finish_reason, got.error = reply.finish_reason, reply.error
 
 
+# characters that JSON may leave raw but that many line readers (Python's str.splitlines, httpx's iter_lines) end
+# a line on: escaped, so that an event stays one line for them too. In UTF-8 these byte sequences are only ever
+# these characters.
+LINE_BREAKS = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
+
+
+def sse_line(event: dict[str, Any]) -> bytes:
+    """One ``data:`` line of UTF-8 JSON. orjson writes the bytes directly, in a fraction of the time ``json.dumps``
+    and an encode take: the API process does this once per token of every streamed request."""
+    data = orjson.dumps(event)
+    for raw, escaped in LINE_BREAKS:
+        if raw in data:
+            data = data.replace(raw, escaped)
+    return b"data: " + data + b"\n\n"
+
+
 def stream(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    """Each event as one ``data:`` line of UTF-8 JSON. orjson writes the bytes directly, in a fraction of the time
-    ``json.dumps`` and an encode take: the API process does this once per token of every streamed request."""
     async def lines() -> AsyncIterator[bytes]:
         async for event in events:
-            yield b"data: " + orjson.dumps(event) + b"\n\n"
+            yield sse_line(event)
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(lines(), media_type="text/event-stream",

@@ -53,12 +53,12 @@ class StatsLog:
         self.write = write
         self.every_s = every_s
         self._stop = threading.Event()
-        self.last = totals_of(bridge.metrics, time.monotonic())
+        self.last = totals_of(bridge.totals(), time.monotonic())
         self._idle = True  # the line after the last request has been written
 
     def tick(self, at: float) -> str | None:
         """The line for the interval that ends ``at``, or None when nothing happened in it and nothing is open."""
-        now = totals_of(self.bridge.metrics, at)
+        now = totals_of(self.bridge.totals(), at)
         gauges = self.bridge.gauges()
         busy = now != self.last or gauges["requests_in_flight"][0] > 0
         line = stats_line(self.last, now, gauges) if busy or not self._idle else None

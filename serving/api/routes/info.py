@@ -41,4 +41,4 @@ async def model(name: str, bridge: Bridge) -> dict[str, Any]:
 
 @router.get("/metrics")
 async def metrics(bridge: Bridge) -> PlainTextResponse:
-    return PlainTextResponse(bridge.metrics.render(bridge.gauges()), media_type="text/plain; version=0.0.4")
+    return PlainTextResponse(bridge.totals().render(bridge.gauges()), media_type="text/plain; version=0.0.4")
