@@ -89,7 +89,7 @@ def test_sigterm_drains_every_api_process_before_the_engine_stops(model_dir, tmp
     server = Server(model_dir, "--api-workers", "2", "--max-running", "8", "--shutdown-timeout", "120",
                     log=tmp_path / "server.log", paced=True)
     try:
-        streams = [Stream(server.base, 300) for _ in range(6)]
+        streams = [Stream(server.base, 500) for _ in range(6)]  # long enough to be running at the signal
         assert all(stream.first.wait(WAIT_S) for stream in streams)
         assert server.wait_metrics(lambda m: m["requests_in_flight"] == 6)["requests_in_flight"] == 6
         time.sleep(3 * PUBLISH_S)  # each process's count in its file (a scrape adds the others' as last written)

@@ -7,13 +7,16 @@ from serving.api.stats_log import StatsLog
 
 
 class Bridge:
-    """The two things a StatsLog reads: the counters and the gauges."""
+    """The two things a StatsLog reads: the counters (one API process's) and the gauges."""
 
     def __init__(self) -> None:
         self.metrics = Metrics()
         self.figures = {"requests_running": 0, "requests_waiting": 0, "requests_in_flight": 0,
                         "kv_pages_used": 0, "kv_pages_cached": 0, "kv_pages_total": 200, "prefix_cache_hit_rate": 0.0,
                         "preemptions_total": 0}
+
+    def totals(self) -> Metrics:
+        return self.metrics
 
     def gauges(self) -> dict[str, tuple[float, str]]:
         return {name: (value, "") for name, value in self.figures.items()}
