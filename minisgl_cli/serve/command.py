@@ -3,7 +3,8 @@
 Two processes: the engine (serving/engine_process.py: the scheduler's loop and nothing else, with its
 tensor-parallel ranks under it) and this one, the API process: uvicorn's asyncio loop on the main thread does
 HTTP, tokenizing, incremental text, stop strings and SSE; a receiver thread takes the engine's one message a
-step (serving/remote.py); with ``--trace``, Rich's live display. They talk over ZMQ on local sockets.
+step (serving/remote.py); with ``--trace``, Rich's live display. They talk over ZMQ on local sockets. With
+``--api-workers N``, N - 1 more API processes over the same engine (workers.py).
 
 SIGTERM or Ctrl-C stops accepting connections and says on stderr how many responses it is finishing; they run
 to their end for up to ``--shutdown-timeout`` seconds, then the rest are aborted (each stream still ends with a
