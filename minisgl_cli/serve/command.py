@@ -16,6 +16,7 @@ new requests get a 503, /health fails, and the server exits 1 with one line nami
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -203,6 +204,7 @@ def start_api_workers(remote: Any, api_workers: int, name: str, max_queue: int |
             workers.start(plans)
         except BaseException:
             remote.close()
+            shutil.rmtree(share_dir, ignore_errors=True)
             raise
     return SharedCounts(share_dir, 0, api_workers), workers
 
