@@ -68,7 +68,7 @@ def test_the_plan_runs_it_for_torch_attention_on_a_float32_cpu_pool_only(monkeyp
 def test_batched_decode_in_c_gives_transformers_tokens_on_the_embedded_model(smollm2_dir):
     prompts = ["The capital of France is", "def fibonacci(n):", "Water boils at a temperature of",
                "Once upon a time"]
-    with LLM(smollm2_dir, max_running_req=4) as llm:
+    with LLM(smollm2_dir, device="cpu", max_running_req=4) as llm:
         assert type(llm.engine.attn_backend) is CAttentionBackend
         assert "decode attention in C" in llm.engine.describe()
         outputs = llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))  # batched

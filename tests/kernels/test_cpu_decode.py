@@ -109,7 +109,7 @@ def run_checked(model: str, prompts: list[list[int]], max_tokens: list[int], pre
                 monkeypatch: pytest.MonkeyPatch | None = None) -> Checked:
     if precision == "int8":  # the torch side's int8 products computing what the C step's integer dot products do
         monkeypatch.setattr(int8_weights, "int8_linear", quantised_input_linear)
-    with LLM(model, precision=precision, page_size=PAGE, max_running_req=4) as llm:
+    with LLM(model, device="cpu", precision=precision, page_size=PAGE, max_running_req=4) as llm:
         engine = llm.engine
         assert engine.cpu_paths.decode_step is not None and "decode steps in C" in engine.describe()
         assert engine.cpu_paths.int8_linears == 0  # the torch layers keep float32: the C step reads int8 copies
@@ -233,11 +233,11 @@ def test_no_compiler_keeps_torch_and_says_so(monkeypatch, cpu_without_amx):
     monkeypatch.setattr(c_build, "find_compiler", lambda: None)
     cpu_decode.load_library.cache_clear()
     try:
-        with LLM("random:tiny-qwen3", precision="fast") as llm:
+        with LLM("random:tiny-qwen3", device="cpu", precision="fast") as llm:
             assert llm.engine.cpu_paths.decode_step is None
             assert "no C compiler found" in llm.precision_note and "\n" not in llm.precision_note
             assert llm.precision_note.startswith("precision fast: kept exact float32")
-        with LLM("random:tiny-qwen3") as llm:
+        with LLM("random:tiny-qwen3", device="cpu") as llm:
             assert llm.engine.cpu_paths.decode_step is None and "decode steps in C" not in llm.engine.describe()
     finally:
         cpu_decode.load_library.cache_clear()
@@ -267,13 +267,13 @@ def test_an_edited_header_builds_afresh(tmp_path):
 
 
 def test_the_off_switch_keeps_the_torch_path(monkeypatch, cpu_without_amx):
-    with LLM("random:tiny-qwen3") as llm:
+    with LLM("random:tiny-qwen3", device="cpu") as llm:
         assert llm.engine.cpu_paths.decode_step is not None
         assert "single-request decode steps in C" in llm.engine.describe()
     monkeypatch.setenv("MINISGL_DISABLE_CPU_DECODE", "1")
-    with LLM("random:tiny-qwen3", precision="fast") as llm:
+    with LLM("random:tiny-qwen3", device="cpu", precision="fast") as llm:
         assert llm.engine.cpu_paths.decode_step is None and "MINISGL_DISABLE_CPU_DECODE" in llm.precision_note
-    with LLM("random:tiny-qwen3") as llm:
+    with LLM("random:tiny-qwen3", device="cpu") as llm:
         assert llm.engine.cpu_paths.decode_step is None
 
 
@@ -308,7 +308,7 @@ def test_a_screened_greedy_step_keeps_the_full_products_largest_logit(model, mod
     path = smollm2_dir if model == "smollm2" else model if model.startswith("random:") else model_dirs[model]
     gen = torch.Generator().manual_seed(4)
     prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in (7, 30)]
-    with LLM(path, page_size=PAGE, max_running_req=1) as llm:  # one request at a time: every step is the C step
+    with LLM(path, device="cpu", page_size=PAGE, max_running_req=1) as llm:  # one request at a time: every step is the C step
         screening = llm.engine.cpu_paths.fast_step.step = Screening(llm.engine.cpu_paths.decode_step)
         greedy = llm.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
         assert screening.steps == 2 * 11
