@@ -69,20 +69,30 @@ def overlap_enabled(config: EngineConfig, device: torch.device) -> bool:
     return config.overlap if config.overlap is not None else device.type == "cuda"
 
 
-def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtype) -> str:
-    """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports (with an fp8 KV cache, also
-    only where Triton runs); torch otherwise."""
+# the head dims flashinfer's prefill and decode kernels compile for on every card (its sm90 prefill builds no other)
+FLASHINFER_HEAD_DIMS = (64, 128, 256)
+
+
+def attention_name(config: EngineConfig, device: torch.device, dtype: torch.dtype,
+                   head_dim: int | None = None) -> str:
+    """flashinfer when asked, or by default on CUDA in bf16/fp16 when it imports and its kernels are built for the
+    model's head dim (with an fp8 KV cache, also only where Triton runs); torch otherwise."""
+    head_dim_fits = head_dim is None or head_dim in FLASHINFER_HEAD_DIMS
     if config.attention is not None:
         if config.attention == "flashinfer" and not flashinfer_available():
             raise InvalidParamsError("the flashinfer attention backend needs the flashinfer-python package "
                                      "(pip install 'minisgl[cuda]'); or use --attention torch")
+        if config.attention == "flashinfer" and not head_dim_fits:
+            raise InvalidParamsError(f"flashinfer's attention kernels are built for head dims "
+                                     f"{', '.join(map(str, FLASHINFER_HEAD_DIMS))}; this model's is {head_dim}: "
+                                     "use --attention torch")
         if config.attention == "flashinfer" and config.kv_dtype == "fp8" and not triton_runs_on(device):
             raise InvalidParamsError("an fp8 KV cache with the flashinfer attention backend decodes with a Triton "
                                      "kernel, and Triton does not run here; use --attention torch")
         return config.attention
     if config.kv_dtype == "fp8" and not triton_runs_on(device):  # flashinfer's kernels take no per-head scales:
         return "torch"  # its backend decodes fp8 pages with the Triton paged kernel
-    if device.type == "cuda" and dtype in HALF_DTYPES and flashinfer_available():
+    if device.type == "cuda" and dtype in HALF_DTYPES and head_dim_fits and flashinfer_available():
         return "flashinfer"
     return "torch"
 
@@ -123,7 +133,7 @@ def plan_engine(config: EngineConfig, device: torch.device, dtype: torch.dtype,
     heads (the engine gives them), for the kernels that take only some."""
     precision = plan_cpu_precision(config, device, dtype)
     dtype = precision.dtype
-    attention = attention_name(config, device, dtype)
+    attention = attention_name(config, device, dtype, heads.head_dim if heads is not None else None)
     kv_fp8 = config.kv_dtype == "fp8"
     graph_bs = graph_max_bs(config, device, attention)
     threads = engine_threads(config.threads, get_tp_info().size, torch.get_num_threads())

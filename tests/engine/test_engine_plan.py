@@ -165,6 +165,21 @@ def test_an_fp8_cache_under_flashinfer_decodes_on_the_cuda_kernel_where_it_build
     assert not plan_engine(EngineConfig(kv_dtype="fp8"), CUDA, torch.bfloat16).fp8_cuda_decode
 
 
+def test_flashinfer_only_for_the_head_dims_its_kernels_are_built_for(triton_everywhere, monkeypatch):
+    """A model of head dim 16 (a tiny test shape) runs torch attention on CUDA by default; asked for flashinfer, it
+    is a clear error before anything loads, not a kernel build that fails in the first prefill."""
+    from core.engine.plan import AttentionShape
+
+    monkeypatch.setattr(plan_module, "flashinfer_available", lambda: True)
+    for head_dim in (64, 128, 256):
+        heads = AttentionShape(8, 4, head_dim)
+        assert plan_engine(EngineConfig(), CUDA, torch.bfloat16, heads).attention == "flashinfer"
+    odd = AttentionShape(4, 2, 16)
+    assert plan_engine(EngineConfig(), CUDA, torch.bfloat16, odd).attention == "torch"
+    with pytest.raises(InvalidParamsError, match="head dims 64, 128, 256; this model's is 16: use --attention torch"):
+        plan_engine(EngineConfig(attention="flashinfer"), CUDA, torch.bfloat16, odd)
+
+
 def test_the_plan_decides_from_the_models_heads(triton_everywhere, monkeypatch):
     """Given one rank's heads, the plan takes the CUDA fp8 decode only where that kernel takes them (the backend
     never checks again, so the description names what runs), and tensor cores at every decode size for 4+ query
@@ -175,7 +190,7 @@ def test_the_plan_decides_from_the_models_heads(triton_everywhere, monkeypatch):
     monkeypatch.setattr(cuda_plan, "fp8_cuda_unavailable", lambda device: "")
     fp8 = EngineConfig(kv_dtype="fp8")
     assert plan_engine(fp8, CUDA, torch.bfloat16, AttentionShape(16, 8, 128)).fp8_cuda_decode
-    for heads in (AttentionShape(16, 8, 96), AttentionShape(64, 4, 128)):  # a head dim, a group it does not take
+    for heads in (AttentionShape(16, 8, 256), AttentionShape(64, 4, 128)):  # a head dim, a group it does not take
         assert not plan_engine(fp8, CUDA, torch.bfloat16, heads).fp8_cuda_decode, heads
     monkeypatch.setenv("MINISGL_TENSOR_CORE_DECODE_ROWS", "0")
     assert plan_engine(EngineConfig(), CUDA, torch.bfloat16, AttentionShape(16, 8, 128)).tensor_core_decode_rows == 0
