@@ -87,11 +87,11 @@ MaxConnections = Annotated[int, typer.Option(
     "--max-connections", rich_help_panel=LIMITS, min=1,
     help="Most connections open at once (streams, idle keep-alive ones, the dashboard's); a request on one "
          "beyond it, 503 at once.")]
-ApiWorkers = Annotated[int, typer.Option(
+ApiWorkers = Annotated[Optional[int], typer.Option(
     "--api-workers", min=1, metavar="N",
     help="HTTP processes over the one engine, each streaming the requests it takes: more than one when the engine "
          "makes tokens faster than one process sends them (chunks of several tokens, a growing ITL); each counts "
-         "its own --max-connections.")]
+         "its own --max-connections. Default: 2 on a GPU; 1 on a CPU, with --dp or with --dashboard.")]
 DashboardShowText = Annotated[bool, typer.Option(
     "--dashboard-show-text", rich_help_panel=WATCHING,
     help="Show prompts and completions on the dashboard (else uids and token counts).")]
@@ -104,7 +104,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
           dp: DataParallel = 1, api_key: ApiKey = None, allow_origin: AllowOrigin = None,
           log_requests: LogRequests = False, log_stats: LogStats = 10.0, ssl_certfile: SslCertFile = None,
           ssl_keyfile: SslKeyFile = None, max_body_bytes: MaxBodyBytes = 8 * 1024 * 1024,
-          read_timeout: ReadTimeout = 30.0, max_connections: MaxConnections = 1024, api_workers: ApiWorkers = 1,
+          read_timeout: ReadTimeout = 30.0, max_connections: MaxConnections = 1024, api_workers: ApiWorkers = None,
           engine: EngineOptions = EngineOptions.defaults()) -> None:
     """Serve the model over the OpenAI API: /v1/completions, /v1/chat/completions, /v1/models, /health,
     /metrics, and with --dashboard a live view of the engine at /dashboard."""
@@ -123,6 +123,7 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     check_origins(allow_origin or [])
     check_tls(ssl_certfile, ssl_keyfile)
     check_api_workers(api_workers, dp, dashboard)
+    api_workers = api_workers_for(api_workers, engine.values["device"], dp, dashboard)
     listener = bind_listener(host, port, shared=api_workers > 1)  # a port in use fails now, before the load
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
     trace_file = TraceFile(trace_out, serve_header(engine)) if trace_out is not None else None
@@ -177,12 +178,25 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     say_how_it_stopped(server, bridge, err)
 
 
-def check_api_workers(api_workers: int, dp: int, dashboard: bool) -> None:
-    if api_workers > 1 and dp > 1:
+def check_api_workers(api_workers: int | None, dp: int, dashboard: bool) -> None:
+    if api_workers is not None and api_workers > 1 and dp > 1:
         raise InvalidParamsError("--api-workers with --dp is not supported: give one of them")
-    if api_workers > 1 and dashboard:
+    if api_workers is not None and api_workers > 1 and dashboard:
         raise InvalidParamsError("--dashboard needs one API process (it shows the requests of the process that "
                                  "took them): leave out --api-workers")
+
+
+def api_workers_for(given: int | None, device: str | None, dp: int, dashboard: bool) -> int:
+    """``--api-workers``, or by default 2 where the engine runs on CUDA (one API process falls behind a busy GPU's
+    engine, docs/BENCHMARKS.md) and 1 on a CPU (where the engine wants the cores), with --dp or with --dashboard."""
+    if given is not None:
+        return given
+    if dp > 1 or dashboard:
+        return 1
+    import torch
+
+    on_cuda = device.startswith("cuda") if device is not None else torch.cuda.is_available()
+    return 2 if on_cuda else 1
 
 
 def start_api_workers(remote: Any, api_workers: int, name: str, max_queue: int | None, site: Any,

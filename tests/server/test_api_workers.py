@@ -166,3 +166,19 @@ def test_an_event_is_one_line_for_readers_that_end_lines_at_unicode_breaks():
     assert line.endswith("\n\n") and len(line.strip().splitlines()) == 1
     assert json.loads(line.removeprefix("data: ")) == event
 
+
+
+def test_two_api_processes_by_default_on_a_gpu_one_on_a_cpu(monkeypatch):
+    import torch
+
+    from minisgl_cli.serve.command import api_workers_for
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert api_workers_for(None, None, dp=1, dashboard=False) == 2
+    assert api_workers_for(None, None, dp=2, dashboard=False) == 1  # --dp: one front for every engine
+    assert api_workers_for(None, None, dp=1, dashboard=True) == 1  # the dashboard shows one process's requests
+    assert api_workers_for(None, "cpu", dp=1, dashboard=False) == 1
+    assert api_workers_for(3, "cpu", dp=1, dashboard=False) == 3  # asked for: as asked
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert api_workers_for(None, None, dp=1, dashboard=False) == 1
+    assert api_workers_for(None, "cuda", dp=1, dashboard=False) == 2
