@@ -10,6 +10,10 @@ Replies arrive on a receiver thread, one message a step; ``on_batch`` is called 
 have been delivered, so a server hands them to its event loop once a step, not once a token. A watchdog waits on
 the engine process: if it dies, every open request is answered with an error, ``on_death`` is called and
 every later submit raises EngineDeadError. ``close`` stops it on every way out.
+
+Several API processes can share one engine (``serve --api-workers``): the first starts it for ``clients`` of them
+and hands each other one an ``EngineLink``; a RemoteEngine made with it attaches (no process of its own: its
+watchdog looks at the engine's pid, and stopping it closes only its sockets).
 """
 
 from __future__ import annotations
