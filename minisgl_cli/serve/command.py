@@ -149,6 +149,8 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
         server.on_exit.append(ring.close)  # an open page's endless stream must not hold the drain up
     if workers is not None:
         server.on_signal.append(workers.signal)
+        say = plain_lines(err)
+        workers.watch(lambda line: None if remote.dead is not None else say(line))  # the engine's death is said
         share.start(bridge.counts)
     stats = StatsLog(bridge, plain_lines(err), log_stats) if log_stats > 0 else None
     freeze_startup_heap()  # built: the collector walks only what serving allocates from here on

@@ -19,10 +19,11 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import threading
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait as wait_for_sentinels
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -57,6 +58,7 @@ class ApiWorkers:
 
     def __init__(self) -> None:
         self.processes: list[mp.Process] = []
+        self._stopping = False
 
     def start(self, plans: list[WorkerPlan]) -> None:
         """Start one process a plan and wait until each serves (or raise the first one's error)."""
@@ -76,8 +78,25 @@ class ApiWorkers:
                 self.kill()
                 raise ApiWorkerError(f"API process {process.name} failed to start: {error}")
 
+    def watch(self, say: Callable[[str], None]) -> None:
+        """On a thread: an API process that leaves while the server is not stopping is said in one line (its
+        connections are refused from then on; the others serve on)."""
+        def run() -> None:
+            left = list(self.processes)
+            while left:
+                for sentinel in wait_for_sentinels([process.sentinel for process in left]):
+                    process = next(p for p in left if p.sentinel == sentinel)
+                    left.remove(process)
+                    process.join()
+                    if not self._stopping:
+                        say(f"minisgl: API process {process.name.rsplit('-', 1)[-1]} (pid {process.pid}) exited "
+                            f"with code {process.exitcode}; {len(left) + 1} serve on")
+
+        threading.Thread(target=run, name="minisgl-api-watch", daemon=True).start()
+
     def signal(self) -> None:
         """The first process took a signal: each other one drains (first time) or stops at once (second)."""
+        self._stopping = True
         for process in self.processes:
             if process.is_alive():
                 os.kill(process.pid, signal.SIGTERM)

@@ -2,8 +2,9 @@
 
 Concurrent openai clients get LLM.generate's greedy text from either process (the engine routes each reply to the
 process that took its request: the uids in the request log say both took some), /metrics counts every request
-whichever process answers the scrape, SIGTERM drains every process before the engine stops, a dead engine ends
-them all, and the options it cannot serve with are refused before the load. The counts' exchange and the
+whichever process answers the scrape, a process that dies is said and the other serves on, SIGTERM drains every
+process before the engine stops, a dead engine ends them all, and the options it cannot serve with are refused
+before the load. The counts' exchange and the
 stream's line rule are checked directly too.
 """
 
@@ -77,10 +78,19 @@ def test_two_api_processes_answer_like_generate_and_count_every_request(model_di
         assert metrics["generation_tokens_total"] == 12 * len(PROMPTS)
         assert metrics["time_to_first_token_seconds_count"] == len(PROMPTS)
         assert metrics["requests_in_flight"] == 0
+
+        # one process killed: it is said, and the other serves on (new connections go to the socket still open)
+        engine = engine_pid(server)
+        (worker,) = [child for child in spawned(server.proc.pid) if child != engine]
+        os.kill(worker, signal.SIGKILL)
+        assert gone(worker)
+        for prompt in PROMPTS[:4]:
+            assert streamed(prompt) == want[PROMPTS.index(prompt)]["text"]
         assert server.terminate() == 0
         log = server.log()
         assert "in 2 API processes" in log and "Traceback" not in log
-        assert f"minisgl stopped: {len(PROMPTS)} requests answered" in log.splitlines()
+        assert f"API process 1 (pid {worker}) exited with code -9; 1 serve on" in log
+        assert f"minisgl stopped: {len(PROMPTS) + 4} requests answered" in log.splitlines()
     finally:
         server.stop()
 
@@ -182,3 +192,4 @@ def test_two_api_processes_by_default_on_a_gpu_one_on_a_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert api_workers_for(None, None, dp=1, dashboard=False) == 1
     assert api_workers_for(None, "cuda", dp=1, dashboard=False) == 2
+
