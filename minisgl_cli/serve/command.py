@@ -122,7 +122,6 @@ def serve(host: Host = "127.0.0.1", port: Port = 8000, max_queue: MaxQueue = Non
     check_api_key(api_key)
     check_origins(allow_origin or [])
     check_tls(ssl_certfile, ssl_keyfile)
-    check_api_workers(api_workers, dp, dashboard)
     api_workers = api_workers_for(api_workers, engine.values["device"], dp, dashboard)
     listener = bind_listener(host, port, shared=api_workers > 1)  # a port in use fails now, before the load
     # a bad path fails before the load; the prompts are the clients', unknown yet (an open-ended trace)
@@ -189,8 +188,10 @@ def check_api_workers(api_workers: int | None, dp: int, dashboard: bool) -> None
 
 
 def api_workers_for(given: int | None, device: str | None, dp: int, dashboard: bool) -> int:
-    """``--api-workers``, or by default 2 where the engine runs on CUDA (one API process falls behind a busy GPU's
-    engine, docs/BENCHMARKS.md) and 1 on a CPU (where the engine wants the cores), with --dp or with --dashboard."""
+    """``--api-workers`` (checked), or by default 2 where the engine runs on CUDA (one API process falls behind a
+    busy GPU's engine, docs/BENCHMARKS.md) and 1 on a CPU (where the engine wants the cores), with --dp or with
+    --dashboard."""
+    check_api_workers(given, dp, dashboard)
     if given is not None:
         return given
     if dp > 1 or dashboard:
