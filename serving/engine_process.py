@@ -47,8 +47,11 @@ class Outbox:
         if n == 1:
             self._send(0, StepOutput(replies, stats))
             return
+        mine: list[list[Reply]] = [[] for _ in range(n)]
+        for reply in replies:  # one pass, whatever the number of clients
+            mine[reply.uid % n].append(reply)
         for client in range(n):  # each client, replies or not: the engine's numbers are every client's to report
-            self._send(client, StepOutput([r for r in replies if r.uid % n == client], stats))
+            self._send(client, StepOutput(mine[client], stats))
 
     def to_all(self, out: StepOutput) -> None:
         for client in range(len(self.sockets)):
