@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from core.events import StepEvent
-from minisgl_cli.serve.command import bind_listener
+from minisgl_cli.serve.listen import bind_listener
 from render.trace_format import Trace
 
 HISTORY = 2000  # steps the page keeps: a whole lesson-sized run

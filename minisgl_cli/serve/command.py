@@ -31,6 +31,7 @@ from core.errors import InvalidParamsError
 from core.llm.heap import freeze_startup_heap
 from core.words import ENGINE_READY, plural
 from minisgl_cli.jobs import interrupted_load, quiet_transformers
+from minisgl_cli.serve.listen import bind_listener
 from render.activity import Activity
 
 NETWORK = "Network"  # where it listens and whom it answers
@@ -248,25 +249,6 @@ def add_dashboard(app: Any, bridge: Any, options: dict[str, Any], show_text: boo
                               figures=LiveFigures(bridge))
     remote.add_step_callback(ring.add)
     return ring
-
-
-def bind_listener(host: str, port: int, shared: bool = False) -> socket.socket:
-    """The listening socket, bound before anything slow: a port in use or a bad host is a usage error.
-    ``shared``: every API process binds one to the same port (SO_REUSEPORT), and the kernel spreads new
-    connections over them by their addresses; one socket accepted by all would let whichever process wakes
-    first take a whole burst of connections."""
-    try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if shared:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-        sock.listen(2048)  # connections made before the server runs wait in the backlog, not refused
-    except OSError as exc:
-        raise InvalidParamsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.set_inheritable(True)
-    return sock
 
 
 def start_engine(engine: EngineOptions, activity: Activity, trace: bool, dp: int = 1, clients: int = 1) -> Any:

@@ -129,7 +129,7 @@ def worker_main(plan: WorkerPlan, ready: Connection) -> None:
         from serving.api.bridge import EngineBridge
         from serving.api.share import SharedCounts
         from serving.remote import RemoteEngine
-        from minisgl_cli.serve.command import bind_listener
+        from minisgl_cli.serve.listen import bind_listener
 
         listener = bind_listener(*plan.address, shared=True)
         quiet_transformers()
